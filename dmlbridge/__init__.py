@@ -1,0 +1,65 @@
+"""dmlbridge: ONNX tensors and numpy arrays as byte-exact DirectML buffer tensors.
+
+    >>> import numpy as np, dmlbridge
+    >>> t = dmlbridge.prepare(np.arange(6, dtype=np.float32).reshape(2, 3), min_dims=4)
+    >>> t.dml_type.name, t.sizes, t.total_tensor_size_in_bytes
+    ('FLOAT32', (1, 1, 2, 3), 24)
+
+See README.md for the mapping table and the layout rules.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from dmlbridge.decode import decode
+from dmlbridge.encode import PreparedTensor, prepare, prepare_into
+from dmlbridge.errors import (
+    DestinationError,
+    DmlBridgeError,
+    ExternalDataError,
+    InvalidArgumentError,
+    LayoutError,
+    ManifestError,
+    TensorProtoError,
+    TensorTooLargeError,
+    UnsupportedTypeError,
+    ValueRangeError,
+)
+from dmlbridge.layout import calc_buffer_tensor_size
+from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
+from dmlbridge.packing import pack_4bit, unpack_4bit
+from dmlbridge.target import Target
+from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
+
+try:
+    __version__ = version("dmlbridge")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "DestinationError",
+    "DmlBridgeError",
+    "DmlDataType",
+    "ExternalDataError",
+    "FeatureLevel",
+    "InvalidArgumentError",
+    "LayoutError",
+    "ManifestError",
+    "MappingRow",
+    "OnnxDataType",
+    "PreparedTensor",
+    "Target",
+    "TensorProtoError",
+    "TensorTooLargeError",
+    "UnsupportedTypeError",
+    "ValueRangeError",
+    "calc_buffer_tensor_size",
+    "decode",
+    "dml_type_for",
+    "mapping_table",
+    "pack_4bit",
+    "prepare",
+    "prepare_into",
+    "unpack_4bit",
+]

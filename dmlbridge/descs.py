@@ -1,0 +1,66 @@
+"""The DirectML descriptor structs as ctypes, laid out as DirectML.h declares them.
+
+On 64-bit Windows and Linux, ``DML_BUFFER_TENSOR_DESC`` is 48 bytes and ``DML_TENSOR_DESC`` 16 (FACTS.md).
+The ``Sizes`` and ``Strides`` arrays are assigned to pointer fields, which makes ctypes keep them alive for as
+long as the struct lives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+__all__ = ["DML_BUFFER_TENSOR_DESC", "DML_TENSOR_DESC", "DML_TENSOR_TYPE_BUFFER", "make_buffer_tensor_desc"]
+
+DML_TENSOR_TYPE_BUFFER = 1
+
+
+class DML_BUFFER_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    """``DML_BUFFER_TENSOR_DESC`` (DirectML.h)."""
+
+    _fields_ = [
+        ("DataType", ctypes.c_int32),
+        ("Flags", ctypes.c_uint32),
+        ("DimensionCount", ctypes.c_uint32),
+        ("Sizes", ctypes.POINTER(ctypes.c_uint32)),
+        ("Strides", ctypes.POINTER(ctypes.c_uint32)),
+        ("TotalTensorSizeInBytes", ctypes.c_uint64),
+        ("GuaranteedBaseOffsetAlignment", ctypes.c_uint32),
+    ]
+
+
+class DML_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    """``DML_TENSOR_DESC`` (DirectML.h): ``Type`` = DML_TENSOR_TYPE_BUFFER and ``Desc`` pointing at the buffer
+    desc, which this object keeps alive (``.buffer_desc``)."""
+
+    _fields_ = [("Type", ctypes.c_int32), ("Desc", ctypes.c_void_p)]
+
+    buffer_desc: DML_BUFFER_TENSOR_DESC
+
+    @classmethod
+    def pointing_at(cls, buffer_desc: DML_BUFFER_TENSOR_DESC) -> DML_TENSOR_DESC:
+        """A DML_TENSOR_DESC of type BUFFER whose Desc points at ``buffer_desc`` (kept alive by the result)."""
+        desc = cls(DML_TENSOR_TYPE_BUFFER, ctypes.addressof(buffer_desc))
+        desc.buffer_desc = buffer_desc
+        return desc
+
+
+def make_buffer_tensor_desc(
+    data_type: int,
+    flags: int,
+    sizes: Sequence[int],
+    strides: Sequence[int] | None,
+    total_tensor_size_in_bytes: int,
+    guaranteed_base_offset_alignment: int,
+) -> DML_BUFFER_TENSOR_DESC:
+    """Fill a DML_BUFFER_TENSOR_DESC; Strides is NULL when ``strides`` is None."""
+    desc = DML_BUFFER_TENSOR_DESC()
+    desc.DataType = data_type
+    desc.Flags = flags
+    desc.DimensionCount = len(sizes)
+    desc.Sizes = (ctypes.c_uint32 * len(sizes))(*sizes)
+    if strides is not None:
+        desc.Strides = (ctypes.c_uint32 * len(strides))(*strides)
+    desc.TotalTensorSizeInBytes = total_tensor_size_in_bytes
+    desc.GuaranteedBaseOffsetAlignment = guaranteed_base_offset_alignment
+    return desc

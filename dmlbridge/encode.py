@@ -1,0 +1,416 @@
+"""Array -> DirectML buffer tensor: the type conversion, the layout and the bytes, in one pass.
+
+Data flows one way: source array -> (mapping) DML type -> (layout) sizes, strides, size -> bytes written straight
+into the output. A native, packed, little-endian source whose byte count needs no padding is not copied at all.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from dmlbridge.buffers import as_writable_bytes
+from dmlbridge.decode import decode, read_elements
+from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, make_buffer_tensor_desc
+from dmlbridge.errors import (
+    DestinationError,
+    InvalidArgumentError,
+    LayoutError,
+    UnsupportedTypeError,
+    ValueRangeError,
+)
+from dmlbridge.layout import Layout, check_strides, plan_layout
+from dmlbridge.mapping import Conversion, resolve
+from dmlbridge.packing import pack_nibbles_into, to_nibbles
+from dmlbridge.target import Target
+from dmlbridge.types import DmlDataType, OnnxDataType, onnx_type_of_dtype
+
+__all__ = ["PreparedTensor", "prepare", "prepare_into"]
+
+DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT = 16
+DML_TENSOR_FLAG_OWNED_BY_DML = 1
+_DEFAULT_TARGET = Target()
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedTensor:
+    """A tensor ready for DirectML: its DML_BUFFER_TENSOR_DESC fields and the exact bytes to upload.
+
+    ``data`` is a uint8 array of ``total_tensor_size_in_bytes`` bytes: every padding byte and unreached position
+    is zero. For ``prepare_into`` it is a view into the destination; for a zero-copy ``prepare`` it is a read-only
+    view of the source.
+    """
+
+    onnx_type: OnnxDataType
+    dml_type: DmlDataType
+    conversion: Conversion
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    total_tensor_size_in_bytes: int
+    flags: int
+    guaranteed_base_offset_alignment: int
+    data: np.ndarray = field(repr=False)
+    source_dtype: np.dtype = field(repr=False)
+    source_shape: tuple[int, ...] = field(repr=False)
+    # Logical element strides (not doubled for int64 emulation); None when packed without given strides.
+    element_strides: tuple[int, ...] | None = field(repr=False)
+
+    def to_numpy(self) -> np.ndarray:
+        """The original logical values read back from ``data``: source dtype (native byte order), source shape."""
+        target = self.source_dtype.newbyteorder("=") if self.source_dtype.byteorder != "|" else self.source_dtype
+        if self.conversion == "emulate":
+            wide = np.dtype("<i8") if self.onnx_type is OnnxDataType.INT64 else np.dtype("<u8")
+            values = read_elements(self.data, wide, self.sizes, self.element_strides)
+        else:
+            values = decode(self.data, self.dml_type, self.sizes, self.strides)
+        if target == np.bool_:
+            result = values != 0
+        elif target in _SMALL_INTS or values.dtype in _SMALL_INTS:
+            # ml_dtypes casts between its own sub-byte integers only through a regular integer type.
+            result = values.astype(np.int64).astype(target)
+        else:
+            result = values.astype(target)
+        return result.reshape(self.source_shape)
+
+    def desc(self) -> dict[str, Any]:
+        """The DML_BUFFER_TENSOR_DESC fields, by their DirectML names."""
+        return {
+            "DataType": int(self.dml_type),
+            "Flags": self.flags,
+            "DimensionCount": len(self.sizes),
+            "Sizes": list(self.sizes),
+            "Strides": None if self.strides is None else list(self.strides),
+            "TotalTensorSizeInBytes": self.total_tensor_size_in_bytes,
+            "GuaranteedBaseOffsetAlignment": self.guaranteed_base_offset_alignment,
+        }
+
+    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
+        """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit); it keeps its Sizes and Strides arrays alive."""
+        return make_buffer_tensor_desc(
+            int(self.dml_type),
+            self.flags,
+            self.sizes,
+            self.strides,
+            self.total_tensor_size_in_bytes,
+            self.guaranteed_base_offset_alignment,
+        )
+
+    def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC:
+        """A ctypes DML_TENSOR_DESC (type BUFFER) pointing at a fresh ``as_ctypes()`` struct it keeps alive."""
+        return DML_TENSOR_DESC.pointing_at(self.as_ctypes())
+
+
+_SMALL_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything decided before a byte is written."""
+
+    source: np.ndarray  # the source with the layout's leading 1s added (a view)
+    onnx_type: OnnxDataType
+    dml_type: DmlDataType
+    conversion: Conversion
+    layout: Layout
+    element: np.dtype | None  # the element dtype written, None for 4-bit
+    desc_strides: tuple[int, ...] | None
+    total: int
+    flags: int
+    alignment: int
+    source_dtype: np.dtype
+    source_shape: tuple[int, ...]
+
+    def result(self, data: np.ndarray) -> PreparedTensor:
+        return PreparedTensor(
+            self.onnx_type,
+            self.dml_type,
+            self.conversion,
+            self.layout.sizes,
+            self.desc_strides,
+            self.total,
+            self.flags,
+            self.alignment,
+            data,
+            self.source_dtype,
+            self.source_shape,
+            self.layout.strides,
+        )
+
+
+def _as_array(array: Any) -> np.ndarray:
+    if isinstance(array, np.ndarray):
+        return array
+    if type(array).__name__ == "TensorProto":
+        from dmlbridge.onnx_tensor import tensor_to_array
+
+        return tensor_to_array(array)
+    if isinstance(array, np.generic):
+        return np.asarray(array)
+    try:
+        return np.asarray(array)
+    except Exception as exc:  # noqa: BLE001 - numpy raises many types for unconvertible objects
+        raise InvalidArgumentError(
+            f"cannot read a {type(array).__name__} as an array ({exc}); pass a numpy array or a TensorProto"
+        ) from None
+
+
+def _plan(
+    array: Any,
+    target: Target,
+    strides: Sequence[int] | None,
+    min_dims: int,
+    flags: int,
+    guaranteed_base_offset_alignment: int,
+) -> _Plan:
+    if not isinstance(target, Target):
+        raise InvalidArgumentError(f"target must be a dmlbridge.Target, got {type(target).__name__}")
+    source = _as_array(array)
+    onnx_type = onnx_type_of_dtype(source.dtype)
+    row = resolve(onnx_type, target)
+    if row.dml_type is None:
+        raise UnsupportedTypeError(
+            f"cannot prepare an array of dtype {source.dtype} (ONNX {row.onnx_name}): {row.reason}"
+        )
+    dml = row.dml_type
+    if source.size == 0:
+        raise LayoutError(
+            f"the array has shape {source.shape} and no elements; DirectML has no empty tensors, leave it out"
+        )
+    layout = plan_layout(source.shape, strides, min_dims, target.max_dimension_count)
+    if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or flags not in (0, 1):
+        raise InvalidArgumentError(
+            f"flags must be 0 (DML_TENSOR_FLAG_NONE) or 1 (DML_TENSOR_FLAG_OWNED_BY_DML), got {flags!r}"
+        )
+    alignment = guaranteed_base_offset_alignment
+    if (
+        isinstance(alignment, bool)
+        or not isinstance(alignment, (int, np.integer))
+        or alignment < 0
+        or (alignment and (alignment & (alignment - 1) or alignment < dml.itemsize))
+        or alignment > 2**32 - 1
+    ):
+        raise InvalidArgumentError(
+            f"guaranteed_base_offset_alignment must be 0 or a power of two >= the {dml.name} element size "
+            f"({dml.itemsize} bytes), got {alignment!r}; DirectML recommends 32 or more"
+        )
+    if row.conversion == "emulate":
+        # ONNX Runtime's int64 emulation: 8-byte elements read as their low 32 bits through doubled strides.
+        desc_strides: tuple[int, ...] | None = check_strides(
+            [2 * s for s in layout.element_strides], layout.sizes
+        )
+        total = 8 * layout.span
+        element: np.dtype | None = np.dtype("<i8" if onnx_type is OnnxDataType.INT64 else "<u8")
+    else:
+        desc_strides = layout.strides
+        total = ((layout.span * dml.bitwidth + 7) // 8 + 3) // 4 * 4
+        element = None if dml.bitwidth == 4 else dml.numpy()
+    padded = source.reshape(1) if source.ndim == 0 else source
+    padded = padded[(np.newaxis,) * (len(layout.sizes) - padded.ndim)]
+    return _Plan(
+        padded, onnx_type, dml, row.conversion, layout, element, desc_strides, total, int(flags), int(alignment),
+        source.dtype, source.shape,
+    )
+
+
+def _can_share(plan: _Plan) -> bool:
+    """True when the source's bytes are already the buffer: no conversion, no gaps, no padding, no swap."""
+    source = plan.source
+    return (
+        plan.conversion in ("native", "emulate")
+        and plan.element is not None
+        and plan.layout.packed
+        and source.flags.c_contiguous
+        and (source.dtype.byteorder == "<" or (source.dtype.byteorder in "=|" and np.little_endian))
+        and source.nbytes == plan.total
+    )
+
+
+def prepare(
+    array: Any,
+    *,
+    target: Target = _DEFAULT_TARGET,
+    strides: Sequence[int] | None = None,
+    min_dims: int = 1,
+    flags: int = 0,
+    guaranteed_base_offset_alignment: int = 0,
+) -> PreparedTensor:
+    """Turn a numpy array (any ONNX dtype, ml_dtypes included) or TensorProto into a DirectML buffer tensor.
+
+    Args:
+        array: the values; never modified.
+        target: the DirectML target (feature level, supported types, int64 and lossy policy).
+        strides: element strides, one per dimension, or None for a packed tensor.
+        min_dims: pad sizes with leading 1s to at least this many dimensions (most DirectML operators want 4).
+        flags: DML_TENSOR_FLAGS (0, or 1 for OWNED_BY_DML).
+        guaranteed_base_offset_alignment: 0, or the power of two the binding offset will be a multiple of.
+
+    Returns a PreparedTensor whose ``data`` holds exactly ``total_tensor_size_in_bytes`` bytes. When the source's
+    bytes already fit, ``data`` is a read-only view of them (no copy).
+    """
+    plan = _plan(array, target, strides, min_dims, flags, guaranteed_base_offset_alignment)
+    if _can_share(plan):
+        if plan.conversion == "emulate":
+            _check_fits_32(plan.source, plan.onnx_type)
+        data = plan.source.reshape(-1).view(np.uint8)
+        data.flags.writeable = False
+        return plan.result(data)
+    data = np.empty(plan.total, dtype=np.uint8)
+    _write(plan, data)
+    return plan.result(data)
+
+
+def prepare_into(
+    dst: Any,
+    offset: int,
+    array: Any,
+    *,
+    target: Target = _DEFAULT_TARGET,
+    strides: Sequence[int] | None = None,
+    min_dims: int = 1,
+    flags: int = 0,
+    guaranteed_base_offset_alignment: int = 0,
+) -> PreparedTensor:
+    """Like :func:`prepare`, but write the bytes into ``dst[offset : offset + total]`` (an upload buffer, an mmap,
+    a bytearray). ``offset`` must be a multiple of 16, or of ``guaranteed_base_offset_alignment`` when nonzero.
+    Bytes outside that range are not touched. The result's ``data`` is a view into ``dst``.
+    """
+    plan = _plan(array, target, strides, min_dims, flags, guaranteed_base_offset_alignment)
+    out = as_writable_bytes(dst)
+    step = plan.alignment or DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0 or offset % step:
+        raise DestinationError(
+            f"offset {offset!r} must be a non-negative multiple of {step} "
+            f"({'guaranteed_base_offset_alignment' if plan.alignment else 'DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT'})"
+        )
+    offset = int(offset)
+    if offset + plan.total > out.shape[0]:
+        raise DestinationError(
+            f"the destination holds {out.shape[0]} bytes; this tensor needs {plan.total} at offset {offset} "
+            f"(up to byte {offset + plan.total})"
+        )
+    region = out[offset : offset + plan.total]
+    if _overlaps(region, plan.source):
+        raise DestinationError("the destination range overlaps the source array; use a separate buffer")
+    _write(plan, region)
+    return plan.result(region)
+
+
+def _overlaps(region: np.ndarray, source: np.ndarray) -> bool:
+    try:
+        return bool(np.shares_memory(region, source))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def _write(plan: _Plan, out: np.ndarray) -> None:
+    """Write the tensor's bytes into ``out`` (uint8, exactly ``plan.total`` long): values, gaps and padding."""
+    layout = plan.layout
+    if plan.element is None:
+        _write_4bit(plan, out)
+        return
+    used = layout.span * plan.element.itemsize
+    out[used:] = 0
+    typed = out[:used].view(plan.element)
+    if layout.packed:
+        _convert(plan, plan.source, typed.reshape(layout.sizes))
+        return
+    typed[...] = 0
+    assert layout.strides is not None
+    dest = as_strided(typed, shape=layout.sizes, strides=[s * plan.element.itemsize for s in layout.strides])
+    if layout.injective:
+        _convert(plan, plan.source, dest)
+        return
+    values = np.empty(layout.sizes, dtype=plan.element)
+    _convert(plan, plan.source, values)
+    dest[...] = values
+    _check_no_conflicts(dest, values)
+
+
+def _write_4bit(plan: _Plan, out: np.ndarray) -> None:
+    layout = plan.layout
+    signed = plan.dml_type is DmlDataType.INT4
+    used = (layout.span + 1) // 2
+    out[used:] = 0
+    if layout.packed:
+        pack_nibbles_into(out, plan.source.reshape(-1), signed)
+        return
+    assert layout.strides is not None
+    nibbles = np.zeros(layout.span, dtype=np.uint8)
+    dest = as_strided(nibbles, shape=layout.sizes, strides=layout.strides)
+    values = to_nibbles(plan.source.reshape(-1), signed).reshape(layout.sizes)
+    dest[...] = values
+    if not layout.injective:
+        _check_no_conflicts(dest, values)
+    pack_nibbles_into(out, nibbles, signed=False)
+
+
+def _check_no_conflicts(dest: np.ndarray, values: np.ndarray) -> None:
+    """After a scatter through overlapping strides, every element must read back as itself (bit for bit)."""
+    bits = np.dtype(f"u{values.dtype.itemsize}")
+    differ = dest.view(bits) != values.view(bits)
+    if differ.any():
+        index = tuple(int(i) for i in np.argwhere(differ)[0])
+        raise LayoutError(
+            f"the strides make element {list(index)} share its position with another element of a different "
+            "value; a broadcast (stride 0) dimension must hold equal values along it"
+        )
+
+
+def _convert(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
+    """Write the DML values of ``source`` into ``dest`` (same shape, the plan's element dtype)."""
+    conversion = plan.conversion
+    if conversion in ("native", "emulate"):
+        if conversion == "emulate":
+            _check_fits_32(source, plan.onnx_type)
+        # A bit copy (through unsigned views) keeps NaN payloads and swaps byte order when needed.
+        bits = f"u{dest.dtype.itemsize}"
+        np.copyto(dest.view("<" + bits), source.view(source.dtype.byteorder.replace("|", "=") + bits))
+    elif conversion == "narrow":
+        _check_fits_32(source, plan.onnx_type)
+        np.copyto(dest, source, casting="unsafe")
+    elif conversion == "lossy":
+        with np.errstate(over="ignore"):
+            np.copyto(dest, source, casting="unsafe")
+    elif plan.onnx_type is OnnxDataType.BOOL:
+        np.copyto(dest, source.view(np.uint8) != 0, casting="unsafe")
+    elif plan.onnx_type.is_float and source.dtype.itemsize == 1:
+        # 8-, 6- and 4-bit floats: a 256-entry table built from ml_dtypes is exact by construction.
+        table = _widening_table(source.dtype, dest.dtype)
+        np.take(table, source.view(np.uint8), out=dest.view(table.dtype), mode="clip")
+    elif plan.onnx_type is OnnxDataType.BFLOAT16 and dest.dtype == np.dtype("<f4"):
+        # bfloat16 is the top half of a float32: shifting the bits keeps NaN payloads, as ml_dtypes does.
+        np.left_shift(source.view(np.uint16), 16, out=dest.view("<u4"), dtype=np.uint32)
+    else:
+        np.copyto(dest, source, casting="unsafe")
+
+
+@functools.cache
+def _widening_table(source: np.dtype, dest: np.dtype) -> np.ndarray:
+    patterns = np.arange(256, dtype=np.uint8).view(source)
+    with np.errstate(all="ignore"):
+        values = patterns.astype(dest)
+    table = values.view(f"<u{dest.itemsize}")
+    table.flags.writeable = False
+    return table
+
+
+def _check_fits_32(values: np.ndarray, onnx_type: OnnxDataType) -> None:
+    """INT64 must fit INT32 and UINT64 UINT32 to be emulated or narrowed; name the first value that does not."""
+    info = np.iinfo(np.int32 if onnx_type is OnnxDataType.INT64 else np.uint32)
+    if values.size == 0:
+        return
+    if values.min() >= info.min and values.max() <= info.max:
+        return
+    bad = np.argwhere((values < info.min) | (values > info.max))[0]
+    value = values[tuple(bad)].item()
+    name = "INT32" if onnx_type is OnnxDataType.INT64 else "UINT32"
+    raise ValueRangeError(
+        f"value {value} at index {list(int(i) for i in bad)} does not fit {name} ({info.min}..{info.max}), "
+        f"which stands in for {onnx_type.name} on this target; use a target with 64-bit types"
+    )

@@ -1,0 +1,79 @@
+"""What a DirectML device can take: a feature level, the types it reported, and the fallback policy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.types import DmlDataType, FeatureLevel
+
+__all__ = ["Int64Mode", "Target"]
+
+Int64Mode = Literal["emulate", "narrow"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A DirectML target: which data types exist and how to treat the cases with no exact fallback.
+
+    Args:
+        feature_level: the device's DirectML feature level; it decides which types exist and how many
+            dimensions a tensor may have.
+        supported: the types the device reported through ``CheckFeatureSupport`` (names or DmlDataType), or
+            None for every type the feature level defines. Types the level does not define are ignored.
+        int64: what to do with INT64/UINT64 when the target lacks them: ``"emulate"`` keeps 8-byte elements
+            described as INT32/UINT32 with doubled strides (ONNX Runtime's way); ``"narrow"`` writes 4-byte values.
+        allow_lossy: allow DOUBLE to become FLOAT32 when the target lacks FLOAT64.
+    """
+
+    feature_level: FeatureLevel = FeatureLevel.FL_6_4
+    supported: frozenset[DmlDataType] | None = None
+    int64: Int64Mode = "emulate"
+    allow_lossy: bool = False
+    #: The types this target can use: the level's types intersected with ``supported``.
+    types: frozenset[DmlDataType] = field(init=False, repr=False, compare=False)
+
+    def __init__(
+        self,
+        feature_level: FeatureLevel | str | int = FeatureLevel.FL_6_4,
+        supported: Iterable[DmlDataType | str | int] | None = None,
+        int64: Int64Mode = "emulate",
+        allow_lossy: bool = False,
+    ) -> None:
+        level = FeatureLevel.parse(feature_level)
+        if isinstance(supported, (str, bytes)):
+            raise InvalidArgumentError(
+                f"supported must be a collection of DirectML types, not the string {supported!r}; "
+                "write supported={'FLOAT32', 'INT8'} or pass DmlDataType members"
+            )
+        chosen = None if supported is None else frozenset(DmlDataType.parse(t) for t in supported)
+        if int64 not in ("emulate", "narrow"):
+            raise InvalidArgumentError(f"int64 must be 'emulate' or 'narrow', not {int64!r}")
+        if not isinstance(allow_lossy, bool):
+            raise InvalidArgumentError(f"allow_lossy must be True or False, not {allow_lossy!r}")
+        level_types = frozenset(t for t in DmlDataType if t is not DmlDataType.UNKNOWN and t.introduced_in <= level)
+        object.__setattr__(self, "feature_level", level)
+        object.__setattr__(self, "supported", chosen)
+        object.__setattr__(self, "int64", int64)
+        object.__setattr__(self, "allow_lossy", allow_lossy)
+        object.__setattr__(self, "types", level_types if chosen is None else level_types & chosen)
+
+    @property
+    def max_dimension_count(self) -> int:
+        """The most dimensions a buffer tensor may have on this target."""
+        return self.feature_level.max_dimension_count
+
+    def supports(self, dml_type: DmlDataType) -> bool:
+        """True when the target can use ``dml_type``."""
+        return dml_type in self.types
+
+    def describe(self) -> dict[str, object]:
+        """A JSON-friendly description (used in manifests and the CLI)."""
+        return {
+            "feature_level": self.feature_level.dotted,
+            "supported": sorted(t.name for t in self.types),
+            "int64": self.int64,
+            "allow_lossy": self.allow_lossy,
+        }
