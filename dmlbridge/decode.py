@@ -9,7 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from dmlbridge.buffers import as_bytes
-from dmlbridge.errors import InvalidArgumentError, UnsupportedTypeError
+from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.layout import check_sizes, check_strides, span_of
 from dmlbridge.packing import unpack_nibbles
 from dmlbridge.types import DmlDataType
@@ -43,8 +43,6 @@ def decode(
     hold every position the sizes and strides reach. 4-bit tensors come back as ml_dtypes ``uint4``/``int4``.
     """
     dml = DmlDataType.parse(dml_type)
-    if dml is DmlDataType.UNKNOWN:
-        raise UnsupportedTypeError("cannot decode DML_TENSOR_DATA_TYPE_UNKNOWN")
     checked_sizes = check_sizes(sizes)
     checked_strides = None if strides is None else check_strides(strides, checked_sizes)
     raw = as_bytes(data, "data")

@@ -131,6 +131,8 @@ class DmlDataType(enum.IntEnum):
         elif isinstance(text, int) and not isinstance(text, bool) and 1 <= int(text) <= 13:
             return cls(int(text))
         names = ", ".join(t.name for t in cls if t is not cls.UNKNOWN)
+        if text in (0, "UNKNOWN", cls.UNKNOWN):
+            raise UnsupportedTypeError(f"DML_TENSOR_DATA_TYPE_UNKNOWN is not a data type; use one of {names}")
         raise UnsupportedTypeError(f"unknown DirectML data type {text!r}; use one of {names}")
 
 
