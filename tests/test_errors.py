@@ -211,7 +211,7 @@ def test_target_errors() -> None:
         Target(supported={"BFLOAT16"})
     with pytest.raises(InvalidArgumentError, match="not the string"):
         Target(supported="FLOAT32")
-    with pytest.raises(InvalidArgumentError, match="dmlbridge.Target"):
+    with pytest.raises(InvalidArgumentError, match=r"dmlbridge\.Target"):
         dmlbridge.prepare(np.zeros(1), target="6.4")  # type: ignore[arg-type]
 
 

@@ -31,7 +31,8 @@ DEFAULT = {
 
 
 def _as_dict(target: Target) -> dict[str, tuple[str | None, str]]:
-    return {r.onnx_name: (r.dml_type.name if r.dml_type else None, r.conversion) for r in dmlbridge.mapping_table(target)}
+    rows = dmlbridge.mapping_table(target)
+    return {r.onnx_name: (r.dml_type.name if r.dml_type else None, r.conversion) for r in rows}
 
 
 def test_default_table_is_the_issues_table() -> None:
