@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -14,7 +15,9 @@ from dmlbridge.layout import check_sizes, check_strides, span_of
 from dmlbridge.packing import unpack_nibbles
 from dmlbridge.types import DmlDataType
 
-__all__ = ["decode", "read_elements"]
+__all__ = ["decode", "read_elements", "restore_values"]
+
+_SMALL_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
 
 
 def read_elements(
@@ -58,3 +61,19 @@ def decode(
         # A nibble's value is exactly how ml_dtypes stores a 4-bit element (two's complement for int4).
         return read_elements(nibbles, np.dtype(np.uint8), checked_sizes, checked_strides).view(dml.numpy())
     return read_elements(raw, dml.numpy(), checked_sizes, checked_strides)
+
+
+def restore_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Decoded DML values back in the source's ``dtype``: the inverse of the type mapping.
+
+    Exact for native and widened values (a widened float narrows back to itself; only NaN payloads of the small
+    floats are not kept); BOOL comes back as ``values != 0``.
+    """
+    dtype = np.dtype(dtype)
+    with np.errstate(all="ignore"):
+        if dtype == np.bool_:
+            return values != 0
+        if dtype in _SMALL_INTS or values.dtype in _SMALL_INTS:
+            # ml_dtypes casts between its own sub-byte integers only through a regular integer type.
+            return values.astype(np.int64).astype(dtype)
+        return values.astype(dtype)

@@ -11,12 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from dmlbridge.buffers import as_writable_bytes
-from dmlbridge.decode import decode, read_elements
+from dmlbridge.decode import decode, read_elements, restore_values
 from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, make_buffer_tensor_desc
 from dmlbridge.errors import (
     DestinationError,
@@ -63,20 +62,13 @@ class PreparedTensor:
 
     def to_numpy(self) -> np.ndarray:
         """The original logical values read back from ``data``: source dtype (native byte order), source shape."""
-        target = self.source_dtype.newbyteorder("=") if self.source_dtype.byteorder != "|" else self.source_dtype
+        target = self.source_dtype.newbyteorder("=")
         if self.conversion == "emulate":
             wide = np.dtype("<i8") if self.onnx_type is OnnxDataType.INT64 else np.dtype("<u8")
             values = read_elements(self.data, wide, self.sizes, self.element_strides)
         else:
             values = decode(self.data, self.dml_type, self.sizes, self.strides)
-        if target == np.bool_:
-            result = values != 0
-        elif target in _SMALL_INTS or values.dtype in _SMALL_INTS:
-            # ml_dtypes casts between its own sub-byte integers only through a regular integer type.
-            result = values.astype(np.int64).astype(target)
-        else:
-            result = values.astype(target)
-        return result.reshape(self.source_shape)
+        return restore_values(values, target).reshape(self.source_shape)
 
     def desc(self) -> dict[str, Any]:
         """The DML_BUFFER_TENSOR_DESC fields, by their DirectML names."""
@@ -104,9 +96,6 @@ class PreparedTensor:
     def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC:
         """A ctypes DML_TENSOR_DESC (type BUFFER) pointing at a fresh ``as_ctypes()`` struct it keeps alive."""
         return DML_TENSOR_DESC.pointing_at(self.as_ctypes())
-
-
-_SMALL_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
 
 
 @dataclass(frozen=True)
@@ -364,6 +353,12 @@ def _check_no_conflicts(dest: np.ndarray, values: np.ndarray) -> None:
 
 def _convert(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
     """Write the DML values of ``source`` into ``dest`` (same shape, the plan's element dtype)."""
+    # NaN and overflow casts are defined behaviour here (signalling NaNs quieted, lossy overflow to inf).
+    with np.errstate(all="ignore"):
+        _convert_values(plan, source, dest)
+
+
+def _convert_values(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
     conversion = plan.conversion
     if conversion in ("native", "emulate"):
         if conversion == "emulate":
@@ -375,8 +370,7 @@ def _convert(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
         _check_fits_32(source, plan.onnx_type)
         np.copyto(dest, source, casting="unsafe")
     elif conversion == "lossy":
-        with np.errstate(over="ignore"):
-            np.copyto(dest, source, casting="unsafe")
+        np.copyto(dest, source, casting="unsafe")
     elif plan.onnx_type is OnnxDataType.BOOL:
         np.copyto(dest, source.view(np.uint8) != 0, casting="unsafe")
     elif plan.onnx_type.is_float and source.dtype.itemsize == 1:
