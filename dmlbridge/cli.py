@@ -1,17 +1,27 @@
-"""The ``dmlbridge`` command line. User errors print one line on stderr and exit 2; never a traceback."""
+"""The ``dmlbridge`` command line: ``table``, ``inspect``, ``convert``, ``verify`` and ``demo``.
+
+User errors (bad options, missing or unreadable files, models that are not ONNX, manifests that do not validate)
+print one line on stderr and exit 2; never a traceback. ``verify`` exits 1 when the plan and the model differ.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.mapping import MappingRow, mapping_table
+from dmlbridge.model import UploadPlan, convert_model, find_mismatches, load_plan, plan_model
+from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
 
-__all__ = ["main", "format_table"]
+__all__ = ["build_parser", "format_plan", "format_table", "main"]
 
 
 def _target_from(args: argparse.Namespace) -> Target:
@@ -60,9 +70,130 @@ def _cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_plan_options(parser: argparse.ArgumentParser) -> None:
+    _add_target_options(parser)
+    parser.add_argument("--alignment", type=int, default=256, help="offset alignment in bytes, a power of two >= 16")
+    parser.add_argument("--min-dims", type=int, default=1, metavar="N", help="pad sizes with leading 1s to N dims")
+
+
+def _human(size: int) -> str:
+    if size < 1 << 20:
+        return f"{size:,} bytes"
+    scaled = size / (1 << 20)
+    return f"{scaled:.1f} MiB" if scaled < 1024 else f"{scaled / 1024:.2f} GiB"
+
+
+def format_plan(plan: UploadPlan) -> str:
+    """An upload plan as an aligned text table (one row per constant) followed by a totals line."""
+    header = ("key", "origin", "ONNX", "shape", "DML", "conversion", "offset", "bytes")
+    rows = []
+    for e in plan.entries.values():
+        rows.append((
+            e.key, e.origin, e.onnx_type.name, "x".join(map(str, e.shape)) or "scalar",
+            e.dml_type.name if e.dml_type else "—", e.conversion or "skipped",
+            "" if e.offset is None else str(e.offset),
+            "" if e.total_tensor_size_in_bytes is None else str(e.total_tensor_size_in_bytes),
+        ))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+    for e in plan.skipped:
+        lines.append(f"skipped {e.key!r}: {e.skipped}")
+    converted = plan.converted
+    data = sum(e.total_tensor_size_in_bytes or 0 for e in converted)
+    lines.append(
+        f"{len(plan.entries)} constants: {len(converted)} converted ({_human(data)} of tensor data in a "
+        f"{_human(plan.total_size)} buffer, alignment {plan.alignment}), {len(plan.skipped)} skipped"
+    )
+    return "\n".join(lines)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    plan = plan_model(args.model, target=_target_from(args), alignment=args.alignment, min_dims=args.min_dims)
+    if args.json:
+        document = plan.manifest()
+        converted = plan.converted
+        document["totals"] = {
+            "constants": len(plan.entries),
+            "converted": len(converted),
+            "skipped": len(plan.skipped),
+            "tensor_bytes": sum(e.total_tensor_size_in_bytes or 0 for e in converted),
+            "total_size": plan.total_size,
+        }
+        print(json.dumps(document, indent=1))
+    else:
+        print(format_plan(plan))
+    return 0
+
+
+def _default_prefix(model: str) -> str:
+    stem = model[: -len(".onnx")] if model.lower().endswith(".onnx") else model
+    return stem + ".dml"
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    prefix = args.output or _default_prefix(args.model)
+    plan = convert_model(
+        args.model, prefix, target=_target_from(args), alignment=args.alignment, min_dims=args.min_dims,
+        progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
+        checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes,
+    )
+    if not args.quiet:
+        for entry in plan.skipped:
+            print(f"dmlbridge convert: skipped {entry.key!r} ({entry.origin}): {entry.skipped}", file=sys.stderr)
+        print(
+            f"wrote {plan.bin_path} ({_human(plan.total_size)}, {len(plan.converted)} tensors) and "
+            f"{plan.manifest_path} ({len(plan.entries)} entries, {len(plan.skipped)} skipped)"
+        )
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    plan = load_plan(args.manifest)
+    if plan.bin_sha256 is not None:
+        plan = load_plan(args.manifest, verify=True)
+    problems = find_mismatches(
+        plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes
+    )
+    if problems:
+        for problem in problems[:20]:
+            print(f"dmlbridge verify: mismatch: {problem}", file=sys.stderr)
+        more = " (first 20 shown)" if len(problems) > 20 else ""
+        print(f"dmlbridge verify: FAILED: {len(problems)} mismatches{more}", file=sys.stderr)
+        return 1
+    checksum = "; .bin SHA-256 matches" if plan.bin_sha256 else ""
+    print(
+        f"ok: {len(plan.converted)} converted constants match {args.model} bit for bit, "
+        f"{len(plan.skipped)} skipped{checksum}"
+    )
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from dmlbridge.demo import run_demo
+
+    return run_demo(keep=args.keep)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _byte_count(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``dmlbridge`` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dmlbridge", description="ONNX tensors and numpy arrays as byte-exact DirectML buffer tensors."
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -70,18 +201,61 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(table)
     table.add_argument("--markdown", action="store_true", help="print a markdown table")
     table.set_defaults(run=_cmd_table)
+
+    inspect = commands.add_parser("inspect", help="list every constant of a model and how it would convert")
+    inspect.add_argument("model", help="the .onnx file")
+    inspect.add_argument("--json", action="store_true", help="print the plan as JSON (the manifest + totals)")
+    _add_plan_options(inspect)
+    inspect.set_defaults(run=_cmd_inspect)
+
+    convert = commands.add_parser("convert", help="write a model's constants as an upload buffer + manifest")
+    convert.add_argument("model", help="the .onnx file")
+    convert.add_argument(
+        "-o", "--output", metavar="PREFIX", help="write PREFIX.bin and PREFIX.json (default: MODEL minus .onnx, + .dml)"
+    )
+    _add_plan_options(convert)
+    convert.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
+    convert.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    convert.add_argument("--checksum", action="store_true", help="record the SHA-256 of the .bin in the manifest")
+    convert.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
+    convert.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
+                         help="refuse constants larger than N bytes (default 16 GiB)")
+    convert.set_defaults(run=_cmd_convert)
+
+    verify = commands.add_parser("verify", help="check that an upload plan matches a model bit for bit")
+    verify.add_argument("manifest", help="the PREFIX.json written by convert")
+    verify.add_argument("model", help="the .onnx file it was converted from")
+    verify.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
+    verify.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
+                        help="refuse constants larger than N bytes (default 16 GiB)")
+    verify.set_defaults(run=_cmd_verify)
+
+    demo = commands.add_parser("demo", help="build a sample model, convert it, verify it, print the summary")
+    demo.add_argument("--keep", metavar="DIR", help="build and convert in DIR (created) and keep the files")
+    demo.set_defaults(run=_cmd_demo)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 2 user error)."""
+    """Run the command line; returns the exit status (0 ok, 1 verification failed, 2 user error, 130 Ctrl-C)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
     except DmlBridgeError as exc:
-        print(f"dmlbridge {args.command}: error: {exc}", file=sys.stderr)
+        print(f"dmlbridge {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # e.g. `dmlbridge inspect big.onnx | head`
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        print(f"dmlbridge {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"dmlbridge {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
