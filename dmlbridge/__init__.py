@@ -28,6 +28,7 @@ from dmlbridge.errors import (
 )
 from dmlbridge.layout import calc_buffer_tensor_size
 from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
+from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
 from dmlbridge.packing import pack_4bit, unpack_4bit
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
@@ -38,6 +39,7 @@ except PackageNotFoundError:  # running from a source tree that was not installe
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "DEFAULT_MAX_TENSOR_BYTES",
     "DestinationError",
     "DmlBridgeError",
     "DmlDataType",
@@ -50,6 +52,7 @@ __all__ = [
     "OnnxDataType",
     "PreparedTensor",
     "Target",
+    "TensorInfo",
     "TensorProtoError",
     "TensorTooLargeError",
     "UnsupportedTypeError",
@@ -61,5 +64,7 @@ __all__ = [
     "pack_4bit",
     "prepare",
     "prepare_into",
+    "tensor_info",
+    "tensor_to_array",
     "unpack_4bit",
 ]

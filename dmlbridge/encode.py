@@ -136,8 +136,14 @@ def _as_array(array: Any) -> np.ndarray:
     if isinstance(array, np.ndarray):
         return array
     if type(array).__name__ == "TensorProto":
+        from dmlbridge.errors import ExternalDataError
         from dmlbridge.onnx_tensor import tensor_to_array
 
+        if array.data_location == 1:  # EXTERNAL: only the caller knows the model's directory
+            raise ExternalDataError(
+                f"tensor {array.name!r} keeps its values in external data; read it with "
+                "dmlbridge.tensor_to_array(tensor, base_dir=<the model's directory>) and prepare that array"
+            )
         return tensor_to_array(array)
     if isinstance(array, np.generic):
         return np.asarray(array)
