@@ -28,6 +28,7 @@ from dmlbridge.errors import (
 )
 from dmlbridge.layout import calc_buffer_tensor_size
 from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
+from dmlbridge.model import PlanEntry, UploadPlan, convert_model, load_plan, plan_model
 from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
 from dmlbridge.packing import pack_4bit, unpack_4bit
 from dmlbridge.target import Target
@@ -50,18 +51,23 @@ __all__ = [
     "ManifestError",
     "MappingRow",
     "OnnxDataType",
+    "PlanEntry",
     "PreparedTensor",
     "Target",
     "TensorInfo",
     "TensorProtoError",
     "TensorTooLargeError",
     "UnsupportedTypeError",
+    "UploadPlan",
     "ValueRangeError",
     "calc_buffer_tensor_size",
+    "convert_model",
     "decode",
     "dml_type_for",
+    "load_plan",
     "mapping_table",
     "pack_4bit",
+    "plan_model",
     "prepare",
     "prepare_into",
     "tensor_info",

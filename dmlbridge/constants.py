@@ -1,0 +1,437 @@
+"""Finding every constant of an ONNX model, and densifying sparse tensors.
+
+A model keeps constant values in more places than ``graph.initializer``:
+
+- ``graph.sparse_initializer`` (densified here: zeros everywhere but at the given indices),
+- ``Constant`` nodes, in every form: ``value``, ``sparse_value``, ``value_float(s)``, ``value_int(s)``, and
+  ``value_string(s)`` (found, but strings have no DirectML form),
+- the subgraphs of ``If``/``Loop``/``Scan`` (any GRAPH or GRAPHS attribute of any node), to any depth,
+- the nodes of model-local functions (``model.functions``).
+
+Each constant gets a unique *key*: its value name in the main graph; ``SCOPE/name`` elsewhere, where the scope is
+the path of enclosing nodes and attributes, e.g. ``Loop_0/body/If_0/then_branch/W`` (a node is named by its
+``name``, or ``{op_type}_{index}`` when it has none) or ``functions/{domain}/{name}/c`` for a function. An
+empty name becomes ``<unnamed {index}>``; a key already taken gets ``#2``, ``#3``, ... (never a name that occurs
+in the model), so keys are unique whatever the model says.
+
+Finding constants reads only the protobuf: no value is decoded and no external file is opened until
+:meth:`ModelConstant.to_array` is called, one constant at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLargeError
+from dmlbridge.external_data import ExternalDataReader
+from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, tensor_info, tensor_to_array
+from dmlbridge.types import OnnxDataType
+
+__all__ = ["ConstantKind", "ModelConstant", "densify_sparse", "find_constants", "iter_external_tensors"]
+
+ConstantKind = Literal[
+    "initializer",
+    "sparse_initializer",
+    "value",
+    "sparse_value",
+    "value_float",
+    "value_floats",
+    "value_int",
+    "value_ints",
+    "value_string",
+    "value_strings",
+]
+
+# AttributeProto.AttributeType codes (onnx.proto); 0 (UNDEFINED) is accepted as "not stated" for old models.
+_ATTR_TYPES: dict[str, int] = {
+    "value_float": 1,
+    "value_int": 2,
+    "value_string": 3,
+    "value": 4,
+    "value_floats": 6,
+    "value_ints": 7,
+    "value_strings": 8,
+    "sparse_value": 11,
+}
+_ATTR_FIELD = {
+    "value_float": "f",
+    "value_int": "i",
+    "value_string": "s",
+    "value": "t",
+    "value_floats": "floats",
+    "value_ints": "ints",
+    "value_strings": "strings",
+    "sparse_value": "sparse_tensor",
+}
+_ATTR_ONNX_TYPE = {
+    "value_float": OnnxDataType.FLOAT,
+    "value_floats": OnnxDataType.FLOAT,
+    "value_int": OnnxDataType.INT64,
+    "value_ints": OnnxDataType.INT64,
+    "value_string": OnnxDataType.STRING,
+    "value_strings": OnnxDataType.STRING,
+}
+# Protobuf itself refuses messages nested deeper than 100; this bound only matters for a ModelProto built in
+# memory, where it keeps the walk from hitting Python's recursion limit.
+_MAX_DEPTH = 64
+_INTEGER_TYPES = frozenset(
+    {
+        OnnxDataType.INT8,
+        OnnxDataType.INT16,
+        OnnxDataType.INT32,
+        OnnxDataType.INT64,
+        OnnxDataType.UINT8,
+        OnnxDataType.UINT16,
+        OnnxDataType.UINT32,
+        OnnxDataType.UINT64,
+    }
+)
+
+
+@dataclass(frozen=True, eq=False)
+class ModelConstant:
+    """One constant of a model, found but not decoded.
+
+    Attributes:
+        key: unique within the model (see the module docstring).
+        name: the value name as the model spells it ("" when it has none).
+        scope: the path of enclosing nodes and attributes; "" in the main graph.
+        kind: where the value lives: ``initializer``, ``sparse_initializer`` or the Constant attribute name.
+        origin: a readable description, e.g. ``initializer in If_0/then_branch`` or
+            ``Constant node 'c0' (value_floats)``.
+        onnx_type: the element type.
+        shape: the ONNX shape (dense shape for sparse tensors).
+        nbytes: bytes of the decoded numpy array (one per element for sub-byte types).
+        storage: ``raw``, ``typed``, ``external`` (a TensorProto's storage), ``sparse`` or ``attribute``.
+    """
+
+    key: str
+    name: str
+    scope: str
+    kind: ConstantKind
+    origin: str
+    onnx_type: OnnxDataType
+    shape: tuple[int, ...]
+    nbytes: int
+    storage: str
+    proto: Any = field(repr=False)
+
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return math.prod(self.shape)
+
+    def tensors(self) -> list[Any]:
+        """The TensorProtos holding this constant's data (two for a sparse tensor, none for scalar attributes)."""
+        if self.kind in ("initializer", "value"):
+            return [self.proto]
+        if self.kind in ("sparse_initializer", "sparse_value"):
+            return [self.proto.values, self.proto.indices]
+        return []
+
+    def to_array(
+        self,
+        *,
+        reader: ExternalDataReader | None = None,
+        max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    ) -> np.ndarray:
+        """The values, with ``onnx.numpy_helper.to_array``'s dtype and shape (sparse tensors densified).
+
+        ``reader`` resolves external data (None refuses it). A result larger than ``max_tensor_bytes`` raises
+        TensorTooLargeError before it is allocated.
+        """
+        kind = self.kind
+        if kind in ("initializer", "value"):
+            return tensor_to_array(self.proto, reader=reader, max_tensor_bytes=max_tensor_bytes)
+        if kind in ("sparse_initializer", "sparse_value"):
+            return _densify_proto(self.proto, self.onnx_type, self.shape, reader, max_tensor_bytes, self.key)
+        attr = self.proto
+        if kind == "value_float":
+            return np.array(attr.f, dtype=np.float32)
+        if kind == "value_floats":
+            return np.array(attr.floats, dtype=np.float32).reshape(self.shape)
+        if kind == "value_int":
+            return np.array(attr.i, dtype=np.int64)
+        if kind == "value_ints":
+            return np.array(attr.ints, dtype=np.int64).reshape(self.shape)
+        strings = [attr.s] if kind == "value_string" else list(attr.strings)
+        values = np.empty(len(strings), dtype=object)
+        try:
+            values[:] = [s.decode("utf-8") for s in strings]
+        except UnicodeDecodeError as exc:
+            raise TensorProtoError(f"constant {self.key!r} has a string that is not valid UTF-8: {exc}") from None
+        return values.reshape(self.shape)
+
+
+@dataclass
+class _Found:
+    base: str  # the key before de-duplication: scope/name
+    name: str
+    scope: str
+    kind: ConstantKind
+    origin: str
+    onnx_type: OnnxDataType
+    shape: tuple[int, ...]
+    nbytes: int
+    storage: str
+    proto: Any
+
+
+def find_constants(model: Any) -> list[ModelConstant]:
+    """Every constant of an ``onnx.ModelProto``, in model order (main graph first, subgraphs where their node
+    is, then functions). Reads only the protobuf; raises TensorProtoError for malformed constants."""
+    if getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) != "onnx.ModelProto":
+        raise InvalidArgumentError(f"expected an onnx.ModelProto, got {type(model).__name__}")
+    found: list[_Found] = []
+    _scan_graph(model.graph, "", found, 0)
+    for function in model.functions:
+        scope = f"functions/{_text(function.domain)}/{_text(function.name)}"
+        overload = _text(getattr(function, "overload", ""))
+        if overload:
+            scope += f":{overload}"
+        _scan_nodes(function.node, scope, found, 0)
+    return _assign_keys(found)
+
+
+def _text(value: str | bytes) -> str:
+    # proto2 hands back bytes for a string field that is not valid UTF-8.
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return value
+
+
+def _where(scope: str) -> str:
+    return f" in {scope}" if scope else ""
+
+
+def _key(scope: str, name: str) -> str:
+    return f"{scope}/{name}" if scope else name
+
+
+def _scan_graph(graph: Any, scope: str, found: list[_Found], depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        raise TensorProtoError(f"subgraphs are nested more than {_MAX_DEPTH} deep at {scope!r}")
+    for index, tensor in enumerate(graph.initializer):
+        name = _text(tensor.name)
+        info = tensor_info(tensor)
+        found.append(
+            _Found(_key(scope, name or f"<unnamed {index}>"), name, scope, "initializer", "initializer" + _where(scope),
+                   info.onnx_type, info.shape, info.nbytes, info.storage, tensor)
+        )
+    for index, sparse in enumerate(graph.sparse_initializer):
+        name = _text(sparse.values.name)
+        label = f"sparse initializer {name!r}" if name else f"sparse initializer #{index}"
+        onnx_type, shape, nbytes = _sparse_info(sparse, label + _where(scope))
+        found.append(
+            _Found(_key(scope, name or f"<unnamed sparse {index}>"), name, scope, "sparse_initializer",
+                   "sparse_initializer" + _where(scope), onnx_type, shape, nbytes, "sparse", sparse)
+        )
+    _scan_nodes(graph.node, scope, found, depth)
+
+
+def _scan_nodes(nodes: Any, scope: str, found: list[_Found], depth: int) -> None:
+    for index, node in enumerate(nodes):
+        op_type = _text(node.op_type)
+        node_name = _text(node.name)
+        if op_type == "Constant" and _text(node.domain) in ("", "ai.onnx"):
+            constant = _constant_node(node, index, scope)
+            if constant is not None:
+                found.append(constant)
+        segment = node_name or f"{op_type}_{index}"
+        prefix = f"{scope}/{segment}" if scope else segment
+        for attr in node.attribute:
+            attr_name = _text(attr.name)
+            if attr.HasField("g"):
+                _scan_graph(attr.g, f"{prefix}/{attr_name}", found, depth + 1)
+            for k, graph in enumerate(attr.graphs):
+                _scan_graph(graph, f"{prefix}/{attr_name}[{k}]", found, depth + 1)
+
+
+def _constant_node(node: Any, index: int, scope: str) -> _Found | None:
+    node_name = _text(node.name)
+    label = f"Constant node {node_name!r}" if node_name else f"Constant node #{index}"
+    where = label + _where(scope)
+    present = []
+    references = 0
+    for attr in node.attribute:
+        attr_name = _text(attr.name)
+        if attr_name not in _ATTR_TYPES:
+            continue
+        if attr.ref_attr_name:
+            references += 1  # a function body's placeholder for a caller's attribute: no value here
+            continue
+        if attr.type not in (0, _ATTR_TYPES[attr_name]):
+            raise TensorProtoError(
+                f"{where}: attribute {attr_name!r} has type {attr.type}, but {attr_name} must be "
+                f"AttributeProto type {_ATTR_TYPES[attr_name]}"
+            )
+        present.append((attr_name, attr))
+    if not present:
+        if references:
+            return None
+        raise TensorProtoError(f"{where} has no value attribute (value, value_float(s), value_int(s), ...)")
+    if len(present) > 1:
+        names = ", ".join(name for name, _ in present)
+        raise TensorProtoError(f"{where} has several value attributes ({names}); a Constant has exactly one")
+    kind, attr = present[0]
+    name = _text(node.output[0]) if len(node.output) else ""
+    origin = f"{label} ({kind})" + _where(scope)
+    shape: tuple[int, ...]
+    storage: str
+    if kind == "value":
+        info = tensor_info(attr.t)
+        onnx_type, shape, nbytes, storage = info.onnx_type, info.shape, info.nbytes, info.storage
+    elif kind == "sparse_value":
+        onnx_type, shape, nbytes = _sparse_info(attr.sparse_tensor, where)
+        storage = "sparse"
+    else:
+        onnx_type = _ATTR_ONNX_TYPE[kind]
+        shape = (len(getattr(attr, _ATTR_FIELD[kind])),) if kind.endswith("s") else ()
+        nbytes = math.prod(shape) * onnx_type.numpy().itemsize
+        storage = "attribute"
+    base = _key(scope, name or f"<unnamed {index}>")
+    # proto: the TensorProto / SparseTensorProto itself, or the attribute for the list and scalar forms.
+    proto = attr.t if kind == "value" else attr.sparse_tensor if kind == "sparse_value" else attr
+    return _Found(base, name, scope, kind, origin, onnx_type, shape, nbytes, storage, proto)  # type: ignore[arg-type]
+
+
+def _sparse_info(sparse: Any, where: str) -> tuple[OnnxDataType, tuple[int, ...], int]:
+    """Type, dense shape and dense byte size of a SparseTensorProto, with every check that needs no decoding."""
+    values = tensor_info(sparse.values)
+    indices = tensor_info(sparse.indices)
+    shape = tuple(int(d) for d in sparse.dims)
+    if any(d < 0 for d in shape):
+        raise TensorProtoError(f"{where} has negative dims {list(shape)}; every dimension must be >= 0")
+    itemsize = values.onnx_type.numpy().itemsize
+    if math.prod(d for d in shape if d) * itemsize > sys.maxsize:
+        raise TensorProtoError(f"{where} has dims {list(shape)}, more elements than any array can hold")
+    if len(values.shape) != 1:
+        raise TensorProtoError(f"{where}: values must be 1-D ([NNZ]), got shape {list(values.shape)}")
+    nnz = values.shape[0]
+    if indices.onnx_type not in _INTEGER_TYPES:
+        raise TensorProtoError(f"{where}: indices must be an integer tensor (INT64), got {indices.onnx_type.name}")
+    if indices.shape not in ((nnz,), (nnz, len(shape))):
+        raise TensorProtoError(
+            f"{where}: indices have shape {list(indices.shape)}; with {nnz} values and {len(shape)} dims they must "
+            f"be [{nnz}] (linear indices) or [{nnz}, {len(shape)}] (coordinates)"
+        )
+    return values.onnx_type, shape, math.prod(shape) * itemsize
+
+
+def _densify_proto(
+    sparse: Any,
+    onnx_type: OnnxDataType,
+    shape: tuple[int, ...],
+    reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+    key: str,
+) -> np.ndarray:
+    nbytes = math.prod(shape) * onnx_type.numpy().itemsize
+    if nbytes > max_tensor_bytes:
+        raise TensorTooLargeError(
+            f"sparse tensor {key!r} densifies to {nbytes} bytes ({onnx_type.name} {list(shape)}), more than "
+            f"max_tensor_bytes={max_tensor_bytes}; pass a larger max_tensor_bytes= if you trust this model"
+        )
+    values = tensor_to_array(sparse.values, reader=reader, max_tensor_bytes=max_tensor_bytes)
+    indices = tensor_to_array(sparse.indices, reader=reader, max_tensor_bytes=max_tensor_bytes)
+    return densify_sparse(values, indices, shape, label=f"sparse tensor {key!r}")
+
+
+def densify_sparse(values: np.ndarray, indices: np.ndarray, dims: tuple[int, ...] | list[int], *,
+                   label: str = "sparse tensor") -> np.ndarray:
+    """The dense array of ONNX sparse format: ``values`` [NNZ] at ``indices``, either [NNZ] linear (C order)
+    indices or [NNZ, rank] coordinates; every other element is all-zero bits ("" for strings).
+
+    Indices are never trusted: out-of-range, negative and duplicate indices raise TensorProtoError. Their order
+    does not matter (the spec asks for ascending order; a different order does not change the dense tensor).
+    """
+    shape = tuple(int(d) for d in dims)
+    count = math.prod(shape)
+    if values.ndim != 1:
+        raise TensorProtoError(f"{label}: values must be 1-D ([NNZ]), got shape {list(values.shape)}")
+    nnz = values.shape[0]
+    if indices.dtype.kind not in "iu":
+        raise TensorProtoError(f"{label}: indices must be integers, got {indices.dtype}")
+    if indices.dtype == np.uint64 and indices.size and indices.max() > np.iinfo(np.int64).max:
+        bad = int(np.argmax(indices.reshape(-1) > np.iinfo(np.int64).max))
+        raise TensorProtoError(f"{label}: index entry {bad} = {indices.reshape(-1)[bad]} is out of range")
+    idx = indices.astype(np.int64, copy=False)
+    if idx.shape == (nnz,):
+        bad_mask = (idx < 0) | (idx >= count)
+        if bad_mask.any():
+            bad = int(np.argmax(bad_mask))
+            raise TensorProtoError(
+                f"{label}: linear index {int(idx[bad])} of value {bad} is outside 0..{count - 1} "
+                f"(dense shape {list(shape)})"
+            )
+        linear = idx
+    elif idx.shape == (nnz, len(shape)):
+        limits = np.array(shape, dtype=np.int64)
+        bad_mask = (idx < 0) | (idx >= limits)
+        if bad_mask.any():
+            row, axis = (int(i) for i in np.argwhere(bad_mask)[0])
+            raise TensorProtoError(
+                f"{label}: coordinates {idx[row].tolist()} of value {row} are outside dense shape {list(shape)} "
+                f"(axis {axis})"
+            )
+        # C-order linearisation; each coordinate is in range, so the sum stays below count (< max_tensor_bytes).
+        strides = np.array([math.prod(shape[k + 1 :]) for k in range(len(shape))], dtype=np.int64)
+        linear = idx @ strides if len(shape) else np.zeros(nnz, dtype=np.int64)
+    else:
+        raise TensorProtoError(
+            f"{label}: indices have shape {list(idx.shape)}; with {nnz} values and {len(shape)} dims they must be "
+            f"[{nnz}] or [{nnz}, {len(shape)}]"
+        )
+    if nnz > 1:
+        ordered = np.sort(linear)
+        same = ordered[1:] == ordered[:-1]
+        if same.any():
+            position = int(ordered[int(np.argmax(same))])
+            where = list(np.unravel_index(position, shape)) if shape else []
+            raise TensorProtoError(
+                f"{label}: index {[int(i) for i in where]} (linear {position}) appears more than once; sparse "
+                "indices must be unique"
+            )
+    if values.dtype == object:
+        dense = np.full(count, "", dtype=object)
+    else:
+        dense = np.zeros(count, dtype=values.dtype)
+    dense[linear] = values
+    return dense.reshape(shape)
+
+
+def _assign_keys(found: list[_Found]) -> list[ModelConstant]:
+    # A key made for a duplicate must not take one that occurs elsewhere in the model.
+    taken = {f.base for f in found}
+    seen: set[str] = set()
+    result = []
+    for item in found:
+        key = item.base
+        if key in seen:
+            n = 2
+            while f"{item.base}#{n}" in taken:
+                n += 1
+            key = f"{item.base}#{n}"
+            taken.add(key)
+        seen.add(key)
+        result.append(
+            ModelConstant(
+                key, item.name, item.scope, item.kind, item.origin, item.onnx_type, item.shape, item.nbytes,
+                item.storage, item.proto,
+            )
+        )
+    return result
+
+
+def iter_external_tensors(constants: list[ModelConstant]) -> Iterator[Any]:
+    """The TensorProtos among ``constants`` that keep their data in external files."""
+    for constant in constants:
+        for tensor in constant.tensors():
+            if tensor.data_location == 1:  # TensorProto.EXTERNAL
+                yield tensor

@@ -1,0 +1,1250 @@
+"""Whole-model conversion: every constant of an ONNX model in one DirectML upload buffer, plus its manifest.
+
+:func:`convert_model` writes ``PREFIX.bin`` (the upload buffer image: each tensor's bytes at an offset that is a
+multiple of ``alignment``, zero bytes between) and ``PREFIX.json`` (the manifest: every constant's key, origin,
+ONNX type and shape, conversion, offset and DML_BUFFER_TENSOR_DESC fields). :func:`load_plan` reads a manifest
+back and validates it against its .bin; :func:`plan_model` computes the same plan without writing anything.
+
+Guarantees:
+
+- Streaming: tensors are decoded and written one at a time (external data through a read-only mmap of just the
+  tensor's range), so the memory conversion needs is bounded by the largest tensor, not by the model. (The model
+  protobuf itself is parsed into memory by onnx: weights kept inline in a single .onnx file are in memory anyway.)
+- Atomic outputs: both files are written to temporary files beside the targets (``.NAME.XXXX.dmlbridge-tmp``),
+  fsync'd, and renamed into place (.bin, then .json) only when both are complete; Ctrl-C during the two renames
+  is deferred until they are done, and a failed .json rename puts the previous .bin back (through a hard link
+  made just before). On any error or KeyboardInterrupt the temporary files are removed and the previous outputs
+  are untouched. (A SIGKILL or power loss between the two renames can leave the new .bin beside
+  the old .json: ``load_plan`` then refuses the pair when the sizes differ, and always when the manifest carries
+  ``bin_sha256`` and ``verify=True`` is passed.)
+- Outputs never overwrite the model file or one of its external data files.
+- ``load_plan`` never trusts the manifest: every field's type and range, known types, each entry's desc against
+  the target's mapping and ``calc_buffer_tensor_size``, alignment, bounds, overlaps and the .bin's size are checked,
+  and nothing is allocated on the manifest's word alone (the .bin is read one entry at a time, on request).
+
+External data of a model given as a path is resolved against the model's directory. A model given as bytes or as
+a ModelProto has no directory: its external data is refused unless the caller passes ``base_dir=``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import signal
+import stat
+import sys
+import tempfile
+import threading
+import types
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from dmlbridge.constants import ModelConstant, find_constants, iter_external_tensors
+from dmlbridge.decode import decode
+from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, make_buffer_tensor_desc
+from dmlbridge.encode import PreparedTensor, prepare
+from dmlbridge.errors import (
+    DestinationError,
+    DmlBridgeError,
+    ExternalDataError,
+    InvalidArgumentError,
+    LayoutError,
+    ManifestError,
+    UnsupportedTypeError,
+)
+from dmlbridge.external_data import ExternalDataReader, check_location
+from dmlbridge.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
+from dmlbridge.mapping import Conversion, resolve
+from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.target import Target
+from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_FORMAT_VERSION",
+    "PlanEntry",
+    "UploadPlan",
+    "convert_model",
+    "find_mismatches",
+    "load_plan",
+    "manifest_text",
+    "plan_model",
+    "read_model",
+]
+
+MANIFEST_FORMAT = "dmlbridge-upload-plan"
+MANIFEST_FORMAT_VERSION = 1
+TEMP_SUFFIX = ".dmlbridge-tmp"
+_MAX_ALIGNMENT = 2**31  # GuaranteedBaseOffsetAlignment is a UINT
+_ZEROS = bytes(1 << 16)
+_CHUNK = 4 << 20
+_DEFAULT_TARGET = Target()
+_CONVERSIONS = ("native", "widen", "emulate", "narrow", "lossy")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_INT64_MAX = 2**63 - 1
+
+
+# --- the plan ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One constant of an upload plan.
+
+    Converted entries have an ``offset`` in the .bin, a ``dml_type`` and the DML_BUFFER_TENSOR_DESC fields
+    (``sizes``, ``strides`` — None when packed —, ``total_tensor_size_in_bytes``,
+    ``guaranteed_base_offset_alignment``; Flags is always 0). Skipped entries (empty tensors, strings, complex,
+    types the target cannot hold) have all of those None and say why in ``skipped``.
+    """
+
+    key: str
+    origin: str
+    onnx_type: OnnxDataType
+    shape: tuple[int, ...]
+    conversion: Conversion | None
+    offset: int | None
+    dml_type: DmlDataType | None
+    sizes: tuple[int, ...] | None
+    strides: tuple[int, ...] | None
+    total_tensor_size_in_bytes: int | None
+    guaranteed_base_offset_alignment: int | None
+    skipped: str | None
+
+    @property
+    def end(self) -> int | None:
+        """The offset just past this entry's bytes (None when skipped)."""
+        if self.offset is None or self.total_tensor_size_in_bytes is None:
+            return None
+        return self.offset + self.total_tensor_size_in_bytes
+
+    def desc(self) -> dict[str, Any] | None:
+        """The DML_BUFFER_TENSOR_DESC fields by their DirectML names (as PreparedTensor.desc()), None if skipped."""
+        if self.dml_type is None or self.sizes is None:
+            return None
+        return {
+            "DataType": int(self.dml_type),
+            "Flags": 0,
+            "DimensionCount": len(self.sizes),
+            "Sizes": list(self.sizes),
+            "Strides": None if self.strides is None else list(self.strides),
+            "TotalTensorSizeInBytes": self.total_tensor_size_in_bytes,
+            "GuaranteedBaseOffsetAlignment": self.guaranteed_base_offset_alignment,
+        }
+
+    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
+        """A ctypes DML_BUFFER_TENSOR_DESC for this entry (InvalidArgumentError when it was skipped)."""
+        desc = self.desc()
+        if desc is None:
+            raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no desc")
+        return make_buffer_tensor_desc(
+            desc["DataType"], 0, desc["Sizes"], desc["Strides"], desc["TotalTensorSizeInBytes"],
+            desc["GuaranteedBaseOffsetAlignment"],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest form of this entry."""
+        return {
+            "key": self.key,
+            "origin": self.origin,
+            "onnx_type": self.onnx_type.name,
+            "shape": list(self.shape),
+            "conversion": self.conversion,
+            "offset": self.offset,
+            "dml_type": None if self.dml_type is None else self.dml_type.name,
+            "desc": self.desc(),
+            "skipped": self.skipped,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class UploadPlan:
+    """An upload buffer's layout: where each constant of a model sits in the .bin and how DirectML sees it.
+
+    ``entries`` maps each key to its :class:`PlanEntry`, in model order. ``bin_path`` is None for a plan from
+    :func:`plan_model`, which has no bytes.
+    """
+
+    entries: Mapping[str, PlanEntry]
+    target: Target
+    alignment: int
+    min_dims: int
+    total_size: int
+    source_name: str | None
+    source_size: int | None
+    dmlbridge_version: str
+    bin_sha256: str | None = None
+    bin_path: str | None = None
+    manifest_path: str | None = None
+
+    @property
+    def converted(self) -> list[PlanEntry]:
+        """The entries that have bytes in the .bin, in manifest (model) order."""
+        return [e for e in self.entries.values() if e.skipped is None]
+
+    @property
+    def skipped(self) -> list[PlanEntry]:
+        """The entries that could not be converted."""
+        return [e for e in self.entries.values() if e.skipped is not None]
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest (the JSON document of ``PREFIX.json``) as a dict."""
+        doc: dict[str, Any] = {
+            "format": MANIFEST_FORMAT,
+            "format_version": MANIFEST_FORMAT_VERSION,
+            "dmlbridge_version": self.dmlbridge_version,
+            "source": {"name": self.source_name, "size": self.source_size},
+            "target": self.target.describe(),
+            "alignment": self.alignment,
+            "min_dims": self.min_dims,
+            "total_size": self.total_size,
+        }
+        if self.bin_sha256 is not None:
+            doc["bin_sha256"] = self.bin_sha256
+        doc["entries"] = [e.to_json() for e in self.entries.values()]
+        return doc
+
+    def _entry(self, key: str) -> PlanEntry:
+        entry = self.entries.get(key) if isinstance(key, str) else None
+        if entry is None:
+            raise InvalidArgumentError(f"the plan has no entry {key!r}")
+        if entry.skipped is not None:
+            raise InvalidArgumentError(f"entry {key!r} was skipped ({entry.skipped}); it has no bytes")
+        return entry
+
+    def read(self, key: str) -> np.ndarray:
+        """The entry's bytes in the .bin (``total_tensor_size_in_bytes`` of them), read now, as a uint8 array."""
+        entry = self._entry(key)
+        if self.bin_path is None:
+            raise InvalidArgumentError("this plan was not written (plan_model); it has no .bin to read")
+        assert entry.offset is not None and entry.total_tensor_size_in_bytes is not None
+        out = np.empty(entry.total_tensor_size_in_bytes, dtype=np.uint8)
+        try:
+            with open(self.bin_path, "rb") as file:
+                file.seek(entry.offset)
+                view = out.data
+                done = 0
+                while done < len(out):
+                    n = file.readinto(view[done:])
+                    if not n:
+                        raise ManifestError(
+                            f"{self.bin_path} ended at byte {entry.offset + done}, inside entry {key!r} "
+                            f"(bytes {entry.offset}..{entry.end}); the file changed after the plan was loaded"
+                        )
+                    done += n
+        except OSError as exc:
+            raise ManifestError(f"cannot read {self.bin_path}: {exc.strerror or exc}") from None
+        return out
+
+    def _prepared(self, key: str) -> PreparedTensor:
+        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the .bin.
+        entry = self._entry(key)
+        assert entry.dml_type is not None and entry.conversion is not None and entry.sizes is not None
+        assert entry.total_tensor_size_in_bytes is not None
+        return PreparedTensor(
+            onnx_type=entry.onnx_type,
+            dml_type=entry.dml_type,
+            conversion=entry.conversion,
+            sizes=entry.sizes,
+            strides=entry.strides,
+            total_tensor_size_in_bytes=entry.total_tensor_size_in_bytes,
+            flags=0,
+            guaranteed_base_offset_alignment=self.alignment,
+            data=self.read(key),
+            source_dtype=entry.onnx_type.numpy(),
+            source_shape=entry.shape,
+            element_strides=None,  # whole-model entries are always packed
+        )
+
+    def dml_array(self, key: str) -> np.ndarray:
+        """The entry as DirectML sees it: its bytes decoded as ``dml_type`` with the desc's sizes and strides."""
+        prepared = self._prepared(key)
+        return decode(prepared.data, prepared.dml_type, prepared.sizes, prepared.strides)
+
+    def array(self, key: str) -> np.ndarray:
+        """The entry's original ONNX values read back from the .bin: the dtype ``onnx.numpy_helper.to_array``
+        gives and the ONNX shape. (A "lossy" DOUBLE entry gives its FLOAT32-rounded values.)"""
+        return self._prepared(key).to_numpy()
+
+    def verify(
+        self,
+        model: Any,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        external_data_root: str | os.PathLike[str] | None = None,
+        max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    ) -> None:
+        """Check that the plan is exactly ``model``'s constants: the same keys, types and shapes, the bytes a
+        fresh conversion gives, and values that read back bit for bit (NaN payloads of widened floats excepted).
+
+        Raises ManifestError listing the mismatches.
+        """
+        problems = find_mismatches(
+            self, model, base_dir=base_dir, external_data_root=external_data_root, max_tensor_bytes=max_tensor_bytes
+        )
+        if problems:
+            shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
+            raise ManifestError(f"the plan does not match the model ({len(problems)} mismatches): {shown}")
+
+
+# --- loading models ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model as convert_model reads it: the protobuf (external data not loaded) and where it came from."""
+
+    proto: Any
+    name: str | None
+    size: int
+    path: str | None
+    base_dir: str | None
+
+
+def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> LoadedModel:
+    """Read a model (a path, serialized bytes or an ``onnx.ModelProto``) without loading external data.
+
+    Unreadable files and data that is not an ONNX model raise InvalidArgumentError (never DecodeError/OSError).
+    """
+    import onnx
+
+    path = None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not isinstance(path, str):
+            path = os.fsdecode(path)
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError) as exc:
+            raise InvalidArgumentError(f"cannot read model {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArgumentError(f"model {path!r} is not a regular file")
+        try:
+            proto = onnx.load(path, load_external_data=False)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read model {path!r}: {exc.strerror or exc}") from None
+        except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise many types for garbage input
+            raise InvalidArgumentError(f"{path!r} is not a valid ONNX model ({type(exc).__name__}: {exc})") from None
+        name: str | None = os.path.basename(path)
+        size = st.st_size
+        if base_dir is None:
+            base_dir = os.path.dirname(os.path.abspath(path))
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        try:
+            proto = onnx.load_model_from_string(data)
+        except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeError, ...
+            raise InvalidArgumentError(f"the bytes are not a valid ONNX model ({type(exc).__name__}: {exc})") from None
+        name, size = None, len(data)
+    elif getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) == "onnx.ModelProto":
+        proto, name, size = model, None, model.ByteSize()
+    else:
+        raise InvalidArgumentError(
+            f"model must be a path, the bytes of a .onnx file or an onnx.ModelProto, not {type(model).__name__}"
+        )
+    if not proto.HasField("graph"):
+        what = repr(path) if path else "the model"
+        raise InvalidArgumentError(f"{what} has no graph: it is not an ONNX model (or an empty one)")
+    directory = None if base_dir is None else os.fspath(base_dir)
+    return LoadedModel(proto, name, size, path, None if directory is None else str(directory))
+
+
+def _reader(loaded: LoadedModel, external_data_root: str | os.PathLike[str] | None) -> ExternalDataReader | None:
+    if loaded.base_dir is None:
+        if external_data_root is not None:
+            raise InvalidArgumentError(
+                "external_data_root= needs base_dir= when the model is given as bytes or a ModelProto"
+            )
+        return None  # external data is then refused by tensor_to_array, naming the tensor
+    return ExternalDataReader(loaded.base_dir, external_data_root)
+
+
+# --- planning ------------------------------------------------------------------------------------------------
+
+
+def _layout_of(
+    onnx_type: OnnxDataType, shape: tuple[int, ...], dml: DmlDataType, conversion: str, min_dims: int, max_dims: int
+) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
+    """(sizes, desc strides, TotalTensorSizeInBytes) of a packed tensor; LayoutError when DirectML cannot hold it."""
+    layout = plan_layout(shape, None, min_dims, max_dims)
+    if conversion == "emulate":
+        # ONNX Runtime's int64 emulation: 8-byte elements read through doubled strides.
+        strides = check_strides([2 * s for s in packed_strides(layout.sizes)], layout.sizes)
+        return layout.sizes, strides, 8 * layout.span
+    return layout.sizes, None, calc_buffer_tensor_size(dml, layout.sizes)
+
+
+def _align_up(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
+
+
+def _plan_entries(
+    constants: list[ModelConstant], target: Target, alignment: int, min_dims: int
+) -> tuple[list[PlanEntry], list[type[DmlBridgeError]], int]:
+    """Entries with offsets, the error class each skip would raise under strict=True, and the .bin size."""
+    entries: list[PlanEntry] = []
+    skip_errors: list[type[DmlBridgeError]] = []
+    end = 0
+    for constant in constants:
+        row = resolve(constant.onnx_type, target)
+        reason: str | None = None
+        error: type[DmlBridgeError] = UnsupportedTypeError
+        layout = None
+        if row.dml_type is None:
+            reason = f"{constant.onnx_type.name}: {row.reason}"
+        elif constant.size == 0:
+            reason = f"empty tensor (shape {list(constant.shape)}): DirectML has no empty tensors"
+            error = LayoutError
+        else:
+            try:
+                layout = _layout_of(
+                    constant.onnx_type, constant.shape, row.dml_type, row.conversion, min_dims,
+                    target.max_dimension_count,
+                )
+            except LayoutError as exc:
+                reason, error = str(exc), LayoutError
+        head = (constant.key, constant.origin, constant.onnx_type, constant.shape)
+        if layout is None:
+            entries.append(PlanEntry(*head, None, None, None, None, None, None, None, reason))
+            skip_errors.append(error)
+            continue
+        sizes, strides, total = layout
+        offset = _align_up(end, alignment)
+        entries.append(PlanEntry(*head, row.conversion, offset, row.dml_type, sizes, strides, total, alignment, None))
+        skip_errors.append(DmlBridgeError)
+        end = offset + total
+    return entries, skip_errors, end
+
+
+def _check_options(target: Any, alignment: Any, min_dims: Any) -> None:
+    if not isinstance(target, Target):
+        raise InvalidArgumentError(f"target must be a dmlbridge.Target, got {type(target).__name__}")
+    if (
+        isinstance(alignment, bool)
+        or not isinstance(alignment, int)
+        or alignment < 16
+        or alignment > _MAX_ALIGNMENT
+        or alignment & (alignment - 1)
+    ):
+        raise InvalidArgumentError(
+            f"alignment must be a power of two from 16 (DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT) to 2^31, got "
+            f"{alignment!r}; 256 suits most uses"
+        )
+    if isinstance(min_dims, bool) or not isinstance(min_dims, int) or not 0 <= min_dims <= target.max_dimension_count:
+        raise InvalidArgumentError(
+            f"min_dims must be a whole number from 0 to {target.max_dimension_count} (the most dimensions feature "
+            f"level {target.feature_level.dotted} allows), got {min_dims!r}"
+        )
+
+
+def _dmlbridge_version() -> str:
+    from dmlbridge import __version__
+
+    return __version__
+
+
+def plan_model(
+    model: Any,
+    *,
+    target: Target = _DEFAULT_TARGET,
+    alignment: int = 256,
+    min_dims: int = 1,
+    strict: bool = False,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> UploadPlan:
+    """The plan :func:`convert_model` would write, computed from the model's protobuf alone (no value is decoded
+    and no external file opened, so value errors such as an INT64 too large to narrow are not found here).
+
+    The result has no .bin (``bin_path`` is None): its entries, offsets and total size are what conversion gives.
+    """
+    _check_options(target, alignment, min_dims)
+    loaded = read_model(model, base_dir)
+    entries, skip_errors, total = _plan_entries(find_constants(loaded.proto), target, alignment, min_dims)
+    if strict:
+        _raise_if_skipped(entries, skip_errors)
+    return UploadPlan(
+        types.MappingProxyType({e.key: e for e in entries}), target, alignment, min_dims, total, loaded.name,
+        loaded.size, _dmlbridge_version(),
+    )
+
+
+def _raise_if_skipped(entries: list[PlanEntry], skip_errors: list[type[DmlBridgeError]]) -> None:
+    skipped = [(e, err) for e, err in zip(entries, skip_errors, strict=True) if e.skipped is not None]
+    if skipped:
+        entry, error = skipped[0]
+        more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
+        raise error(
+            f"constant {entry.key!r} ({entry.origin}) cannot be converted: {entry.skipped}{more}; "
+            "strict=True makes that an error"
+        )
+
+
+# --- converting ----------------------------------------------------------------------------------------------
+
+
+def convert_model(
+    model: Any,
+    out_prefix: str | os.PathLike[str],
+    *,
+    target: Target = _DEFAULT_TARGET,
+    alignment: int = 256,
+    min_dims: int = 1,
+    progress: bool | None = None,
+    strict: bool = False,
+    external_data_root: str | os.PathLike[str] | None = None,
+    checksum: bool = False,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> UploadPlan:
+    """Convert every constant of an ONNX model into one DirectML upload buffer: ``out_prefix.bin`` and its
+    manifest ``out_prefix.json``.
+
+    Args:
+        model: a path to a .onnx file, its bytes, or an ``onnx.ModelProto``.
+        out_prefix: the output path without extension.
+        target: the DirectML target (feature level, supported types, int64 and lossy policy).
+        alignment: each tensor's offset is a multiple of this (a power of two >= 16); it is also every desc's
+            GuaranteedBaseOffsetAlignment.
+        min_dims: pad sizes with leading 1s to at least this many dimensions (most operators want 4).
+        progress: a progress bar (tqdm) on stderr: None shows it when stderr is a terminal, True always,
+            False never.
+        strict: raise instead of skipping constants that cannot be converted (empty, strings, complex,
+            types the target cannot hold, tensors DirectML's layout rules refuse).
+        external_data_root: widen the directory external data files may resolve into (the model's directory
+            by default), e.g. to a Hugging Face cache whose files are symlinks into a blobs folder.
+        checksum: record the SHA-256 of the .bin (computed while writing) as the manifest's ``bin_sha256``.
+        max_tensor_bytes: refuse (TensorTooLargeError) a constant whose decoded array would be larger.
+        base_dir: the directory external data locations are relative to; default: the model file's directory.
+            Needed for external data when ``model`` is bytes or a ModelProto.
+
+    Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
+    """
+    _check_options(target, alignment, min_dims)
+    for name, flag in (("strict", strict), ("checksum", checksum)):
+        if not isinstance(flag, bool):
+            raise InvalidArgumentError(f"{name} must be True or False, not {flag!r}")
+    if progress is not None and not isinstance(progress, bool):
+        raise InvalidArgumentError(f"progress must be None, True or False, not {progress!r}")
+    if isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, int) or max_tensor_bytes < 0:
+        raise InvalidArgumentError(f"max_tensor_bytes must be a non-negative integer, got {max_tensor_bytes!r}")
+    bin_path, json_path = _output_paths(out_prefix)
+    loaded = read_model(model, base_dir)
+    constants = find_constants(loaded.proto)
+    entries, skip_errors, total = _plan_entries(constants, target, alignment, min_dims)
+    if strict:
+        _raise_if_skipped(entries, skip_errors)
+    reader = _reader(loaded, external_data_root)
+    _need_reader(constants, reader)
+    _refuse_overwriting_inputs((bin_path, json_path), loaded, constants, reader)
+    plan = UploadPlan(
+        types.MappingProxyType({e.key: e for e in entries}), target, alignment, min_dims, total, loaded.name,
+        loaded.size, _dmlbridge_version(),
+    )
+    work = [(c, e) for c, e in zip(constants, entries, strict=True) if e.skipped is None]
+    digest = _write_outputs(plan, work, bin_path, json_path, reader, max_tensor_bytes, checksum, progress)
+    return replace(plan, bin_sha256=digest, bin_path=bin_path, manifest_path=json_path)
+
+
+def _output_paths(out_prefix: Any) -> tuple[str, str]:
+    if not isinstance(out_prefix, (str, os.PathLike)):
+        raise InvalidArgumentError(f"out_prefix must be a path, not {type(out_prefix).__name__}")
+    prefix = os.fspath(out_prefix)
+    if not isinstance(prefix, str):
+        prefix = os.fsdecode(prefix)
+    if not prefix or prefix.endswith(("/", os.sep)) or "\x00" in prefix:
+        raise InvalidArgumentError(f"out_prefix {prefix!r} must name a file (without extension), e.g. 'out/model'")
+    directory = os.path.dirname(os.path.abspath(prefix))
+    if not os.path.isdir(directory):
+        raise DestinationError(f"the output directory {directory!r} does not exist")
+    return prefix + ".bin", prefix + ".json"
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _need_reader(constants: list[ModelConstant], reader: ExternalDataReader | None) -> None:
+    """Refuse external data up front (before any output exists) when there is no directory to resolve it in."""
+    if reader is None:
+        for tensor in iter_external_tensors(constants):
+            raise ExternalDataError(
+                f"tensor {tensor.name!r} uses external data, but the model was given as bytes or a ModelProto, "
+                "which has no directory; pass base_dir= (the directory of the model file)"
+            )
+
+
+def _refuse_overwriting_inputs(
+    outputs: tuple[str, ...], loaded: LoadedModel, constants: list[ModelConstant], reader: ExternalDataReader | None
+) -> None:
+    inputs = [loaded.path] if loaded.path else []
+    if reader is not None:
+        for tensor in iter_external_tensors(constants):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            inputs.append(os.path.join(reader.base_dir, *check_location(location, f"tensor {tensor.name!r}")))
+    for output in outputs:
+        for source in inputs:
+            if _same_file(output, source):
+                raise InvalidArgumentError(
+                    f"the output {output!r} would overwrite the model's own file {source!r}; choose another prefix"
+                )
+
+
+class _Progress:
+    """A tqdm bar of bytes on stderr, or nothing."""
+
+    def __init__(self, wanted: bool | None, total: int, label: str) -> None:
+        self._bar: Any = None
+        if wanted is False:
+            return
+        if wanted is None:
+            try:
+                if not (sys.stderr is not None and sys.stderr.isatty()):
+                    return
+            except (AttributeError, ValueError):
+                return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            if wanted:
+                raise InvalidArgumentError("progress=True needs the tqdm package (pip install tqdm)") from None
+            return
+        self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, desc=label,
+                         leave=False, dynamic_ncols=True)
+
+    def update(self, n: int) -> None:
+        if self._bar is not None and n:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class _HashingWriter:
+    """Writes to a file and, when asked, feeds the same bytes to SHA-256 (the .bin is hashed while written)."""
+
+    def __init__(self, file: BinaryIO, hashing: bool) -> None:
+        self._file = file
+        self._hash = hashlib.sha256() if hashing else None
+        self.position = 0
+
+    def write(self, data: Any) -> None:
+        view = memoryview(data).cast("B")
+        self._file.write(view)
+        if self._hash is not None:
+            self._hash.update(view)
+        self.position += len(view)
+
+    def zeros(self, count: int) -> None:
+        while count > 0:
+            chunk = min(count, len(_ZEROS))
+            self.write(_ZEROS[:chunk] if chunk < len(_ZEROS) else _ZEROS)
+            count -= chunk
+
+    def hexdigest(self) -> str | None:
+        return None if self._hash is None else self._hash.hexdigest()
+
+
+def _write_outputs(
+    plan: UploadPlan,
+    work: list[tuple[ModelConstant, PlanEntry]],
+    bin_path: str,
+    json_path: str,
+    reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+    checksum: bool,
+    progress: bool | None,
+) -> str | None:
+    directory = os.path.dirname(os.path.abspath(bin_path))
+    temps: list[str] = []
+    bar = _Progress(progress, plan.total_size, os.path.basename(bin_path))
+    try:
+        tmp_bin = _temp_file(directory, bin_path, temps)
+        try:
+            with open(tmp_bin, "wb") as file:
+                writer = _HashingWriter(file, checksum)
+                for constant, entry in work:
+                    assert entry.offset is not None
+                    before = writer.position
+                    writer.zeros(entry.offset - writer.position)
+                    _write_entry(writer, constant, entry, plan, reader, max_tensor_bytes)
+                    bar.update(writer.position - before)
+                file.flush()
+                os.fsync(file.fileno())
+            digest = writer.hexdigest()
+            manifest = replace(plan, bin_sha256=digest).manifest()
+            text = manifest_text(manifest)
+            tmp_json = _temp_file(directory, json_path, temps)
+            with open(tmp_json, "wb") as file:
+                file.write(text.encode("ascii"))
+                file.flush()
+                os.fsync(file.fileno())
+            _copy_mode(tmp_bin, bin_path)
+            _copy_mode(tmp_json, json_path)
+            _commit(tmp_bin, bin_path, tmp_json, json_path, temps)
+        except OSError as exc:
+            raise DestinationError(
+                f"cannot write {bin_path!r} / {json_path!r}: {exc.strerror or exc}"
+                + (" (the disk is full)" if getattr(exc, "errno", None) in (28, 27) else "")
+            ) from exc
+        _fsync_directory(directory)
+        return digest
+    except BaseException:
+        # Failure or Ctrl-C: remove what this call created; the previous outputs were never touched.
+        for path in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    finally:
+        bar.close()
+
+
+def _write_entry(
+    writer: _HashingWriter,
+    constant: ModelConstant,
+    entry: PlanEntry,
+    plan: UploadPlan,
+    reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+) -> None:
+    try:
+        array = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+        prepared = prepare(
+            array, target=plan.target, min_dims=plan.min_dims, guaranteed_base_offset_alignment=plan.alignment
+        )
+    except DmlBridgeError as exc:
+        # Name the constant: messages from the value checks (ValueRangeError, ...) do not know it.
+        raise type(exc)(f"constant {constant.key!r} ({constant.origin}): {exc}") from exc
+    if (
+        prepared.dml_type is not entry.dml_type
+        or prepared.sizes != entry.sizes
+        or prepared.strides != entry.strides
+        or prepared.total_tensor_size_in_bytes != entry.total_tensor_size_in_bytes
+    ):
+        raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
+    writer.write(prepared.data)
+
+
+def _commit(tmp_bin: str, bin_path: str, tmp_json: str, json_path: str, temps: list[str]) -> None:
+    """Rename both temporary files into place, .bin first; if the .json rename fails, put the old .bin back."""
+    # A second name for the previous .bin (a hard link: no copy) lets a failed .json rename be undone.
+    backup = _link_backup(bin_path, temps)
+    had_bin = backup is not None or os.path.lexists(bin_path)
+    with _sigint_deferred():
+        os.replace(tmp_bin, bin_path)
+        temps.remove(tmp_bin)
+        try:
+            os.replace(tmp_json, json_path)
+            temps.remove(tmp_json)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, bin_path)
+                    temps.remove(backup)
+                elif not had_bin:
+                    os.unlink(bin_path)
+            raise
+    if backup is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(backup)
+            temps.remove(backup)
+
+
+def _link_backup(path: str, temps: list[str]) -> str | None:
+    if not os.path.isfile(path) or os.path.islink(path):
+        return None
+    directory, base = os.path.split(os.path.abspath(path))
+    for _ in range(8):
+        candidate = os.path.join(directory, f".{base}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
+        try:
+            os.link(path, candidate)
+        except FileExistsError:
+            continue
+        except (OSError, NotImplementedError):
+            return None  # no hard links here (FAT, some network shares): no undo, the window stays tiny
+        temps.append(candidate)
+        return candidate
+    return None
+
+
+def _temp_file(directory: str, target: str, temps: list[str]) -> str:
+    try:
+        fd, path = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=TEMP_SUFFIX, dir=directory)
+    except OSError as exc:
+        raise DestinationError(f"cannot create a file in {directory!r}: {exc.strerror or exc}") from None
+    temps.append(path)
+    os.close(fd)
+    return path
+
+
+def _copy_mode(temp: str, final: str) -> None:
+    """mkstemp makes 0600 files; give the output the existing file's mode, or what a plain open() would."""
+    try:
+        mode = stat.S_IMODE(os.stat(final).st_mode)
+    except OSError:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        mode = 0o666 & ~mask
+    with contextlib.suppress(OSError):
+        os.chmod(temp, mode)
+
+
+def _fsync_directory(directory: str) -> None:
+    # Makes the renames durable on POSIX; Windows cannot open directories this way.
+    if os.name != "posix":
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold back Ctrl-C while the outputs are renamed, so the .bin and .json are replaced together."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        yield  # the caller handles SIGINT its own way: leave that alone
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+def manifest_text(manifest: dict[str, Any]) -> str:
+    """A manifest as JSON text: one line per top-level field and one per entry (readable, diffable, compact)."""
+    def dump(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=True, allow_nan=False)
+
+    head = [f"  {dump(k)}: {dump(v)}" for k, v in manifest.items() if k != "entries"]
+    entries = ",\n".join(f"    {dump(e)}" for e in manifest.get("entries", []))
+    body = ",\n".join([*head, f'  "entries": [\n{entries}\n  ]' if entries else '  "entries": []'])
+    return "{\n" + body + "\n}\n"
+
+
+# --- reading manifests ---------------------------------------------------------------------------------------
+
+
+def load_plan(
+    manifest_path: str | os.PathLike[str],
+    *,
+    verify: bool = False,
+    bin_path: str | os.PathLike[str] | None = None,
+) -> UploadPlan:
+    """Read and validate an upload plan (``PREFIX.json``) and its buffer image (``PREFIX.bin``, or ``bin_path``).
+
+    Every field is checked: format and version, types and ranges, known ONNX/DML types, each converted entry's
+    DML type and conversion against the target's mapping, its desc against the layout rules and
+    ``calc_buffer_tensor_size``, offsets (aligned, inside the .bin, no overlaps), total_size against the entries
+    and the .bin's real size. ``verify=True`` also checks the .bin's SHA-256 against ``bin_sha256`` (which
+    ``convert_model(..., checksum=True)`` records). Any problem raises ManifestError.
+    """
+    if not isinstance(manifest_path, (str, os.PathLike)):
+        raise InvalidArgumentError(f"manifest_path must be a path, not {type(manifest_path).__name__}")
+    path = os.fspath(manifest_path)
+    path = path if isinstance(path, str) else os.fsdecode(path)
+    if bin_path is None:
+        if not path.endswith(".json"):
+            raise ManifestError(f"{path!r} does not end in .json; pass bin_path= to name its .bin")
+        bin_file = path[: -len(".json")] + ".bin"
+    else:
+        bin_file = os.fspath(bin_path) if isinstance(bin_path, (str, os.PathLike)) else ""
+        bin_file = bin_file if isinstance(bin_file, str) else os.fsdecode(bin_file)
+        if not bin_file:
+            raise InvalidArgumentError(f"bin_path must be a path, got {bin_path!r}")
+    try:
+        with open(path, "rb") as file:
+            raw = file.read()
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
+    document = _parse_json(raw, path)
+    plan = _plan_from_manifest(document, f"manifest {path!r}")
+    _check_bin(plan, bin_file, verify)
+    return replace(plan, bin_path=bin_file, manifest_path=path)
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ManifestError(f"duplicate field {key!r}")
+        result[key] = value
+    return result
+
+
+def _no_constants(name: str) -> Any:
+    raise ManifestError(f"{name} is not valid JSON (not a number)")
+
+
+def _parse_json(raw: bytes, path: str) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
+    except ManifestError as exc:
+        raise ManifestError(f"manifest {path!r}: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limits
+        raise ManifestError(f"manifest {path!r} is not valid JSON: {exc}") from None
+
+
+class _Fields:
+    """Typed access to one JSON object of the manifest, with messages that say where the problem is."""
+
+    def __init__(self, value: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+        if not isinstance(value, dict):
+            raise ManifestError(f"{where} must be a JSON object, got {_kind(value)}")
+        missing = [k for k in required if k not in value]
+        if missing:
+            raise ManifestError(f"{where} lacks the field(s) {', '.join(map(repr, missing))}")
+        unknown = [k for k in value if k not in required and k not in optional]
+        if unknown:
+            raise ManifestError(f"{where} has unknown field(s) {', '.join(map(repr, unknown[:5]))}")
+        self.value = value
+        self.where = where
+
+    def at(self, key: str) -> str:
+        return f"{self.where}.{key}"
+
+    def get(self, key: str) -> Any:
+        return self.value.get(key)
+
+    def integer(self, key: str, low: int = 0, high: int = _INT64_MAX, nullable: bool = False) -> Any:
+        return _int(self.value.get(key), self.at(key), low, high, nullable)
+
+    def string(self, key: str, nullable: bool = False, nonempty: bool = False) -> Any:
+        value = self.value.get(key)
+        if value is None and nullable:
+            return None
+        if not isinstance(value, str) or (nonempty and not value):
+            what = "a non-empty string" if nonempty else "a string"
+            raise ManifestError(f"{self.at(key)} must be {what}, got {_kind(value)}")
+        return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return f"the string {value[:60]!r}"
+    return {"list": "an array", "dict": "an object"}.get(type(value).__name__, type(value).__name__)
+
+
+def _int(value: Any, where: str, low: int = 0, high: int = _INT64_MAX, nullable: bool = False) -> Any:
+    if value is None and nullable:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError(f"{where} must be a whole number, got {_kind(value)}")
+    if not low <= value <= high:
+        raise ManifestError(f"{where} is {value}, outside {low}..{high}")
+    return value
+
+
+def _int_list(value: Any, where: str, low: int = 0, high: int = _INT64_MAX, max_len: int = 64) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise ManifestError(f"{where} must be an array of whole numbers, got {_kind(value)}")
+    if len(value) > max_len:
+        raise ManifestError(f"{where} has {len(value)} items, more than {max_len}")
+    return tuple(_int(v, f"{where}[{i}]", low, high) for i, v in enumerate(value))
+
+
+def _plan_from_manifest(document: Any, where: str) -> UploadPlan:
+    top = _Fields(
+        document, where,
+        ("format", "format_version", "dmlbridge_version", "source", "target", "alignment", "min_dims",
+         "total_size", "entries"),
+        ("bin_sha256",),
+    )
+    if top.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
+    version = top.integer("format_version", 0, _INT64_MAX)
+    if version != MANIFEST_FORMAT_VERSION:
+        raise ManifestError(
+            f"{where} has format_version {version}; this dmlbridge reads version {MANIFEST_FORMAT_VERSION}"
+        )
+    dmlbridge_version = top.string("dmlbridge_version")
+    source = _Fields(top.get("source"), top.at("source"), ("name", "size"))
+    source_name = source.string("name", nullable=True)
+    source_size = source.integer("size", nullable=True)
+    target = _target_from_json(top.get("target"), top.at("target"))
+    alignment = top.integer("alignment", 16, _MAX_ALIGNMENT)
+    if alignment & (alignment - 1):
+        raise ManifestError(f"{top.at('alignment')} is {alignment}, not a power of two")
+    min_dims = top.integer("min_dims", 0, target.max_dimension_count)
+    total_size = top.integer("total_size")
+    digest = top.string("bin_sha256", nullable=True)
+    if digest is not None and not _SHA256.match(digest):
+        raise ManifestError(f"{top.at('bin_sha256')} must be 64 lowercase hex digits, got {digest[:80]!r}")
+    raw_entries = top.get("entries")
+    if not isinstance(raw_entries, list):
+        raise ManifestError(f"{top.at('entries')} must be an array, got {_kind(raw_entries)}")
+    entries: dict[str, PlanEntry] = {}
+    for index, raw in enumerate(raw_entries):
+        entry = _entry_from_json(raw, f"{where}: entries[{index}]", target, alignment, min_dims, total_size)
+        if entry.key in entries:
+            raise ManifestError(f"{where}: entries[{index}] repeats the key {entry.key!r}")
+        entries[entry.key] = entry
+    placed = sorted((e for e in entries.values() if e.skipped is None), key=lambda e: e.offset or 0)
+    end = 0
+    previous: PlanEntry | None = None
+    for entry in placed:
+        assert entry.offset is not None and entry.end is not None
+        if previous is not None and entry.offset < end:
+            raise ManifestError(
+                f"{where}: entries {previous.key!r} (bytes {previous.offset}..{previous.end}) and {entry.key!r} "
+                f"(bytes {entry.offset}..{entry.end}) overlap"
+            )
+        end, previous = entry.end, entry
+    if end != total_size:
+        raise ManifestError(
+            f"{where}: total_size is {total_size} but the entries end at byte {end}; the two must agree"
+        )
+    return UploadPlan(
+        types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name, source_size,
+        dmlbridge_version, digest,
+    )
+
+
+def _target_from_json(value: Any, where: str) -> Target:
+    fields = _Fields(value, where, ("feature_level", "supported", "int64", "allow_lossy"))
+    supported = fields.get("supported")
+    if not isinstance(supported, list) or not all(isinstance(s, str) for s in supported):
+        raise ManifestError(f"{fields.at('supported')} must be an array of DML type names, got {_kind(supported)}")
+    if not isinstance(fields.get("allow_lossy"), bool):
+        raise ManifestError(f"{fields.at('allow_lossy')} must be true or false, got {_kind(fields.get('allow_lossy'))}")
+    level = fields.string("feature_level")
+    try:
+        target = Target(FeatureLevel.parse(level), supported=supported, int64=fields.get("int64"),
+                        allow_lossy=fields.get("allow_lossy"))
+    except DmlBridgeError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+    if target.describe() != value:
+        raise ManifestError(
+            f"{where} is not in canonical form (expected {json.dumps(target.describe())}); a supported type the "
+            "feature level lacks, an unsorted or repeated list, or a non-dotted feature level"
+        )
+    return target
+
+
+def _entry_from_json(
+    raw: Any, where: str, target: Target, alignment: int, min_dims: int, total_size: int
+) -> PlanEntry:
+    fields = _Fields(
+        raw, where, ("key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "desc", "skipped")
+    )
+    key = fields.string("key", nonempty=True)
+    where = f"{where} ({key[:80]!r})"
+    fields.where = where
+    origin = fields.string("origin")
+    type_name = fields.string("onnx_type")
+    onnx_type = OnnxDataType.__members__.get(type_name)
+    if onnx_type is None or onnx_type is OnnxDataType.UNDEFINED:
+        raise ManifestError(f"{fields.at('onnx_type')} is {type_name[:40]!r}, not an ONNX data type name")
+    shape = _int_list(fields.get("shape"), fields.at("shape"))
+    skipped = fields.string("skipped", nullable=True)
+    if skipped is not None:
+        if not skipped:
+            raise ManifestError(f"{fields.at('skipped')} is empty; a skipped entry must say why")
+        for name in ("conversion", "offset", "dml_type", "desc"):
+            if fields.get(name) is not None:
+                raise ManifestError(f"{where} is skipped but has a {name}; a skipped entry has no bytes")
+        return PlanEntry(key, origin, onnx_type, shape, None, None, None, None, None, None, None, skipped)
+
+    conversion = fields.string("conversion")
+    if conversion not in _CONVERSIONS:
+        raise ManifestError(f"{fields.at('conversion')} is {conversion[:40]!r}, not one of {', '.join(_CONVERSIONS)}")
+    dml_name = fields.string("dml_type")
+    dml_type = DmlDataType.__members__.get(dml_name)
+    if dml_type is None or dml_type is DmlDataType.UNKNOWN:
+        raise ManifestError(f"{fields.at('dml_type')} is {dml_name[:40]!r}, not a DirectML data type name")
+    row = resolve(onnx_type, target)
+    if row.dml_type is not dml_type or row.conversion != conversion:
+        expected = "unsupported" if row.dml_type is None else f"{row.dml_type.name} ({row.conversion})"
+        raise ManifestError(
+            f"{where} says {onnx_type.name} -> {dml_type.name} ({conversion}), but the manifest's target maps "
+            f"{onnx_type.name} to {expected}"
+        )
+    try:
+        sizes, strides, total = _layout_of(onnx_type, shape, dml_type, conversion, min_dims, target.max_dimension_count)
+    except LayoutError as exc:
+        raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
+    offset = fields.integer("offset")
+    if offset % alignment:
+        raise ManifestError(f"{fields.at('offset')} {offset} is not a multiple of the alignment {alignment}")
+    desc = _Fields(
+        fields.get("desc"), fields.at("desc"),
+        ("DataType", "Flags", "DimensionCount", "Sizes", "Strides", "TotalTensorSizeInBytes",
+         "GuaranteedBaseOffsetAlignment"),
+    )
+    expected_desc = {
+        "DataType": int(dml_type),
+        "Flags": 0,
+        "DimensionCount": len(sizes),
+        "Sizes": list(sizes),
+        "Strides": None if strides is None else list(strides),
+        "TotalTensorSizeInBytes": total,
+        "GuaranteedBaseOffsetAlignment": alignment,
+    }
+    for name, want in expected_desc.items():
+        have = desc.get(name)
+        if isinstance(have, bool) or have != want or type(have) is not type(want):
+            raise ManifestError(
+                f"{desc.at(name)} is {json.dumps(have)[:80]}, but {onnx_type.name} {list(shape)} as {dml_type.name} "
+                f"({conversion}, min_dims {min_dims}) needs {json.dumps(want)}"
+            )
+    if offset + total > total_size:
+        raise ManifestError(
+            f"{where}: bytes {offset}..{offset + total} run past total_size {total_size}"
+        )
+    return PlanEntry(key, origin, onnx_type, shape, conversion, offset, dml_type, sizes, strides, total,
+                     alignment, None)
+
+
+def _check_bin(plan: UploadPlan, bin_file: str, verify: bool) -> None:
+    try:
+        st = os.stat(bin_file)
+    except OSError as exc:
+        raise ManifestError(f"cannot read the buffer image {bin_file!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ManifestError(f"the buffer image {bin_file!r} is not a regular file")
+    if st.st_size != plan.total_size:
+        raise ManifestError(
+            f"the buffer image {bin_file!r} holds {st.st_size} bytes but the manifest's total_size is "
+            f"{plan.total_size}; the two files do not belong together (or one was cut short)"
+        )
+    if not verify:
+        return
+    if plan.bin_sha256 is None:
+        raise ManifestError(
+            "verify=True, but the manifest records no bin_sha256; convert with checksum=True (--checksum)"
+        )
+    sha = hashlib.sha256()
+    try:
+        with open(bin_file, "rb") as file:
+            for chunk in iter(lambda: file.read(_CHUNK), b""):
+                sha.update(chunk)
+    except OSError as exc:
+        raise ManifestError(f"cannot read the buffer image {bin_file!r}: {exc.strerror or exc}") from None
+    if sha.hexdigest() != plan.bin_sha256:
+        raise ManifestError(
+            f"the buffer image {bin_file!r} has SHA-256 {sha.hexdigest()}, but the manifest records "
+            f"{plan.bin_sha256}; the .bin is corrupt or belongs to another manifest"
+        )
+
+
+# --- verifying -----------------------------------------------------------------------------------------------
+
+
+def find_mismatches(
+    plan: UploadPlan,
+    model: Any,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+    external_data_root: str | os.PathLike[str] | None = None,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    limit: int = 1000,
+) -> list[str]:
+    """Where a written plan and a model's constants differ, one message each (empty when they agree).
+
+    The engine of :meth:`UploadPlan.verify`; the model is read one constant at a time.
+    """
+    if plan.bin_path is None:
+        raise InvalidArgumentError("this plan was not written (plan_model); there is no .bin to verify")
+    loaded = read_model(model, base_dir)
+    reader = _reader(loaded, external_data_root)
+    constants = find_constants(loaded.proto)
+    _need_reader(constants, reader)
+    problems: list[str] = []
+    keys = {c.key for c in constants}
+    for key in plan.entries:
+        if key not in keys:
+            problems.append(f"{key!r} is in the plan but not in the model")
+    for constant in constants:
+        if len(problems) >= limit:
+            break
+        entry = plan.entries.get(constant.key)
+        if entry is None:
+            problems.append(f"{constant.key!r} ({constant.origin}) is in the model but not in the plan")
+            continue
+        problem = _compare(plan, constant, entry, reader, max_tensor_bytes)
+        if problem:
+            problems.append(f"{constant.key!r}: {problem}")
+    return problems
+
+
+def _compare(
+    plan: UploadPlan, constant: ModelConstant, entry: PlanEntry, reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+) -> str | None:
+    if constant.onnx_type is not entry.onnx_type or constant.shape != entry.shape:
+        return (f"the model has {constant.onnx_type.name} {list(constant.shape)}, the plan "
+                f"{entry.onnx_type.name} {list(entry.shape)}")
+    replanned, _, _ = _plan_entries([constant], plan.target, plan.alignment, plan.min_dims)
+    if (replanned[0].skipped is None) != (entry.skipped is None):
+        return f"skipped in {'the plan' if entry.skipped else 'a fresh conversion'} but not in the other"
+    if entry.skipped is not None:
+        return None
+    try:
+        values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+        expected = prepare(values, target=plan.target, min_dims=plan.min_dims,
+                           guaranteed_base_offset_alignment=plan.alignment)
+    except DmlBridgeError as exc:
+        return f"the model's value cannot be converted: {exc}"
+    actual = plan.read(entry.key)
+    if expected.data.shape != actual.shape or not np.array_equal(expected.data, actual):
+        differ = np.flatnonzero(expected.data != actual) if expected.data.shape == actual.shape else np.array([0])
+        first = int(differ[0])
+        assert entry.offset is not None
+        return (f"{len(differ)} byte(s) differ from a fresh conversion, the first at .bin offset "
+                f"{entry.offset + first}")
+    back = plan.array(entry.key)
+    if entry.conversion == "lossy":
+        with np.errstate(over="ignore"):  # out of FLOAT32 range becomes inf, as in the conversion
+            values = values.astype(np.float32).astype(values.dtype)
+    if not _same_values(back, values, widened_float=entry.conversion == "widen" and constant.onnx_type.is_float):
+        return "the values read back from the .bin differ from the model's"
+    return None
+
+
+def _same_values(a: np.ndarray, b: np.ndarray, *, widened_float: bool) -> bool:
+    """Bit-for-bit equality of two arrays of one dtype (NaN vs NaN of any payload allowed when widened_float)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype == np.bool_:
+        return bool(np.array_equal(a, b))
+    if a.dtype.kind == "V":  # ml_dtypes sub-byte types, one byte per element
+        if a.dtype.name.startswith(("int", "uint")):
+            return bool(np.array_equal(a.astype(np.int64), b.astype(np.int64)))
+        # float4/float6: float32 holds every value exactly and keeps -0 apart from +0.
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    same = a.view(bits) == b.view(bits)
+    if widened_float:
+        same |= np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
+    return bool(same.all())

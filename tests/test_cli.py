@@ -1,0 +1,183 @@
+"""The ``dmlbridge`` command line, driven through ``python -m dmlbridge`` in a subprocess: exit codes, stdout,
+one-line errors on stderr, and ``--json`` output parsed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from dmlbridge.demo import build_sample_model
+from dmlbridge.model import plan_model
+
+
+def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(build_sample_model(tmp_path_factory.mktemp("sample")))
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> Path:
+    """A model whose INT64 values fit 32 bits, so narrow and emulate targets can take it."""
+    inits = [
+        numpy_helper.from_array(np.array([[1, -2], [3, 4]], np.int64), "ids"),
+        numpy_helper.from_array(np.arange(6, dtype=np.float16).reshape(2, 3), "half"),
+        numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "w"),
+    ]
+    path = tmp_path / "small.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    return path
+
+
+def test_table_still_works() -> None:
+    result = run("table")
+    assert result.returncode == 0 and "INT4" in result.stdout and result.stderr == ""
+
+
+def test_inspect_text(sample: Path) -> None:
+    result = run("inspect", sample)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:4] == ["key", "origin", "ONNX", "shape"]
+    rows = {line.split()[0]: line for line in lines[1:] if line and not line.startswith(("skipped", "31 "))}
+    assert "branch/then_branch/then_bias" in rows and "scale" in rows and "weight" in rows
+    assert rows["w_int2"].split()[-4:-2] == ["INT4", "widen"]
+    assert "skipped 'labels': STRING: DirectML has no string tensors" in lines
+    assert lines[-1].startswith("31 constants: 30 converted")
+
+
+def test_inspect_json_is_the_plan(sample: Path) -> None:
+    result = run("inspect", sample, "--json", "--feature-level", "6.2", "--min-dims", "4", "--alignment", "64")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    entries = {e["key"]: e for e in doc["entries"]}
+    assert entries["w_int4"]["dml_type"] == "INT8" and entries["w_int4"]["conversion"] == "widen"
+    assert entries["w_int4"]["desc"]["Sizes"] == [1, 1, 1, 5]
+    assert entries["labels"]["skipped"] and entries["labels"]["offset"] is None
+    assert doc["totals"] == {"constants": 31, "converted": 30, "skipped": 1,
+                             "tensor_bytes": sum(e["desc"]["TotalTensorSizeInBytes"] for e in doc["entries"]
+                                                 if e["desc"]),
+                             "total_size": doc["total_size"]}
+    from dmlbridge.target import Target
+
+    expected = plan_model(sample, target=Target(feature_level="6.2"), min_dims=4, alignment=64).manifest()
+    del doc["totals"]
+    assert doc == expected
+    assert not list(sample.parent.glob("*.dml.*"))  # inspect writes nothing
+
+
+def test_convert_default_prefix_then_verify(sample: Path, tmp_path: Path) -> None:
+    model = tmp_path / "sample.onnx"
+    model.write_bytes(sample.read_bytes())
+    (tmp_path / "sample.weights").write_bytes((sample.parent / "sample.weights").read_bytes())
+    result = run("convert", model)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "sample.dml.bin").exists() and (tmp_path / "sample.dml.json").exists()
+    assert "wrote" in result.stdout and "sample.dml.bin" in result.stdout
+    assert "skipped 'labels'" in result.stderr and "Traceback" not in result.stderr
+    doc = json.loads((tmp_path / "sample.dml.json").read_text())
+    assert doc["alignment"] == 256 and "bin_sha256" not in doc
+
+    ok = run("verify", tmp_path / "sample.dml.json", model)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: 30 converted constants match"), ok.stderr
+    data = bytearray((tmp_path / "sample.dml.bin").read_bytes())
+    data[doc["entries"][0]["offset"]] ^= 0x40
+    (tmp_path / "sample.dml.bin").write_bytes(bytes(data))
+    bad = run("verify", tmp_path / "sample.dml.json", model)
+    assert bad.returncode == 1 and "mismatch: 'w_float'" in bad.stderr and "FAILED: 1 mismatches" in bad.stderr
+
+
+def test_convert_options_reach_the_manifest(small: Path, tmp_path: Path) -> None:
+    prefix = tmp_path / "out" / "plan"
+    prefix.parent.mkdir()
+    result = run("convert", small, "-o", prefix, "--unsupported", "INT64,UINT64,FLOAT16", "--int64", "narrow",
+                 "--alignment", "16", "--min-dims", "4", "--checksum", "--quiet", "--feature-level", "6.2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and result.stderr == ""
+    doc = json.loads(prefix.with_suffix(".json").read_text())
+    assert doc["alignment"] == 16 and doc["min_dims"] == 4 and len(doc["bin_sha256"]) == 64
+    assert doc["target"]["feature_level"] == "6.2" and doc["target"]["int64"] == "narrow"
+    assert "INT64" not in doc["target"]["supported"] and "FLOAT16" not in doc["target"]["supported"]
+    entries = {e["key"]: e for e in doc["entries"]}
+    assert (entries["ids"]["dml_type"], entries["ids"]["conversion"]) == ("INT32", "narrow")
+    assert (entries["half"]["dml_type"], entries["half"]["conversion"]) == ("FLOAT32", "widen")
+    assert entries["w"]["desc"]["Sizes"] == [1, 1, 1, 2]
+    assert [e["offset"] for e in doc["entries"]] == [0, 16, 48]
+    verified = run("verify", prefix.with_suffix(".json"), small)
+    assert verified.returncode == 0 and "SHA-256 matches" in verified.stdout
+    data = bytearray(prefix.with_suffix(".bin").read_bytes())
+    data[-1] ^= 1
+    prefix.with_suffix(".bin").write_bytes(bytes(data))
+    one_line_error(run("verify", prefix.with_suffix(".json"), small), "SHA-256")
+
+
+def test_convert_errors_are_one_line_and_leave_nothing(sample: Path, tmp_path: Path) -> None:
+    model = tmp_path / "sample.onnx"
+    model.write_bytes(sample.read_bytes())
+    (tmp_path / "sample.weights").write_bytes((sample.parent / "sample.weights").read_bytes())
+    one_line_error(run("convert", model, "--strict"), "labels", "strict")
+    # w_int64 holds 2^40: it cannot be narrowed, and that is found halfway through writing.
+    one_line_error(run("convert", model, "--unsupported", "INT64", "--int64", "narrow"), "w_int64", "INT32")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.onnx", "sample.weights"]
+
+
+def test_demo(tmp_path: Path) -> None:
+    result = run("demo")
+    assert result.returncode == 0, result.stderr
+    assert "verified" in result.stdout and "w_float8e4m3fn" in result.stdout and "branch/else_branch" in result.stdout
+    assert "f8 10 07 00" in result.stdout
+    kept = run("demo", "--keep", tmp_path / "kept")
+    assert kept.returncode == 0, kept.stderr
+    names = sorted(p.name for p in (tmp_path / "kept").iterdir())
+    assert names == ["sample.dml.bin", "sample.dml.json", "sample.onnx", "sample.weights"]
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["convert", "{tmp}/missing.onnx"], ["missing.onnx", "No such file"]),
+        (["inspect", "{tmp}/missing.onnx"], ["missing.onnx"]),
+        (["convert", "{tmp}/garbage.onnx"], ["garbage.onnx", "not a valid ONNX model"]),
+        (["inspect", "{tmp}/empty.onnx"], ["no graph"]),
+        (["convert", "{tmp}"], ["not a regular file"]),
+        (["convert", "{small}", "--alignment", "24"], ["alignment"]),
+        (["convert", "{small}", "--alignment", "abc"], ["--alignment", "invalid int"]),
+        (["convert", "{small}", "--min-dims", "9"], ["min_dims"]),
+        (["convert", "{small}", "--feature-level", "9.9"], ["9.9"]),
+        (["convert", "{small}", "--unsupported", "BOGUS"], ["BOGUS"]),
+        (["convert", "{small}", "-o", "{tmp}/no/such/dir/x"], ["does not exist"]),
+        (["convert", "{small}", "--max-tensor-bytes", "8"], ["max_tensor_bytes"]),
+        (["verify", "{tmp}/missing.json", "{small}"], ["missing.json"]),
+        (["verify", "{tmp}/garbage.json", "{small}"], ["not valid JSON"]),
+        (["frobnicate"], ["invalid choice"]),
+        ([], ["required"]),
+        (["convert"], ["required: model"]),
+    ],
+)
+def test_user_errors(small: Path, tmp_path: Path, args: list[str], words: list[str]) -> None:
+    (tmp_path / "garbage.onnx").write_bytes(b"\xff\xfe not a model at all")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    (tmp_path / "garbage.json").write_text("{not json")
+    filled = [a.format(tmp=tmp_path, small=small) for a in args]
+    one_line_error(run(*filled), *words)
