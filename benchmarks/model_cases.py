@@ -1,0 +1,259 @@
+"""Cases 5-6 of the performance issue: whole-model conversion (time and peak RSS) and many small constants."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from benchmarks import diy
+from benchmarks.harness import MiB, Peer, Row, Settings, Skipped, compare, median, run_child
+
+Result = list[Row | Skipped]
+OPSET = 21  # Identity takes INT4 and FLOAT8 from opset 21
+
+
+def _convert_model() -> Callable[..., Any] | None:
+    try:
+        from dmlbridge.model import convert_model
+    except ImportError:
+        return None
+    return convert_model
+
+
+def _external(tensor: TensorProto, location: str, offset: int, length: int) -> None:
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+
+
+def make_external_model(folder: Path, count: int, tensor_bytes: int, mixed: bool = False, seed: int = 0) -> Path:
+    """``folder/model.onnx`` with ``count`` initializers of ``tensor_bytes`` each in ``folder/model.data``.
+
+    float32 tensors, or (``mixed``) half INT4 and half FLOAT8E4M3FN. Each initializer feeds an Identity whose
+    output is a graph output, so the model is valid ONNX.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    inits, nodes, outputs = [], [], []
+    offset = 0
+    with open(folder / "model.data", "wb") as f:
+        for i in range(count):
+            if mixed and i % 2:
+                dtype, elements = TensorProto.FLOAT8E4M3FN, tensor_bytes
+                rng.integers(0, 256, tensor_bytes, dtype=np.uint8).tofile(f)
+            elif mixed:
+                dtype, elements = TensorProto.INT4, 2 * tensor_bytes
+                rng.integers(0, 256, tensor_bytes, dtype=np.uint8).tofile(f)
+            else:
+                dtype, elements = TensorProto.FLOAT, tensor_bytes // 4
+                rng.random(elements, dtype=np.float32).tofile(f)
+            shape = [elements // 1024, 1024] if elements % 1024 == 0 else [elements]
+            tensor = TensorProto(name=f"w{i}", data_type=dtype, dims=shape)
+            _external(tensor, "model.data", offset, tensor_bytes)
+            offset += tensor_bytes
+            inits.append(tensor)
+            nodes.append(helper.make_node("Identity", [f"w{i}"], [f"y{i}"]))
+            outputs.append(helper.make_tensor_value_info(f"y{i}", dtype, shape))
+    graph = helper.make_graph(nodes, "external", [], outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    path = folder / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def make_constants_model(folder: Path, count: int, seed: int = 0) -> Path:
+    """``folder/many.onnx``: ``count`` tiny constants, half Constant nodes (float_data), half initializers (raw)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    values = np.random.default_rng(seed).random((count, 4), dtype=np.float32)
+    nodes, inits = [], []
+    for i in range(count // 2):
+        nodes.append(
+            helper.make_node(
+                "Constant", [], [f"c{i}"], value=helper.make_tensor(f"c{i}", TensorProto.FLOAT, [4], values[i])
+            )
+        )
+    for i in range(count // 2, count):
+        inits.append(numpy_helper.from_array(values[i], f"i{i}"))
+    nodes.append(helper.make_node("Identity", ["c0"], ["y"]))
+    graph = helper.make_graph(
+        nodes, "many", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], initializer=inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    path = folder / "many.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _contenders(model: Path, out: Path) -> dict[str, dict[str, Any]]:
+    """The child jobs of case 5, by name: the file floors, convert_model, the do-it-yourself converters."""
+    data, copy = os.fspath(model.parent / "model.data"), os.fspath(out) + ".copy"
+    jobs = {
+        "shutil.copyfile": {"kind": "copyfile", "src": data, "dst": copy},
+        # convert_model fsyncs its outputs before renaming them into place; this floor does the same.
+        "copyfile + fsync": {"kind": "copyfile_fsync", "src": data, "dst": copy},
+        "convert_model": {"kind": "dmlbridge", "model": os.fspath(model), "out": os.fspath(out)},
+        "DIY onnx": {"kind": "diy_onnx", "model": os.fspath(model), "out": os.fspath(out)},
+    }
+    try:
+        import onnx_ir  # noqa: F401
+
+        jobs["DIY onnx_ir"] = {"kind": "diy_onnx_ir", "model": os.fspath(model), "out": os.fspath(out)}
+    except ImportError:
+        pass
+    return jobs
+
+
+def _clean(out: Path) -> None:
+    for suffix in (".bin", ".json", ".copy"):
+        Path(os.fspath(out) + suffix).unlink(missing_ok=True)
+
+
+def _ab_runs(jobs: dict[str, dict[str, Any]], rounds: int, out: Path) -> dict[str, list[dict[str, Any]]]:
+    """A B A B: each round runs every contender once, each in a fresh child; outputs are removed after each run."""
+    reports: dict[str, list[dict[str, Any]]] = {name: [] for name in jobs}
+    for _ in range(rounds):
+        for name, job in jobs.items():
+            try:
+                reports[name].append(run_child(job))
+            finally:
+                _clean(out)
+    return reports
+
+
+def _rows(
+    case: str,
+    size: int,
+    reports: dict[str, list[dict[str, Any]]],
+    limits: Mapping[str, float | None],
+    rss_limit: float | None,
+    notes: list[str],
+) -> list[Row]:
+    """A time row and a peak-RSS-growth row from the child reports."""
+
+    def series(name: str, key: str) -> list[float]:
+        return [r[key] for r in reports[name]]
+
+    time_row = Row(
+        f"{case} wall time",
+        size,
+        "convert_model",
+        median(series("convert_model", "seconds")),
+        runs=series("convert_model", "seconds"),
+        notes=notes,
+    )
+    rss_row = Row(
+        f"{case} peak RSS growth",
+        size,
+        "convert_model",
+        median(series("convert_model", "rss_growth_mib")),
+        unit="MiB",
+        abs_limit=rss_limit,
+        runs=series("convert_model", "rss_growth_mib"),
+    )
+    for name in reports:
+        if name == "convert_model":
+            continue
+        time_row.peers.append(Peer(name, median(series(name, "seconds")), limits.get(name), series(name, "seconds")))
+        if not name.startswith(("shutil.copyfile", "copyfile")):
+            growth = series(name, "rss_growth_mib")
+            rss_row.peers.append(Peer(name, median(growth), None, growth))
+    return [time_row, rss_row]
+
+
+def models(settings: Settings) -> Result:
+    """Case 5: convert_model of an external-data model against copyfile and the do-it-yourself converters."""
+    if _convert_model() is None:
+        return [Skipped("5 convert_model", "dmlbridge.model.convert_model is not there yet")]
+    folder = settings.workdir / "case5"
+    out = folder / "out"
+    total = settings.model_tensors * settings.model_tensor_bytes
+    what = f"{settings.model_tensors} × {settings.model_tensor_bytes // MiB or settings.model_tensor_bytes} "
+    what += "MiB" if settings.model_tensor_bytes >= MiB else "B"
+    rows: Result = []
+    try:
+        model = make_external_model(folder, settings.model_tensors, settings.model_tensor_bytes)
+        reports = _ab_runs(_contenders(model, out), settings.model_rounds, out)
+        limits = {"shutil.copyfile": 1.3, "DIY onnx": 1.0, "DIY onnx_ir": 1.0}
+        rows += _rows(
+            "5 convert float32 external",
+            total,
+            reports,
+            limits,
+            256.0,
+            [f"{what} float32 tensors; each run in a fresh process, A B A B, page cache warm"],
+        )
+        shutil.rmtree(folder)
+        model = make_external_model(folder, settings.model_tensors, settings.model_tensor_bytes, mixed=True)
+        jobs = _contenders(model, out)
+        if settings.quick:  # the code path only: one child instead of four
+            jobs = {"convert_model": jobs["convert_model"]}
+        reports = _ab_runs(jobs, max(1, settings.model_rounds - 2), out)
+        rows += _rows(
+            "5 convert INT4+FLOAT8 external",
+            total,
+            reports,
+            {},
+            None,
+            ["half INT4 (repacked), half FLOAT8E4M3FN (widened to FLOAT16: 1.5× the bytes out)"],
+        )
+        if settings.large_model:
+            shutil.rmtree(folder)
+            count = 4 * settings.model_tensors
+            model = make_external_model(folder, count, settings.model_tensor_bytes)
+            jobs = _contenders(model, out)
+            reports = _ab_runs({k: jobs[k] for k in ("shutil.copyfile", "copyfile + fsync", "convert_model")}, 1, out)
+            rows += _rows(
+                "5 convert float32 external ×4",
+                count * settings.model_tensor_bytes,
+                reports,
+                {"shutil.copyfile": 1.3},
+                256.0,
+                ["memory must not grow with the model"],
+            )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+def constants(settings: Settings) -> Result:
+    """Case 6: a model of many tiny constants converts in ≤ 3× the time onnx.load takes to parse it."""
+    convert_model = _convert_model()
+    if convert_model is None:
+        return [Skipped("6 many constants", "dmlbridge.model.convert_model is not there yet")]
+    folder = settings.workdir / "case6"
+    try:
+        model = make_constants_model(folder, settings.small_constants)
+        out = os.fspath(folder / "out")
+        path = os.fspath(model)
+        peers: list[tuple[str, Callable[[], Any], float | None]] = [
+            ("onnx.load", lambda: onnx.load(path), 3.0),
+            ("DIY onnx", lambda: diy.convert_with_onnx(path, out + "-diy"), None),
+        ]
+        try:
+            import onnx_ir  # noqa: F401
+
+            peers.append(("DIY onnx_ir", lambda: diy.convert_with_onnx_ir(path, out + "-ir"), None))
+        except ImportError:
+            pass
+        repeat = max(3, settings.repeat // 3)
+        row = compare(
+            "6 many constants convert_model",
+            model.stat().st_size,
+            ("convert_model", lambda: convert_model(path, out, progress=False)),
+            peers,
+            repeat,
+            notes=[f"{settings.small_constants} float32[4] constants: half Constant nodes, half initializers"],
+        )
+        plan = convert_model(path, out, progress=False)
+        row.checks["every constant converted"] = len(plan.converted) == settings.small_constants
+        return [row]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
