@@ -58,6 +58,8 @@ def decode(
         )
     if dml.bitwidth == 4:
         nibbles = unpack_nibbles(raw, span)
+        if checked_strides is None:  # already a fresh array in C order: no second copy
+            return nibbles.reshape(checked_sizes).view(dml.numpy())
         # A nibble's value is exactly how ml_dtypes stores a 4-bit element (two's complement for int4).
         return read_elements(nibbles, np.dtype(np.uint8), checked_sizes, checked_strides).view(dml.numpy())
     return read_elements(raw, dml.numpy(), checked_sizes, checked_strides)

@@ -380,14 +380,48 @@ def _convert_values(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
     elif plan.onnx_type is OnnxDataType.BOOL:
         np.copyto(dest, source.view(np.uint8) != 0, casting="unsafe")
     elif plan.onnx_type.is_float and source.dtype.itemsize == 1:
-        # 8-, 6- and 4-bit floats: a 256-entry table built from ml_dtypes is exact by construction.
-        table = _widening_table(source.dtype, dest.dtype)
-        np.take(table, source.view(np.uint8), out=dest.view(table.dtype), mode="clip")
+        _widen_small_float(source, dest)
     elif plan.onnx_type is OnnxDataType.BFLOAT16 and dest.dtype == np.dtype("<f4"):
         # bfloat16 is the top half of a float32: shifting the bits keeps NaN payloads, as ml_dtypes does.
         np.left_shift(source.view(np.uint16), 16, out=dest.view("<u4"), dtype=np.uint32)
     else:
         np.copyto(dest, source, casting="unsafe")
+
+
+# Codes per block: np.take turns its indices into intp (8 bytes each), so blocks keep that temporary small.
+_WIDEN_BLOCK = 1 << 16
+
+
+def _widen_small_float(source: np.ndarray, dest: np.ndarray) -> None:
+    """8-, 6- and 4-bit floats through lookup tables built from ml_dtypes (exact by construction): pairs of codes
+    index a 65,536-entry table of value pairs, which halves the lookups; an odd tail uses the 256-entry table."""
+    table = _widening_table(source.dtype, dest.dtype)
+    codes, out = source.view(np.uint8), dest.view(table.dtype)
+    if not (codes.flags.c_contiguous and out.flags.c_contiguous):
+        np.take(table, codes, out=out, mode="clip")  # strided layouts: rare, and np.take copes
+        return
+    codes, out = codes.reshape(-1), out.reshape(-1)
+    n = codes.shape[0]
+    even = n - n % 2 if dest.itemsize <= 4 else 0
+    if even:
+        pairs = _pair_table(source.dtype, dest.dtype)
+        words, wide = codes[:even].view("<u2"), out[:even].view(pairs.dtype)
+        half = _WIDEN_BLOCK // 2
+        for start in range(0, even // 2, half):
+            np.take(pairs, words[start : start + half], out=wide[start : start + half], mode="clip")
+    for start in range(even, n, _WIDEN_BLOCK):
+        np.take(table, codes[start : start + _WIDEN_BLOCK], out=out[start : start + _WIDEN_BLOCK], mode="clip")
+
+
+@functools.cache
+def _pair_table(source: np.dtype, dest: np.dtype) -> np.ndarray:
+    # Entry w holds the values of codes (w & 0xFF, w >> 8) side by side, as a little-endian pair would read.
+    codes = np.arange(1 << 16, dtype="<u2").view(np.uint8).view(source)
+    with np.errstate(all="ignore"):
+        values = codes.astype(dest.newbyteorder("<"))
+    table = values.view(f"<u{2 * dest.itemsize}")
+    table.flags.writeable = False
+    return table
 
 
 @functools.cache

@@ -42,6 +42,7 @@ from dmlbridge.errors import (
     UnsupportedTypeError,
 )
 from dmlbridge.external_data import ExternalDataReader, parse_external_data, tensor_label
+from dmlbridge.packing import unpack_nibbles
 from dmlbridge.types import OnnxDataType
 
 __all__ = ["DEFAULT_MAX_TENSOR_BYTES", "TensorInfo", "tensor_info", "tensor_to_array"]
@@ -305,6 +306,8 @@ def _from_little_endian(buffer: Any, dtype: np.dtype) -> np.ndarray:
 
 def _unpack_bits(packed: np.ndarray, bits: int, size: int) -> np.ndarray:
     """Unpack 4- or 2-bit fields (first element in the lowest bits) into one byte each."""
+    if bits == 4:
+        return unpack_nibbles(packed, size)  # the core's blocked 4-bit path
     per_byte = 8 // bits
     out = np.empty((packed.size, per_byte), dtype=np.uint8)
     mask = (1 << bits) - 1

@@ -198,3 +198,19 @@ def test_onnx_tensor_round_trip_through_numpy_helper() -> None:
         a, b = dmlbridge.prepare(arr), dmlbridge.prepare(back)
         assert np.asarray(a.data).tobytes() == np.asarray(b.data).tobytes()
         assert (a.onnx_type, a.dml_type, a.sizes) == (b.onnx_type, b.dml_type, b.sizes)
+
+
+@pytest.mark.parametrize("dml", ["FLOAT16", "FLOAT32", "FLOAT64"])
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn", "float6_e3m2fn"])
+def test_widening_large_arrays_equals_ml_dtypes(name: str, dml: str) -> None:
+    # More than one 64 Ki block, an odd count (the table tail) and a strided view (the np.take fallback).
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    codes = np.random.default_rng(7).integers(0, 256, 3 * 65536 + 3, dtype=np.uint8)
+    source = np.arange(256, dtype=np.uint8).view(dtype).astype(np.float32).astype(dtype)[codes]
+    target = dmlbridge.Target(supported={dml})
+    for array in (source, source[::-1], source.reshape(3, -1)[:, ::2]):
+        prepared = dmlbridge.prepare(array, target=target)
+        want = array.astype(dmlbridge.DmlDataType[dml].numpy())
+        bits = f"<u{want.dtype.itemsize}"
+        got = prepared.data[: want.nbytes].view(bits)
+        assert np.array_equal(got, want.reshape(-1).view(bits))
