@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.mapping import MappingRow, mapping_table
-from dmlbridge.model import UploadPlan, convert_model, find_mismatches, load_plan, plan_model
+from dmlbridge.model import UploadPlan, _load_plan, convert_model, find_mismatches, plan_model
 from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
@@ -148,9 +148,10 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    plan = load_plan(args.manifest)
+    # A .bin that fails its fingerprint is reported by find_mismatches, with the constants that differ (exit 1).
+    plan = _load_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False)
     if plan.bin_sha256 is not None:
-        plan = load_plan(args.manifest, verify=True)
+        plan = _load_plan(args.manifest, verify=True, bin_path=None, check_fingerprint=False)
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes
     )
@@ -240,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 verification failed, 2 user error, 130 Ctrl-C)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    _escape_unencodable_output()
     try:
         return int(args.run(args))
     except DmlBridgeError as exc:
@@ -255,6 +257,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dmlbridge {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _escape_unencodable_output() -> None:
+    """Constant names come from the model: print the ones the terminal's encoding cannot show as escapes
+    (a Windows console, or output redirected to a file in a legacy code page) instead of failing."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            with contextlib.suppress(Exception):  # a replaced stream (tests, IDEs) may refuse: keep it as it is
+                reconfigure(errors="backslashreplace")
 
 
 def _one_line(text: str) -> str:

@@ -340,7 +340,13 @@ def _densify_proto(
         )
     values = tensor_to_array(sparse.values, reader=reader, max_tensor_bytes=max_tensor_bytes)
     indices = tensor_to_array(sparse.indices, reader=reader, max_tensor_bytes=max_tensor_bytes)
-    return densify_sparse(values, indices, shape, label=f"sparse tensor {key!r}")
+    try:
+        return densify_sparse(values, indices, shape, label=f"sparse tensor {key!r}")
+    except MemoryError:
+        raise TensorTooLargeError(
+            f"sparse tensor {key!r} densifies to {nbytes} bytes ({onnx_type.name} {list(shape)}) and the allocation "
+            "failed; free memory, or set max_tensor_bytes below this size to refuse such tensors up front"
+        ) from None
 
 
 def densify_sparse(values: np.ndarray, indices: np.ndarray, dims: tuple[int, ...] | list[int], *,

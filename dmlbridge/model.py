@@ -10,13 +10,21 @@ Guarantees:
 - Streaming: tensors are decoded and written one at a time (external data through a read-only mmap of just the
   tensor's range), so the memory conversion needs is bounded by the largest tensor, not by the model. (The model
   protobuf itself is parsed into memory by onnx: weights kept inline in a single .onnx file are in memory anyway.)
-- Atomic outputs: both files are written to temporary files beside the targets (``.NAME.XXXX.dmlbridge-tmp``),
-  fsync'd, and renamed into place (.bin, then .json) only when both are complete; Ctrl-C during the two renames
-  is deferred until they are done, and a failed .json rename puts the previous .bin back (through a hard link
-  made just before). On any error or KeyboardInterrupt the temporary files are removed and the previous outputs
-  are untouched. (A SIGKILL or power loss between the two renames can leave the new .bin beside
-  the old .json: ``load_plan`` then refuses the pair when the sizes differ, and always when the manifest carries
-  ``bin_sha256`` and ``verify=True`` is passed.)
+- Atomic outputs: both files are written to temporary files beside the targets
+  (``.NAME.pPID-hHOST.XXXXXXXX.dmlbridge-tmp``: NAME is ``PREFIX.bin`` or ``PREFIX.json``, PID the writing
+  process, HOST a hash of its host name), fsync'd, and renamed into place (.bin, then .json) only when both are
+  complete; Ctrl-C during the two renames is deferred until they are done, and a failed .json rename puts the
+  previous .bin back (through a hard link made just before). On any error or KeyboardInterrupt the temporary
+  files are removed and the previous outputs are untouched.
+- A process killed outright (SIGKILL, power loss) cannot clean up. Its outputs are still whole: each target is
+  absent, the complete previous version or the complete new one, but a kill between the two renames leaves the
+  new .bin beside the previous .json. ``load_plan`` always refuses such a pair: the manifest records
+  ``bin_fingerprint``, a SHA-256 over the .bin's size and sampled bytes (the first and last 64 KiB, the first
+  64 bytes of every entry, 1024 evenly spaced 64-byte samples), taken from the finished temporary file
+  just before the renames and checked on every load (a few reads, whatever the file's size; the full SHA-256
+  of ``checksum=True`` stays opt-in because it reads everything). Its temporary files stay behind, named as
+  above; the next ``convert_model`` into the same prefix removes those whose writer, on this host, is no longer
+  running (POSIX; elsewhere they are left for the user to delete).
 - Outputs never overwrite the model file or one of its external data files.
 - ``load_plan`` never trusts the manifest: every field's type and range, known types, each entry's desc against
   the target's mapping and ``calc_buffer_tensor_size``, alignment, bounds, overlaps and the .bin's size are checked,
@@ -29,12 +37,14 @@ a ModelProto has no directory: its external data is refused unless the caller pa
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
 import secrets
 import signal
+import socket
 import stat
 import sys
 import tempfile
@@ -57,6 +67,7 @@ from dmlbridge.errors import (
     InvalidArgumentError,
     LayoutError,
     ManifestError,
+    TensorTooLargeError,
     UnsupportedTypeError,
 )
 from dmlbridge.external_data import ExternalDataReader, check_location
@@ -89,6 +100,11 @@ _DEFAULT_TARGET = Target()
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _INT64_MAX = 2**63 - 1
+# bin_fingerprint: what is sampled (see the module docstring). Changing any of these changes every fingerprint.
+_FINGERPRINT_TAG = b"dmlbridge-bin-fingerprint-1\x00"
+_FINGERPRINT_EDGE = 64 << 10
+_FINGERPRINT_ENTRY = 64
+_FINGERPRINT_SPREAD = 1024
 
 
 # --- the plan ------------------------------------------------------------------------------------------------
@@ -182,6 +198,7 @@ class UploadPlan:
     bin_sha256: str | None = None
     bin_path: str | None = None
     manifest_path: str | None = None
+    bin_fingerprint: str | None = None
 
     @property
     def converted(self) -> list[PlanEntry]:
@@ -205,6 +222,8 @@ class UploadPlan:
             "min_dims": self.min_dims,
             "total_size": self.total_size,
         }
+        if self.bin_fingerprint is not None:
+            doc["bin_fingerprint"] = self.bin_fingerprint
         if self.bin_sha256 is not None:
             doc["bin_sha256"] = self.bin_sha256
         doc["entries"] = [e.to_json() for e in self.entries.values()]
@@ -519,7 +538,8 @@ def convert_model(
         external_data_root: widen the directory external data files may resolve into (the model's directory
             by default), e.g. to a Hugging Face cache whose files are symlinks into a blobs folder.
         checksum: record the SHA-256 of the .bin (computed while writing) as the manifest's ``bin_sha256``.
-        max_tensor_bytes: refuse (TensorTooLargeError) a constant whose decoded array would be larger.
+        max_tensor_bytes: refuse (TensorTooLargeError) a model with a constant whose decoded array would be
+            larger (checked from the model's dims before any file is created, and again as each is decoded).
         base_dir: the directory external data locations are relative to; default: the model file's directory.
             Needed for external data when ``model`` is bytes or a ModelProto.
 
@@ -546,9 +566,26 @@ def convert_model(
         types.MappingProxyType({e.key: e for e in entries}), target, alignment, min_dims, total, loaded.name,
         loaded.size, _dmlbridge_version(),
     )
+    _refuse_too_large(constants, max_tensor_bytes)
     work = [(c, e) for c, e in zip(constants, entries, strict=True) if e.skipped is None]
-    digest = _write_outputs(plan, work, bin_path, json_path, reader, max_tensor_bytes, checksum, progress)
-    return replace(plan, bin_sha256=digest, bin_path=bin_path, manifest_path=json_path)
+    digest, fingerprint = _write_outputs(
+        plan, work, bin_path, json_path, reader, max_tensor_bytes, checksum, progress
+    )
+    return replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint, bin_path=bin_path, manifest_path=json_path)
+
+
+def _refuse_too_large(constants: list[ModelConstant], max_tensor_bytes: int) -> None:
+    """Refuse, before any output exists, a model with a constant whose decoded array would exceed the limit
+    (even one that would be skipped: a claim that large is a broken or hostile model, e.g. a sparse tensor of
+    2^40 elements)."""
+    for constant in constants:
+        if constant.nbytes > max_tensor_bytes:
+            raise TensorTooLargeError(
+                f"constant {constant.key!r} ({constant.origin}) claims {constant.nbytes} bytes "
+                f"({constant.onnx_type.name} {list(constant.shape)}), more than max_tensor_bytes={max_tensor_bytes} "
+                f"({max_tensor_bytes / 2**30:.3g} GiB; --max-tensor-bytes on the command line); raise the limit if "
+                "you trust this model and have the memory"
+            )
 
 
 def _output_paths(out_prefix: Any) -> tuple[str, str]:
@@ -665,8 +702,10 @@ def _write_outputs(
     max_tensor_bytes: int,
     checksum: bool,
     progress: bool | None,
-) -> str | None:
+) -> tuple[str | None, str]:
+    """Write both outputs atomically; returns the .bin's SHA-256 (when ``checksum``) and its fingerprint."""
     directory = os.path.dirname(os.path.abspath(bin_path))
+    _remove_stale_temps(directory, (bin_path, json_path))
     temps: list[str] = []
     bar = _Progress(progress, plan.total_size, os.path.basename(bin_path))
     try:
@@ -682,8 +721,14 @@ def _write_outputs(
                     bar.update(writer.position - before)
                 file.flush()
                 os.fsync(file.fileno())
+            if writer.position != plan.total_size:
+                raise DmlBridgeError(
+                    f"internal error: wrote {writer.position} bytes but planned {plan.total_size}"
+                )
             digest = writer.hexdigest()
-            manifest = replace(plan, bin_sha256=digest).manifest()
+            # Sampled from the finished file as it is on disk, just before the renames.
+            fingerprint = _bin_fingerprint(tmp_bin, plan.total_size, plan.converted)
+            manifest = replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint).manifest()
             text = manifest_text(manifest)
             tmp_json = _temp_file(directory, json_path, temps)
             with open(tmp_json, "wb") as file:
@@ -699,7 +744,7 @@ def _write_outputs(
                 + (" (the disk is full)" if getattr(exc, "errno", None) in (28, 27) else "")
             ) from exc
         _fsync_directory(directory)
-        return digest
+        return digest, fingerprint
     except BaseException:
         # Failure or Ctrl-C: remove what this call created; the previous outputs were never touched.
         for path in temps:
@@ -726,6 +771,12 @@ def _write_entry(
     except DmlBridgeError as exc:
         # Name the constant: messages from the value checks (ValueRangeError, ...) do not know it.
         raise type(exc)(f"constant {constant.key!r} ({constant.origin}): {exc}") from exc
+    except MemoryError:
+        raise TensorTooLargeError(
+            f"constant {constant.key!r} ({constant.origin}) needs {constant.nbytes} bytes "
+            f"({constant.onnx_type.name} {list(constant.shape)}) and the allocation failed; free memory, or set "
+            "max_tensor_bytes (--max-tensor-bytes) below this size to refuse such constants up front"
+        ) from None
     if (
         prepared.dml_type is not entry.dml_type
         or prepared.sizes != entry.sizes
@@ -766,7 +817,7 @@ def _link_backup(path: str, temps: list[str]) -> str | None:
         return None
     directory, base = os.path.split(os.path.abspath(path))
     for _ in range(8):
-        candidate = os.path.join(directory, f".{base}.{secrets.token_hex(6)}{TEMP_SUFFIX}")
+        candidate = os.path.join(directory, f".{base}.{_owner_tag()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
         try:
             os.link(path, candidate)
         except FileExistsError:
@@ -778,9 +829,105 @@ def _link_backup(path: str, temps: list[str]) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _host_tag() -> str:
+    try:
+        host = socket.gethostname()
+    except OSError:  # pragma: no cover - gethostname does not fail in practice
+        host = ""
+    return hashlib.sha256(host.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def _owner_tag() -> str:
+    """``pPID-hHOST``: who writes a temporary file, so that a later run can tell a dead writer's leftovers."""
+    return f"p{os.getpid()}-h{_host_tag()}"
+
+
+def _temp_pattern(target: str) -> re.Pattern[str]:
+    base = re.escape(os.path.basename(target))
+    return re.compile(rf"^\.{base}\.p([0-9]{{1,10}})-h([0-9a-f]{{8}})\.[A-Za-z0-9_]+{re.escape(TEMP_SUFFIX)}$")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process id we wrote: leave the file alone
+    try:
+        os.kill(pid, 0)  # signal 0: an existence check, nothing is sent (POSIX only: see _remove_stale_temps)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError, ValueError):
+        return True  # EPERM: alive, owned by someone else; anything else: do not guess
+    return True
+
+
+def _remove_stale_temps(directory: str, targets: tuple[str, ...]) -> None:
+    """Remove the temporary files a killed convert_model left for these targets: only names this module makes,
+    written on this host by a process that no longer exists. Never fails (leftovers are harmless)."""
+    if os.name != "posix":
+        return  # os.kill(pid, 0) is not an existence check on Windows (it terminates the process)
+    patterns = [_temp_pattern(t) for t in targets]
+    try:
+        with os.scandir(directory) as listing:
+            names = [entry.name for entry in listing if entry.name.endswith(TEMP_SUFFIX)]
+    except OSError:
+        return
+    own = os.getpid()
+    for name in names:
+        for pattern in patterns:
+            match = pattern.match(name)
+            if match is None:
+                continue
+            pid = int(match.group(1))
+            if match.group(2) != _host_tag() or pid == own or _pid_alive(pid):
+                break
+            path = os.path.join(directory, name)
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    os.unlink(path)
+            break
+
+
+def _bin_fingerprint(bin_file: str, size: int, entries: list[PlanEntry]) -> str:
+    """SHA-256 over the .bin's size and sampled ranges (see the module docstring): cheap at any file size, and
+    different for a .bin that is not the one the manifest was written with (raises OSError on a short read)."""
+    ranges = [(0, min(_FINGERPRINT_EDGE, size)), (max(0, size - _FINGERPRINT_EDGE), size)]
+    for entry in entries:
+        if entry.offset is None or entry.total_tensor_size_in_bytes is None:
+            continue
+        ranges.append((entry.offset, entry.offset + min(_FINGERPRINT_ENTRY, entry.total_tensor_size_in_bytes)))
+    for i in range(_FINGERPRINT_SPREAD):
+        start = i * size // _FINGERPRINT_SPREAD
+        ranges.append((start, min(size, start + _FINGERPRINT_ENTRY)))
+    merged: list[list[int]] = []
+    for start, stop in sorted(r for r in ranges if r[0] < r[1]):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    sha = hashlib.sha256(_FINGERPRINT_TAG + size.to_bytes(8, "little"))
+    # O_NONBLOCK: a FIFO swapped in for the .bin must not block the open; fstat then insists on a regular file.
+    fd = os.open(bin_file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{bin_file!r} is not a regular file")
+        for start, stop in merged:
+            sha.update(start.to_bytes(8, "little") + stop.to_bytes(8, "little"))
+            file.seek(start)
+            want = stop - start
+            while want:
+                chunk = file.read(min(want, _CHUNK))
+                if not chunk:
+                    raise OSError(f"{bin_file!r} ended at byte {stop - want}, before byte {stop}")
+                sha.update(chunk)
+                want -= len(chunk)
+    return sha.hexdigest()
+
+
 def _temp_file(directory: str, target: str, temps: list[str]) -> str:
     try:
-        fd, path = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=TEMP_SUFFIX, dir=directory)
+        fd, path = tempfile.mkstemp(
+            prefix=f".{os.path.basename(target)}.{_owner_tag()}.", suffix=TEMP_SUFFIX, dir=directory
+        )
     except OSError as exc:
         raise DestinationError(f"cannot create a file in {directory!r}: {exc.strerror or exc}") from None
     temps.append(path)
@@ -861,9 +1008,22 @@ def load_plan(
     Every field is checked: format and version, types and ranges, known ONNX/DML types, each converted entry's
     DML type and conversion against the target's mapping, its desc against the layout rules and
     ``calc_buffer_tensor_size``, offsets (aligned, inside the .bin, no overlaps), total_size against the entries
-    and the .bin's real size. ``verify=True`` also checks the .bin's SHA-256 against ``bin_sha256`` (which
+    and the .bin's real size and ``bin_fingerprint`` (sampled bytes: a .bin from another conversion is refused
+    even when its size is the same). ``verify=True`` also checks the .bin's SHA-256 against ``bin_sha256`` (which
     ``convert_model(..., checksum=True)`` records). Any problem raises ManifestError.
     """
+    return _load_plan(manifest_path, verify=verify, bin_path=bin_path, check_fingerprint=True)
+
+
+def _load_plan(
+    manifest_path: str | os.PathLike[str],
+    *,
+    verify: bool,
+    bin_path: str | os.PathLike[str] | None,
+    check_fingerprint: bool,
+) -> UploadPlan:
+    """load_plan; ``check_fingerprint=False`` is for ``dmlbridge verify``, which reports a .bin that does not
+    match its fingerprint as a mismatch (through find_mismatches) along with the constants that differ."""
     if not isinstance(manifest_path, (str, os.PathLike)):
         raise InvalidArgumentError(f"manifest_path must be a path, not {type(manifest_path).__name__}")
     path = os.fspath(manifest_path)
@@ -884,7 +1044,7 @@ def load_plan(
         raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
     document = _parse_json(raw, path)
     plan = _plan_from_manifest(document, f"manifest {path!r}")
-    _check_bin(plan, bin_file, verify)
+    _check_bin(plan, bin_file, verify, check_fingerprint)
     return replace(plan, bin_path=bin_file, manifest_path=path)
 
 
@@ -978,7 +1138,7 @@ def _plan_from_manifest(document: Any, where: str) -> UploadPlan:
     top = _Fields(
         document, where,
         ("format", "format_version", "dmlbridge_version", "source", "target", "alignment", "min_dims",
-         "total_size", "entries"),
+         "total_size", "bin_fingerprint", "entries"),
         ("bin_sha256",),
     )
     if top.get("format") != MANIFEST_FORMAT:
@@ -1001,6 +1161,9 @@ def _plan_from_manifest(document: Any, where: str) -> UploadPlan:
     digest = top.string("bin_sha256", nullable=True)
     if digest is not None and not _SHA256.match(digest):
         raise ManifestError(f"{top.at('bin_sha256')} must be 64 lowercase hex digits, got {digest[:80]!r}")
+    fingerprint = top.string("bin_fingerprint")
+    if not _SHA256.match(fingerprint):
+        raise ManifestError(f"{top.at('bin_fingerprint')} must be 64 lowercase hex digits, got {fingerprint[:80]!r}")
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
         raise ManifestError(f"{top.at('entries')} must be an array, got {_kind(raw_entries)}")
@@ -1027,7 +1190,7 @@ def _plan_from_manifest(document: Any, where: str) -> UploadPlan:
         )
     return UploadPlan(
         types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name, source_size,
-        dmlbridge_version, digest,
+        dmlbridge_version, digest, bin_fingerprint=fingerprint,
     )
 
 
@@ -1126,7 +1289,24 @@ def _entry_from_json(
                      alignment, None)
 
 
-def _check_bin(plan: UploadPlan, bin_file: str, verify: bool) -> None:
+def _fingerprint_problem(plan: UploadPlan, bin_file: str) -> str | None:
+    """Why the .bin does not match the manifest's bin_fingerprint (None when it does)."""
+    if plan.bin_fingerprint is None:
+        return None
+    try:
+        fingerprint = _bin_fingerprint(bin_file, plan.total_size, plan.converted)
+    except OSError as exc:
+        raise ManifestError(f"cannot read the buffer image {bin_file!r}: {exc.strerror or exc}") from None
+    if fingerprint == plan.bin_fingerprint:
+        return None
+    return (
+        f"the buffer image {bin_file!r} does not match the manifest's bin_fingerprint (its sampled bytes "
+        "differ): the .bin was replaced or changed after the manifest was written, e.g. by a conversion "
+        "killed between renaming the .bin and the .json; convert the model again"
+    )
+
+
+def _check_bin(plan: UploadPlan, bin_file: str, verify: bool, check_fingerprint: bool = True) -> None:
     try:
         st = os.stat(bin_file)
     except OSError as exc:
@@ -1138,6 +1318,9 @@ def _check_bin(plan: UploadPlan, bin_file: str, verify: bool) -> None:
             f"the buffer image {bin_file!r} holds {st.st_size} bytes but the manifest's total_size is "
             f"{plan.total_size}; the two files do not belong together (or one was cut short)"
         )
+    problem = _fingerprint_problem(plan, bin_file) if check_fingerprint else None
+    if problem is not None:
+        raise ManifestError(problem)
     if not verify:
         return
     if plan.bin_sha256 is None:
@@ -1170,7 +1353,8 @@ def find_mismatches(
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
     limit: int = 1000,
 ) -> list[str]:
-    """Where a written plan and a model's constants differ, one message each (empty when they agree).
+    """Where a written plan and a model's constants differ, one message each (empty when they agree); the
+    first says so when the .bin no longer matches the manifest's bin_fingerprint.
 
     The engine of :meth:`UploadPlan.verify`; the model is read one constant at a time.
     """
@@ -1181,6 +1365,9 @@ def find_mismatches(
     constants = find_constants(loaded.proto)
     _need_reader(constants, reader)
     problems: list[str] = []
+    fingerprint = _fingerprint_problem(plan, plan.bin_path)
+    if fingerprint is not None:
+        problems.append(fingerprint)
     keys = {c.key for c in constants}
     for key in plan.entries:
         if key not in keys:

@@ -4,6 +4,7 @@ one-line errors on stderr, and ``--json`` output parsed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,7 +106,8 @@ def test_convert_default_prefix_then_verify(sample: Path, tmp_path: Path) -> Non
     data[doc["entries"][0]["offset"]] ^= 0x40
     (tmp_path / "sample.dml.bin").write_bytes(bytes(data))
     bad = run("verify", tmp_path / "sample.dml.json", model)
-    assert bad.returncode == 1 and "mismatch: 'w_float'" in bad.stderr and "FAILED: 1 mismatches" in bad.stderr
+    assert bad.returncode == 1 and "mismatch: 'w_float'" in bad.stderr and "FAILED: 2 mismatches" in bad.stderr
+    assert "bin_fingerprint" in bad.stderr  # the .bin no longer matches its manifest's sampled fingerprint
 
 
 def test_convert_options_reach_the_manifest(small: Path, tmp_path: Path) -> None:
@@ -181,3 +183,19 @@ def test_user_errors(small: Path, tmp_path: Path, args: list[str], words: list[s
     (tmp_path / "garbage.json").write_text("{not json")
     filled = [a.format(tmp=tmp_path, small=small) for a in args]
     one_line_error(run(*filled), *words)
+
+
+def test_names_the_terminal_cannot_show_are_escaped_not_a_traceback(tmp_path: Path) -> None:
+    # A Windows console or a file in a legacy code page cannot encode every constant name a model may carry.
+    inits = [numpy_helper.from_array(np.ones(2, np.float32), "poids_é_权重")]
+    path = tmp_path / "模型.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    env = dict(os.environ, PYTHONIOENCODING="ascii")
+    for args in (["inspect", path], ["convert", path, "-o", tmp_path / "out"], ["verify", tmp_path / "out.json", path]):
+        result = subprocess.run([sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True,
+                                text=True, timeout=120, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+    inspect = subprocess.run([sys.executable, "-m", "dmlbridge", "inspect", str(path)], capture_output=True,
+                             text=True, timeout=120, env=env)
+    assert "poids_\\xe9_\\u6743\\u91cd" in inspect.stdout

@@ -587,9 +587,11 @@ def _seed_tensors() -> list[bytes]:
 
 
 SEEDS = _seed_tensors()
+# DMLBRIDGE_FUZZ_EXAMPLES (e.g. 20000) runs every fuzz test of the suite longer.
+FUZZ_EXAMPLES = os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES")
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(FUZZ_EXAMPLES or 400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.sampled_from(SEEDS),
     edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255), st.sampled_from("xdit")), max_size=6),
@@ -616,7 +618,7 @@ def test_fuzz_mutated_tensors(seed, edits):
     _decode_only_dmlbridge_errors(tensor)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=int(FUZZ_EXAMPLES or 300), deadline=None)
 @given(
     data_type=st.integers(-3, 40),
     dims=st.lists(st.one_of(st.integers(-3, 9), st.sampled_from([2**31, 2**40, 2**62, 2**63 - 1])), max_size=4),
@@ -624,9 +626,17 @@ def test_fuzz_mutated_tensors(seed, edits):
     field=st.sampled_from(["float_data", "int32_data", "int64_data", "uint64_data", "double_data", "string_data"]),
     count=st.integers(0, 12),
     value=st.integers(-(2**31), 2**31 - 1),
+    name=st.sampled_from([b"fuzz", b"", b"\xff\xfe", b"w\xc3", "权重".encode(), b"x" * 300]),
+    external=st.one_of(st.none(), st.lists(st.tuples(
+        st.sampled_from(["location", "offset", "length", "checksum", "other"]),
+        st.sampled_from(["w.bin", "../w.bin", "/etc/passwd", "0", "-1", "4", "9" * 30, "", "0" * 40])), max_size=4)),
 )
-def test_fuzz_random_tensors(data_type, dims, raw, field, count, value):
-    tensor = TensorProto(name="fuzz", data_type=data_type, dims=dims)
+def test_fuzz_random_tensors(data_type, dims, raw, field, count, value, name, external):
+    tensor = TensorProto(name=_PLACEHOLDER, data_type=data_type, dims=dims)
+    if external is not None:
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, entry_value in external:
+            tensor.external_data.add(key=key, value=entry_value)
     if raw is not None:
         tensor.raw_data = raw
     container = getattr(tensor, field)
@@ -636,7 +646,25 @@ def test_fuzz_random_tensors(data_type, dims, raw, field, count, value):
         container.extend([value % 2**64] * count)
     else:
         container.extend([value] * count)
+    # Names that are not UTF-8 can only come from the wire: swap the placeholder's bytes in the serialized form.
+    field = b"\x42" + bytes([len(_PLACEHOLDER)]) + _PLACEHOLDER.encode()
+    data = tensor.SerializeToString()
+    assert data.count(field) == 1
+    tensor = TensorProto()
+    tensor.ParseFromString(data.replace(field, b"\x42" + _varint(len(name)) + name))
     _decode_only_dmlbridge_errors(tensor)
+
+
+_PLACEHOLDER = "name-placeholder-7f3a9c21"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
 
 
 def _decode_only_dmlbridge_errors(tensor: TensorProto) -> None:
