@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["DML_BUFFER_TENSOR_DESC", "DML_TENSOR_DESC", "DML_TENSOR_TYPE_BUFFER", "make_buffer_tensor_desc"]
+__all__ = [
+    "DML_BUFFER_TENSOR_DESC",
+    "DML_TENSOR_DESC",
+    "DML_TENSOR_TYPE_BUFFER",
+    "buffer_tensor_desc_fields",
+    "make_buffer_tensor_desc",
+]
 
 DML_TENSOR_TYPE_BUFFER = 1
 
@@ -43,6 +50,26 @@ class DML_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
         desc = cls(DML_TENSOR_TYPE_BUFFER, ctypes.addressof(buffer_desc))
         desc.buffer_desc = buffer_desc
         return desc
+
+
+def buffer_tensor_desc_fields(
+    data_type: int,
+    flags: int,
+    sizes: Sequence[int],
+    strides: Sequence[int] | None,
+    total_tensor_size_in_bytes: int,
+    guaranteed_base_offset_alignment: int,
+) -> dict[str, Any]:
+    """The DML_BUFFER_TENSOR_DESC fields as a JSON-friendly dict, by their DirectML names."""
+    return {
+        "DataType": int(data_type),
+        "Flags": flags,
+        "DimensionCount": len(sizes),
+        "Sizes": list(sizes),
+        "Strides": None if strides is None else list(strides),
+        "TotalTensorSizeInBytes": total_tensor_size_in_bytes,
+        "GuaranteedBaseOffsetAlignment": guaranteed_base_offset_alignment,
+    }
 
 
 def make_buffer_tensor_desc(

@@ -16,7 +16,12 @@ from numpy.lib.stride_tricks import as_strided
 
 from dmlbridge.buffers import as_writable_bytes
 from dmlbridge.decode import decode, read_elements, restore_values
-from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, make_buffer_tensor_desc
+from dmlbridge.descs import (
+    DML_BUFFER_TENSOR_DESC,
+    DML_TENSOR_DESC,
+    buffer_tensor_desc_fields,
+    make_buffer_tensor_desc,
+)
 from dmlbridge.errors import (
     DestinationError,
     InvalidArgumentError,
@@ -72,15 +77,14 @@ class PreparedTensor:
 
     def desc(self) -> dict[str, Any]:
         """The DML_BUFFER_TENSOR_DESC fields, by their DirectML names."""
-        return {
-            "DataType": int(self.dml_type),
-            "Flags": self.flags,
-            "DimensionCount": len(self.sizes),
-            "Sizes": list(self.sizes),
-            "Strides": None if self.strides is None else list(self.strides),
-            "TotalTensorSizeInBytes": self.total_tensor_size_in_bytes,
-            "GuaranteedBaseOffsetAlignment": self.guaranteed_base_offset_alignment,
-        }
+        return buffer_tensor_desc_fields(
+            self.dml_type,
+            self.flags,
+            self.sizes,
+            self.strides,
+            self.total_tensor_size_in_bytes,
+            self.guaranteed_base_offset_alignment,
+        )
 
     def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
         """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit); it keeps its Sizes and Strides arrays alive."""
