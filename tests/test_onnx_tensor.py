@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
+import dmlbridge
 from dmlbridge.errors import (
     DmlBridgeError,
     ExternalDataError,
@@ -684,3 +685,40 @@ def _decode_only_dmlbridge_errors(tensor: TensorProto) -> None:
         assert [v.rstrip("\x00") for v in got.flat] == list(ref.flat)
     else:
         assert_same(got, ref, "fuzz")
+
+
+def test_onnx_corpus_encodes_like_the_reference(corpus):
+    """Every corpus tensor dmlbridge can prepare gives the bytes and desc of the per-element reference encoder
+    (tests/reference.py, which shares no code with dmlbridge); the ones it refuses, the reference refuses too.
+    Large tensors are cut to their first 4096 elements: the reference is deliberately slow."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import reference as ref
+
+    checked, refused, mismatches = 0, 0, []
+    for label, tensor in corpus:
+        try:
+            array = numpy_helper.to_array(tensor)
+        except Exception:  # noqa: BLE001 - onnx cannot decode it either
+            continue
+        if array.dtype.kind in "OUSc":
+            continue
+        if array.size > 4096:
+            array = np.ascontiguousarray(array.reshape(-1)[:4096])
+            tensor = numpy_helper.from_array(array, tensor.name)
+        try:
+            want = ref.prepare(array)
+        except ref.RefError as exc:
+            with pytest.raises(DmlBridgeError):
+                dmlbridge.prepare(tensor)
+            refused += 1
+            assert type(exc).__name__ in ("LayoutError", "UnsupportedTypeError"), label
+            continue
+        got = dmlbridge.prepare(tensor)
+        fields = (int(got.dml_type), got.conversion, list(got.sizes), got.total_tensor_size_in_bytes)
+        if fields != (want["dml_type"], want["conversion"], list(want["sizes"]), want["total_tensor_size_in_bytes"]):
+            mismatches.append(f"{label}: desc {fields}")
+        elif got.data.tobytes() != want["data"]:
+            mismatches.append(f"{label}: bytes differ")
+        checked += 1
+    assert not mismatches, f"{len(mismatches)} of {checked} differ, e.g. {mismatches[:5]}"
+    assert checked > 8000 and refused < 200, (checked, refused)
