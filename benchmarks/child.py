@@ -72,7 +72,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         with open(job["dst"], "rb+") as f:
             os.fsync(f.fileno())
     elif kind == "dmlbridge":
-        convert_model(job["model"], job["out"], progress=False)
+        # "fsync" is passed only when the job sets it (False): older convert_models have no such keyword.
+        options = {"fsync": job["fsync"]} if "fsync" in job else {}
+        convert_model(job["model"], job["out"], progress=False, **options)
     elif kind == "diy_onnx":
         diy.convert_with_onnx(job["model"], job["out"])
     elif kind == "diy_onnx_ir":

@@ -92,14 +92,25 @@ def make_constants_model(folder: Path, count: int, seed: int = 0) -> Path:
     return path
 
 
+# The two ways convert_model runs: without fsync (compared with shutil.copyfile, the floor of the issue's target:
+# every byte read once and written once) and with it, the default (compared with copyfile + fsync).
+NO_FSYNC = "convert_model(fsync=False)"
+FSYNC = "convert_model()"
+
+
 def _contenders(model: Path, out: Path) -> dict[str, dict[str, Any]]:
-    """The child jobs of case 5, by name: the file floors, convert_model, the do-it-yourself converters."""
+    """The child jobs of case 5, by name: the file floors, convert_model both ways, the do-it-yourself converters.
+
+    The order is the order of each A B A B round: each convert_model next to its floor.
+    """
     data, copy = os.fspath(model.parent / "model.data"), os.fspath(out) + ".copy"
+    convert = {"kind": "dmlbridge", "model": os.fspath(model), "out": os.fspath(out)}
     jobs = {
         "shutil.copyfile": {"kind": "copyfile", "src": data, "dst": copy},
-        # convert_model fsyncs its outputs before renaming them into place; this floor does the same.
+        NO_FSYNC: {**convert, "fsync": False},
+        # convert_model() fsyncs its outputs before renaming them into place; this floor does the same.
         "copyfile + fsync": {"kind": "copyfile_fsync", "src": data, "dst": copy},
-        "convert_model": {"kind": "dmlbridge", "model": os.fspath(model), "out": os.fspath(out)},
+        FSYNC: convert,
         "DIY onnx": {"kind": "diy_onnx", "model": os.fspath(model), "out": os.fspath(out)},
     }
     try:
@@ -128,44 +139,37 @@ def _ab_runs(jobs: dict[str, dict[str, Any]], rounds: int, out: Path) -> dict[st
     return reports
 
 
-def _rows(
+def _series(reports: dict[str, list[dict[str, Any]]], name: str, key: str) -> list[float]:
+    return [r[key] for r in reports[name]]
+
+
+def _time_row(
     case: str,
     size: int,
     reports: dict[str, list[dict[str, Any]]],
-    limits: Mapping[str, float | None],
-    rss_limit: float | None,
+    dml: str,
+    peers: Mapping[str, float | None],
     notes: list[str],
-) -> list[Row]:
-    """A time row and a peak-RSS-growth row from the child reports."""
+) -> Row:
+    """A wall-time row: the convert_model job ``dml`` against ``peers`` (name -> limit on dml/peer), those run."""
+    runs = _series(reports, dml, "seconds")
+    row = Row(case, size, dml, median(runs), runs=runs, notes=notes)
+    for name, limit in peers.items():
+        if name in reports:
+            times = _series(reports, name, "seconds")
+            row.peers.append(Peer(name, median(times), limit, times))
+    return row
 
-    def series(name: str, key: str) -> list[float]:
-        return [r[key] for r in reports[name]]
 
-    time_row = Row(
-        f"{case} wall time",
-        size,
-        "convert_model",
-        median(series("convert_model", "seconds")),
-        runs=series("convert_model", "seconds"),
-        notes=notes,
-    )
-    rss_row = Row(
-        f"{case} peak RSS growth",
-        size,
-        "convert_model",
-        median(series("convert_model", "rss_growth_mib")),
-        unit="MiB",
-        abs_limit=rss_limit,
-        runs=series("convert_model", "rss_growth_mib"),
-    )
+def _rss_row(case: str, size: int, reports: dict[str, list[dict[str, Any]]], dml: str, rss_limit: float | None) -> Row:
+    """A peak-RSS-growth row: ``dml`` against the other converters (the file copies are not converters)."""
+    growth = _series(reports, dml, "rss_growth_mib")
+    row = Row(case, size, dml, median(growth), unit="MiB", abs_limit=rss_limit, runs=growth)
     for name in reports:
-        if name == "convert_model":
-            continue
-        time_row.peers.append(Peer(name, median(series(name, "seconds")), limits.get(name), series(name, "seconds")))
-        if not name.startswith(("shutil.copyfile", "copyfile")):
-            growth = series(name, "rss_growth_mib")
-            rss_row.peers.append(Peer(name, median(growth), None, growth))
-    return [time_row, rss_row]
+        if name != dml and name.startswith("DIY"):
+            peer = _series(reports, name, "rss_growth_mib")
+            row.peers.append(Peer(name, median(peer), None, peer))
+    return row
 
 
 def models(settings: Settings) -> Result:
@@ -177,47 +181,57 @@ def models(settings: Settings) -> Result:
     total = settings.model_tensors * settings.model_tensor_bytes
     what = f"{settings.model_tensors} × {settings.model_tensor_bytes // MiB or settings.model_tensor_bytes} "
     what += "MiB" if settings.model_tensor_bytes >= MiB else "B"
+    runs = "each run in a fresh process, A B A B, page cache warm"
     rows: Result = []
     try:
         model = make_external_model(folder, settings.model_tensors, settings.model_tensor_bytes)
         reports = _ab_runs(_contenders(model, out), settings.model_rounds, out)
-        limits = {"shutil.copyfile": 1.3, "DIY onnx": 1.0, "DIY onnx_ir": 1.0}
-        rows += _rows(
-            "5 convert float32 external",
-            total,
-            reports,
-            limits,
-            256.0,
-            [f"{what} float32 tensors; each run in a fresh process, A B A B, page cache warm"],
-        )
+        case = "5 convert float32 external"
+        rows += [
+            _time_row(
+                f"{case} wall time, no fsync", total, reports, NO_FSYNC,
+                {"shutil.copyfile": 1.3, "DIY onnx": 1.0, "DIY onnx_ir": 1.0},
+                [f"{what} float32 tensors; {runs}; the do-it-yourself converters do not fsync either"],
+            ),
+            _time_row(
+                f"{case} wall time, fsync", total, reports, FSYNC, {"copyfile + fsync": None},
+                ["the default: outputs flushed to the disk before they are renamed into place"],
+            ),
+            _rss_row(f"{case} peak RSS growth", total, reports, FSYNC, 256.0),
+        ]
         shutil.rmtree(folder)
         model = make_external_model(folder, settings.model_tensors, settings.model_tensor_bytes, mixed=True)
         jobs = _contenders(model, out)
-        if settings.quick:  # the code path only: one child instead of four
-            jobs = {"convert_model": jobs["convert_model"]}
+        if settings.quick:  # the code path only: one child instead of six
+            jobs = {FSYNC: jobs[FSYNC]}
         reports = _ab_runs(jobs, max(1, settings.model_rounds - 2), out)
-        rows += _rows(
-            "5 convert INT4+FLOAT8 external",
-            total,
-            reports,
-            {},
-            None,
-            ["half INT4 (repacked), half FLOAT8E4M3FN (widened to FLOAT16: 1.5× the bytes out)"],
-        )
+        case = "5 convert INT4+FLOAT8 external"
+        notes = ["half INT4 (copied as they are), half FLOAT8E4M3FN (widened to FLOAT16: 1.5× the bytes out)"]
+        if NO_FSYNC in reports:
+            rows.append(
+                _time_row(f"{case} wall time, no fsync", total, reports, NO_FSYNC,
+                          {"shutil.copyfile": None, "DIY onnx": None, "DIY onnx_ir": None}, notes)
+            )
+        rows += [
+            _time_row(f"{case} wall time, fsync", total, reports, FSYNC, {"copyfile + fsync": None},
+                      [] if NO_FSYNC in reports else notes),
+            _rss_row(f"{case} peak RSS growth", total, reports, FSYNC, None),
+        ]
         if settings.large_model:
             shutil.rmtree(folder)
             count = 4 * settings.model_tensors
             model = make_external_model(folder, count, settings.model_tensor_bytes)
             jobs = _contenders(model, out)
-            reports = _ab_runs({k: jobs[k] for k in ("shutil.copyfile", "copyfile + fsync", "convert_model")}, 1, out)
-            rows += _rows(
-                "5 convert float32 external ×4",
-                count * settings.model_tensor_bytes,
-                reports,
-                {"shutil.copyfile": 1.3},
-                256.0,
-                ["memory must not grow with the model"],
-            )
+            chosen = ("shutil.copyfile", NO_FSYNC, "copyfile + fsync", FSYNC)
+            reports = _ab_runs({k: jobs[k] for k in chosen}, 1, out)
+            case = "5 convert float32 external ×4"
+            size = count * settings.model_tensor_bytes
+            rows += [
+                _time_row(f"{case} wall time, no fsync", size, reports, NO_FSYNC, {"shutil.copyfile": 1.3},
+                          ["memory must not grow with the model"]),
+                _time_row(f"{case} wall time, fsync", size, reports, FSYNC, {"copyfile + fsync": None}, []),
+                _rss_row(f"{case} peak RSS growth", size, reports, FSYNC, 256.0),
+            ]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return rows

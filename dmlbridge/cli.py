@@ -135,7 +135,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     plan = convert_model(
         args.model, prefix, target=_target_from(args), alignment=args.alignment, min_dims=args.min_dims,
         progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
-        checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes,
+        checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
     )
     if not args.quiet:
         for entry in plan.skipped:
@@ -221,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
     convert.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
                          help="refuse constants larger than N bytes (default 16 GiB)")
+    convert.add_argument("--no-fsync", action="store_true",
+                         help="do not flush the outputs to the disk before renaming them into place (faster; still "
+                         "atomic if the process dies, but a power loss may leave an empty or partial output)")
     convert.set_defaults(run=_cmd_convert)
 
     verify = commands.add_parser("verify", help="check that an upload plan matches a model bit for bit")

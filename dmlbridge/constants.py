@@ -30,7 +30,13 @@ import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
-from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, tensor_info, tensor_to_array
+from dmlbridge.onnx_tensor import (
+    DEFAULT_MAX_TENSOR_BYTES,
+    TensorInfo,
+    _decode_known,
+    tensor_info,
+    tensor_to_array,
+)
 from dmlbridge.types import OnnxDataType
 
 __all__ = ["ConstantKind", "ModelConstant", "densify_sparse", "find_constants", "iter_external_tensors"]
@@ -121,6 +127,9 @@ class ModelConstant:
     nbytes: int
     storage: str
     proto: Any = field(repr=False)
+    # The TensorInfo found by the scan (initializers and Constant ``value`` tensors): decoding does not redo
+    # the checks. None for other kinds, and for constants made by hand.
+    _info: TensorInfo | None = field(default=None, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -148,6 +157,8 @@ class ModelConstant:
         """
         kind = self.kind
         if kind in ("initializer", "value"):
+            if self._info is not None:
+                return _decode_known(self.proto, self._info, reader=reader, max_tensor_bytes=max_tensor_bytes)
             return tensor_to_array(self.proto, reader=reader, max_tensor_bytes=max_tensor_bytes)
         if kind in ("sparse_initializer", "sparse_value"):
             return _densify_proto(self.proto, self.onnx_type, self.shape, reader, max_tensor_bytes, self.key)
@@ -169,18 +180,9 @@ class ModelConstant:
         return values.reshape(self.shape)
 
 
-@dataclass
-class _Found:
-    base: str  # the key before de-duplication: scope/name
-    name: str
-    scope: str
-    kind: ConstantKind
-    origin: str
-    onnx_type: OnnxDataType
-    shape: tuple[int, ...]
-    nbytes: int
-    storage: str
-    proto: Any
+# What the scan finds, before keys are made unique: (base key, name, scope, kind, origin, onnx_type, shape, nbytes,
+# storage, proto, info). Plain tuples: a model can hold 100,000 constants.
+_Found = tuple[str, str, str, str, str, OnnxDataType, tuple[int, ...], int, str, Any, "TensorInfo | None"]
 
 
 def find_constants(model: Any) -> list[ModelConstant]:
@@ -217,20 +219,22 @@ def _key(scope: str, name: str) -> str:
 def _scan_graph(graph: Any, scope: str, found: list[_Found], depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise TensorProtoError(f"subgraphs are nested more than {_MAX_DEPTH} deep at {scope!r}")
+    where = _where(scope)
+    origin = "initializer" + where
     for index, tensor in enumerate(graph.initializer):
-        name = _text(tensor.name)
         info = tensor_info(tensor)
+        name = info.name  # the tensor's name, decoded as _text does
         found.append(
-            _Found(_key(scope, name or f"<unnamed {index}>"), name, scope, "initializer", "initializer" + _where(scope),
-                   info.onnx_type, info.shape, info.nbytes, info.storage, tensor)
+            (_key(scope, name or f"<unnamed {index}>"), name, scope, "initializer", origin, info.onnx_type,
+             info.shape, info.nbytes, info.storage, tensor, info)
         )
     for index, sparse in enumerate(graph.sparse_initializer):
         name = _text(sparse.values.name)
         label = f"sparse initializer {name!r}" if name else f"sparse initializer #{index}"
-        onnx_type, shape, nbytes = _sparse_info(sparse, label + _where(scope))
+        onnx_type, shape, nbytes = _sparse_info(sparse, label + where)
         found.append(
-            _Found(_key(scope, name or f"<unnamed sparse {index}>"), name, scope, "sparse_initializer",
-                   "sparse_initializer" + _where(scope), onnx_type, shape, nbytes, "sparse", sparse)
+            (_key(scope, name or f"<unnamed sparse {index}>"), name, scope, "sparse_initializer",
+             "sparse_initializer" + where, onnx_type, shape, nbytes, "sparse", sparse, None)
         )
     _scan_nodes(graph.node, scope, found, depth)
 
@@ -238,67 +242,100 @@ def _scan_graph(graph: Any, scope: str, found: list[_Found], depth: int) -> None
 def _scan_nodes(nodes: Any, scope: str, found: list[_Found], depth: int) -> None:
     for index, node in enumerate(nodes):
         op_type = _text(node.op_type)
-        node_name = _text(node.name)
+        values: list[tuple[str, Any]] | None = None
         if op_type == "Constant" and _text(node.domain) in ("", "ai.onnx"):
-            constant = _constant_node(node, index, scope)
+            values = []
+        subgraphs: list[tuple[Any, Any]] | None = None
+        for attr in node.attribute:  # one pass: the Constant's value attributes and any subgraphs
+            if values is not None:
+                attr_name = _text(attr.name)
+                if attr_name in _ATTR_TYPES:
+                    values.append((attr_name, attr))
+            if attr.HasField("g"):
+                subgraphs = subgraphs or []
+                subgraphs.append((attr, None))
+            graphs = attr.graphs
+            if graphs:
+                subgraphs = subgraphs or []
+                subgraphs.append((attr, graphs))
+        if values is not None:
+            constant = _constant_node(node, values, index, scope)
             if constant is not None:
                 found.append(constant)
-        segment = node_name or f"{op_type}_{index}"
-        prefix = f"{scope}/{segment}" if scope else segment
-        for attr in node.attribute:
-            attr_name = _text(attr.name)
-            if attr.HasField("g"):
-                _scan_graph(attr.g, f"{prefix}/{attr_name}", found, depth + 1)
-            for k, graph in enumerate(attr.graphs):
-                _scan_graph(graph, f"{prefix}/{attr_name}[{k}]", found, depth + 1)
+        if subgraphs:
+            prefix = _node_path(node, op_type, index, scope)
+            for attr, graphs in subgraphs:
+                attr_name = _text(attr.name)
+                if graphs is None:
+                    _scan_graph(attr.g, f"{prefix}/{attr_name}", found, depth + 1)
+                else:
+                    for k, graph in enumerate(graphs):
+                        _scan_graph(graph, f"{prefix}/{attr_name}[{k}]", found, depth + 1)
 
 
-def _constant_node(node: Any, index: int, scope: str) -> _Found | None:
-    node_name = _text(node.name)
-    label = f"Constant node {node_name!r}" if node_name else f"Constant node #{index}"
-    where = label + _where(scope)
+def _node_path(node: Any, op_type: str, index: int, scope: str) -> str:
+    """The scope of a node's subgraphs: the node's name (or ``{op_type}_{index}``) under the enclosing scope."""
+    segment = _text(node.name) or f"{op_type}_{index}"
+    return f"{scope}/{segment}" if scope else segment
+
+
+def _constant_node(node: Any, values: list[tuple[str, Any]], index: int, scope: str) -> _Found | None:
+    """The constant of a Constant node, from its attributes named like a value (``values``, in node order)."""
     present = []
     references = 0
-    for attr in node.attribute:
-        attr_name = _text(attr.name)
-        if attr_name not in _ATTR_TYPES:
-            continue
+    for attr_name, attr in values:
+        code = _ATTR_TYPES[attr_name]
         if attr.ref_attr_name:
             references += 1  # a function body's placeholder for a caller's attribute: no value here
             continue
-        if attr.type not in (0, _ATTR_TYPES[attr_name]):
+        if attr.type not in (0, code):
             raise TensorProtoError(
-                f"{where}: attribute {attr_name!r} has type {attr.type}, but {attr_name} must be "
-                f"AttributeProto type {_ATTR_TYPES[attr_name]}"
+                f"{_constant_where(node, index, scope)}: attribute {attr_name!r} has type {attr.type}, but "
+                f"{attr_name} must be AttributeProto type {code}"
             )
         present.append((attr_name, attr))
     if not present:
         if references:
             return None
-        raise TensorProtoError(f"{where} has no value attribute (value, value_float(s), value_int(s), ...)")
+        raise TensorProtoError(
+            f"{_constant_where(node, index, scope)} has no value attribute (value, value_float(s), value_int(s), ...)"
+        )
     if len(present) > 1:
         names = ", ".join(name for name, _ in present)
-        raise TensorProtoError(f"{where} has several value attributes ({names}); a Constant has exactly one")
+        raise TensorProtoError(
+            f"{_constant_where(node, index, scope)} has several value attributes ({names}); a Constant has exactly one"
+        )
     kind, attr = present[0]
-    name = _text(node.output[0]) if len(node.output) else ""
+    node_name = _text(node.name)
+    label = f"Constant node {node_name!r}" if node_name else f"Constant node #{index}"
+    outputs = node.output
+    name = _text(outputs[0]) if len(outputs) else ""
     origin = f"{label} ({kind})" + _where(scope)
     shape: tuple[int, ...]
     storage: str
+    info = None
     if kind == "value":
-        info = tensor_info(attr.t)
+        proto = attr.t
+        info = tensor_info(proto)
         onnx_type, shape, nbytes, storage = info.onnx_type, info.shape, info.nbytes, info.storage
     elif kind == "sparse_value":
-        onnx_type, shape, nbytes = _sparse_info(attr.sparse_tensor, where)
+        proto = attr.sparse_tensor
+        onnx_type, shape, nbytes = _sparse_info(proto, label + _where(scope))
         storage = "sparse"
     else:
+        proto = attr  # the attribute itself, for the list and scalar forms
         onnx_type = _ATTR_ONNX_TYPE[kind]
         shape = (len(getattr(attr, _ATTR_FIELD[kind])),) if kind.endswith("s") else ()
         nbytes = math.prod(shape) * onnx_type.numpy().itemsize
         storage = "attribute"
     base = _key(scope, name or f"<unnamed {index}>")
-    # proto: the TensorProto / SparseTensorProto itself, or the attribute for the list and scalar forms.
-    proto = attr.t if kind == "value" else attr.sparse_tensor if kind == "sparse_value" else attr
-    return _Found(base, name, scope, kind, origin, onnx_type, shape, nbytes, storage, proto)  # type: ignore[arg-type]
+    return (base, name, scope, kind, origin, onnx_type, shape, nbytes, storage, proto, info)
+
+
+def _constant_where(node: Any, index: int, scope: str) -> str:
+    node_name = _text(node.name)
+    label = f"Constant node {node_name!r}" if node_name else f"Constant node #{index}"
+    return label + _where(scope)
 
 
 def _sparse_info(sparse: Any, where: str) -> tuple[OnnxDataType, tuple[int, ...], int]:
@@ -412,32 +449,42 @@ def densify_sparse(values: np.ndarray, indices: np.ndarray, dims: tuple[int, ...
     return dense.reshape(shape)
 
 
+_FIELDS = ("key", "name", "scope", "kind", "origin", "onnx_type", "shape", "nbytes", "storage", "proto", "_info")
+_new = object.__new__
+
+
 def _assign_keys(found: list[_Found]) -> list[ModelConstant]:
-    # A key made for a duplicate must not take one that occurs elsewhere in the model.
-    taken = {f.base for f in found}
-    seen: set[str] = set()
+    fields = _FIELDS
     result = []
+    keys = [item[0] for item in found]
+    if len(set(keys)) != len(keys):
+        # A key made for a duplicate must not take one that occurs elsewhere in the model.
+        taken = set(keys)
+        seen: set[str] = set()
+        for position, item in enumerate(found):
+            key = item[0]
+            if key in seen:
+                n = 2
+                while f"{key}#{n}" in taken:
+                    n += 1
+                key = f"{key}#{n}"
+                taken.add(key)
+                found[position] = (key, *item[1:])
+            seen.add(key)
     for item in found:
-        key = item.base
-        if key in seen:
-            n = 2
-            while f"{item.base}#{n}" in taken:
-                n += 1
-            key = f"{item.base}#{n}"
-            taken.add(key)
-        seen.add(key)
-        result.append(
-            ModelConstant(
-                key, item.name, item.scope, item.kind, item.origin, item.onnx_type, item.shape, item.nbytes,
-                item.storage, item.proto,
-            )
-        )
+        # ModelConstant(*item) without the frozen dataclass's per-field object.__setattr__ (2x faster).
+        constant = _new(ModelConstant)
+        constant.__dict__.update(zip(fields, item, strict=True))
+        result.append(constant)
     return result
 
 
 def iter_external_tensors(constants: list[ModelConstant]) -> Iterator[Any]:
     """The TensorProtos among ``constants`` that keep their data in external files."""
     for constant in constants:
+        storage = constant.storage
+        if storage == "attribute" or (storage in ("raw", "typed") and constant._info is not None):
+            continue  # no TensorProto, or one the scan found in raw_data or a typed field
         for tensor in constant.tensors():
             if tensor.data_location == 1:  # TensorProto.EXTERNAL
                 yield tensor

@@ -25,6 +25,8 @@ hostile. The rules (each refusal is an :class:`~dmlbridge.errors.ExternalDataErr
   with positioned reads into a fresh array; never the whole file. A file that shrinks under the reader is an
   error. (As with every mmap-based loader, truncating a file *while* its mapped array is in use is outside this
   guarantee: the kernel answers with SIGBUS. Pass ``use_mmap=False`` to copy instead.)
+  :meth:`ExternalDataReader.copy_to` instead has the kernel copy the range into another file
+  (``copy_file_range``, else ``sendfile``), after the same checks; a file that shrinks is an error there too.
 """
 
 from __future__ import annotations
@@ -234,6 +236,41 @@ class ExternalDataReader:
 
     def read(self, tensor: Any, nbytes: int) -> np.ndarray:
         """The ``nbytes`` bytes of a tensor's external data as a read-only 1-D uint8 array."""
+        fd, offset, where = self._open_checked(tensor, nbytes)
+        try:
+            if nbytes == 0:
+                return _readonly(np.empty(0, np.uint8))
+            if self._use_mmap:
+                mapped = self._map(fd, offset, nbytes)
+                if mapped is not None:
+                    return mapped
+            return self._copy(fd, offset, nbytes, where)
+        finally:
+            os.close(fd)
+
+    def copy_to(self, tensor: Any, nbytes: int, out_fd: int, count: int | None = None) -> int:
+        """Copy the first ``count`` (default: all ``nbytes``) bytes of a tensor's external data to ``out_fd``, at
+        its current position, inside the kernel (``os.copy_file_range``, else ``os.sendfile``): no mapping and
+        no copy through user space. The file is opened and checked exactly as :meth:`read` does.
+
+        Returns how many bytes were copied: fewer than ``count`` (often 0) when the kernel cannot copy between
+        these two files, and the caller writes the rest itself. A file that shrinks is an ExternalDataError; an
+        error writing ``out_fd`` is raised as the OSError it is.
+        """
+        want = nbytes if count is None else count
+        if not 0 <= want <= nbytes:
+            raise InvalidArgumentError(f"count must be between 0 and {nbytes}, got {count!r}")
+        fd, offset, where = self._open_checked(tensor, nbytes)
+        try:
+            return _kernel_copy(fd, offset, want, out_fd, nbytes, where)
+        finally:
+            os.close(fd)
+
+    def _open_checked(self, tensor: Any, nbytes: int) -> tuple[int, int, str]:
+        """Open a tensor's external data file with every check of the module docstring: (fd, offset, where).
+
+        The caller closes the descriptor; it is closed here when a check fails.
+        """
         label = tensor_label(tensor)
         if tensor.data_location != _EXTERNAL:
             raise ExternalDataError(f"{label} does not use external data (data_location is not EXTERNAL)")
@@ -260,15 +297,10 @@ class ExternalDataReader:
                 )
             if info.checksum is not None:
                 self._verify_checksum(fd, after, info.checksum, where)
-            if nbytes == 0:
-                return _readonly(np.empty(0, np.uint8))
-            if self._use_mmap:
-                mapped = self._map(fd, info.offset, nbytes)
-                if mapped is not None:
-                    return mapped
-            return self._copy(fd, info.offset, nbytes, where)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return fd, info.offset, where
 
     def _resolve(self, info: ExternalDataInfo, where: str) -> tuple[str, os.stat_result]:
         candidate = os.path.join(self._base_dir, *info.parts)
@@ -382,3 +414,34 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
     data = _pread(fd, len(view), offset)
     view[: len(data)] = data
     return len(data)
+
+
+# errno values meaning "the kernel will not copy between these two files" (old kernels, other file systems,
+# special files): the caller falls back to reading and writing.
+_NO_KERNEL_COPY = frozenset(
+    getattr(errno, name) for name in ("EXDEV", "ENOSYS", "EOPNOTSUPP", "ENOTSUP", "EINVAL", "EBADF", "ETXTBSY")
+    if hasattr(errno, name)
+)
+
+
+def _kernel_copy(fd: int, offset: int, count: int, out_fd: int, nbytes: int, where: str) -> int:
+    """Copy ``count`` bytes from ``fd`` at ``offset`` to ``out_fd`` at its position; returns the bytes copied."""
+    done = 0
+    calls = [name for name in ("copy_file_range", "sendfile") if hasattr(os, name)]
+    while done < count and calls:
+        try:
+            if calls[0] == "copy_file_range":
+                n = os.copy_file_range(fd, out_fd, count - done, offset + done)
+            else:
+                n = os.sendfile(out_fd, fd, offset + done, count - done)
+        except OSError as exc:
+            if exc.errno in _NO_KERNEL_COPY:
+                calls.pop(0)  # try the next way, from where this one stopped
+                continue
+            raise
+        if n <= 0:
+            raise ExternalDataError(
+                f"{where}: short read, {done} of {nbytes} bytes at offset {offset}; the file shrank"
+            )
+        done += n
+    return done

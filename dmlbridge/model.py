@@ -10,12 +10,18 @@ Guarantees:
 - Streaming: tensors are decoded and written one at a time (external data through a read-only mmap of just the
   tensor's range), so the memory conversion needs is bounded by the largest tensor, not by the model. (The model
   protobuf itself is parsed into memory by onnx: weights kept inline in a single .onnx file are in memory anyway.)
+  A tensor whose stored bytes already are its DirectML bytes (a "native" type such as FLOAT, FLOAT16, INT64 or
+  INT4 in raw_data or external data) is written without being decoded; large external ones are copied from
+  their file by the kernel (``copy_file_range``/``sendfile``, after the same checks as any external read) when
+  no checksum is computed.
 - Atomic outputs: both files are written to temporary files beside the targets
   (``.NAME.pPID-hHOST.XXXXXXXX.dmlbridge-tmp``: NAME is ``PREFIX.bin`` or ``PREFIX.json``, PID the writing
   process, HOST a hash of its host name), fsync'd, and renamed into place (.bin, then .json) only when both are
-  complete; Ctrl-C during the two renames is deferred until they are done, and a failed .json rename puts the
-  previous .bin back (through a hard link made just before). On any error or KeyboardInterrupt the temporary
-  files are removed and the previous outputs are untouched.
+  complete, and the directory is fsync'd after the renames; Ctrl-C during the two renames is deferred until they
+  are done, and a failed .json rename puts the previous .bin back (through a hard link made just before). On any
+  error or KeyboardInterrupt the temporary files are removed and the previous outputs are untouched.
+  ``fsync=False`` skips the fsyncs: the renames are still atomic for the process (errors, Ctrl-C, SIGKILL), but
+  after a power loss or an operating system crash a renamed output may be empty or incomplete.
 - A process killed outright (SIGKILL, power loss) cannot clean up. Its outputs are still whole: each target is
   absent, the complete previous version or the complete new one, but a kill between the two renames leaves the
   new .bin beside the previous .json. ``load_plan`` always refuses such a pair: the manifest records
@@ -36,9 +42,11 @@ a ModelProto has no directory: its external data is refused unless the caller pa
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -73,7 +81,7 @@ from dmlbridge.errors import (
 from dmlbridge.external_data import ExternalDataReader, check_location
 from dmlbridge.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
 from dmlbridge.mapping import Conversion, resolve
-from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, _decode_known
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
 
@@ -95,6 +103,7 @@ MANIFEST_FORMAT_VERSION = 1
 TEMP_SUFFIX = ".dmlbridge-tmp"
 _MAX_ALIGNMENT = 2**31  # GuaranteedBaseOffsetAlignment is a UINT
 _ZEROS = bytes(1 << 16)
+_ZERO_VIEW = memoryview(_ZEROS)
 _CHUNK = 4 << 20
 _DEFAULT_TARGET = Target()
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "lossy")
@@ -105,6 +114,7 @@ _FINGERPRINT_TAG = b"dmlbridge-bin-fingerprint-1\x00"
 _FINGERPRINT_EDGE = 64 << 10
 _FINGERPRINT_ENTRY = 64
 _FINGERPRINT_SPREAD = 1024
+_FINGERPRINT_WINDOW = 64 << 10  # sampled ranges closer than this are read with one read
 
 
 # --- the plan ------------------------------------------------------------------------------------------------
@@ -212,6 +222,12 @@ class UploadPlan:
 
     def manifest(self) -> dict[str, Any]:
         """The manifest (the JSON document of ``PREFIX.json``) as a dict."""
+        doc = self._manifest_head()
+        doc["entries"] = [e.to_json() for e in self.entries.values()]
+        return doc
+
+    def _manifest_head(self) -> dict[str, Any]:
+        """The manifest's fields before ``entries``."""
         doc: dict[str, Any] = {
             "format": MANIFEST_FORMAT,
             "format_version": MANIFEST_FORMAT_VERSION,
@@ -226,7 +242,6 @@ class UploadPlan:
             doc["bin_fingerprint"] = self.bin_fingerprint
         if self.bin_sha256 is not None:
             doc["bin_sha256"] = self.bin_sha256
-        doc["entries"] = [e.to_json() for e in self.entries.values()]
         return doc
 
     def _entry(self, key: str) -> PlanEntry:
@@ -403,6 +418,21 @@ def _align_up(value: int, alignment: int) -> int:
     return -(-value // alignment) * alignment
 
 
+_PLAN_FIELDS = (
+    "key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "sizes", "strides",
+    "total_tensor_size_in_bytes", "guaranteed_base_offset_alignment", "skipped",
+)
+_new = object.__new__
+
+
+def _entry(*values: Any) -> PlanEntry:
+    """PlanEntry(*values) without the frozen dataclass's per-field object.__setattr__ (3x faster, same object):
+    a model can hold 100,000 constants."""
+    entry = _new(PlanEntry)
+    entry.__dict__.update(zip(_PLAN_FIELDS, values, strict=True))
+    return entry
+
+
 def _plan_entries(
     constants: list[ModelConstant], target: Target, alignment: int, min_dims: int
 ) -> tuple[list[PlanEntry], list[type[DmlBridgeError]], int]:
@@ -410,32 +440,44 @@ def _plan_entries(
     entries: list[PlanEntry] = []
     skip_errors: list[type[DmlBridgeError]] = []
     end = 0
+    # The mapping depends only on the ONNX type, the layout only on the type and shape: models repeat both.
+    rows: dict[OnnxDataType, Any] = {}
+    layouts: dict[tuple[OnnxDataType, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None, int] | str] = {}
+    max_dims = target.max_dimension_count
     for constant in constants:
-        row = resolve(constant.onnx_type, target)
+        onnx_type, shape = constant.onnx_type, constant.shape
+        row = rows.get(onnx_type)
+        if row is None:
+            row = rows[onnx_type] = resolve(onnx_type, target)
         reason: str | None = None
         error: type[DmlBridgeError] = UnsupportedTypeError
         layout = None
         if row.dml_type is None:
-            reason = f"{constant.onnx_type.name}: {row.reason}"
-        elif constant.size == 0:
-            reason = f"empty tensor (shape {list(constant.shape)}): DirectML has no empty tensors"
+            reason = f"{onnx_type.name}: {row.reason}"
+        elif 0 in shape:
+            reason = f"empty tensor (shape {list(shape)}): DirectML has no empty tensors"
             error = LayoutError
         else:
-            try:
-                layout = _layout_of(
-                    constant.onnx_type, constant.shape, row.dml_type, row.conversion, min_dims,
-                    target.max_dimension_count,
-                )
-            except LayoutError as exc:
-                reason, error = str(exc), LayoutError
-        head = (constant.key, constant.origin, constant.onnx_type, constant.shape)
+            found = layouts.get((onnx_type, shape))
+            if found is None:
+                try:
+                    found = _layout_of(onnx_type, shape, row.dml_type, row.conversion, min_dims, max_dims)
+                except LayoutError as exc:
+                    found = str(exc)
+                layouts[onnx_type, shape] = found
+            if isinstance(found, str):
+                reason, error = found, LayoutError
+            else:
+                layout = found
         if layout is None:
-            entries.append(PlanEntry(*head, None, None, None, None, None, None, None, reason))
+            entries.append(_entry(constant.key, constant.origin, onnx_type, shape, None, None, None, None, None, None,
+                                  None, reason))
             skip_errors.append(error)
             continue
         sizes, strides, total = layout
-        offset = _align_up(end, alignment)
-        entries.append(PlanEntry(*head, row.conversion, offset, row.dml_type, sizes, strides, total, alignment, None))
+        offset = -(-end // alignment) * alignment
+        entries.append(_entry(constant.key, constant.origin, onnx_type, shape, row.conversion, offset, row.dml_type,
+                              sizes, strides, total, alignment, None))
         skip_errors.append(DmlBridgeError)
         end = offset + total
     return entries, skip_errors, end
@@ -520,6 +562,7 @@ def convert_model(
     checksum: bool = False,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
     base_dir: str | os.PathLike[str] | None = None,
+    fsync: bool = True,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into one DirectML upload buffer: ``out_prefix.bin`` and its
     manifest ``out_prefix.json``.
@@ -542,11 +585,17 @@ def convert_model(
             larger (checked from the model's dims before any file is created, and again as each is decoded).
         base_dir: the directory external data locations are relative to; default: the model file's directory.
             Needed for external data when ``model`` is bytes or a ModelProto.
+        fsync: True (the default) flushes both files to the disk before they are renamed into place, and the
+            directory after, so that even a power loss or an operating system crash leaves each output absent,
+            whole-previous or whole-new. False skips those flushes (``--no-fsync``): faster (the disk writes
+            happen later, in the background), and the outputs are still replaced atomically if the process
+            fails, is interrupted or is killed, but after a power loss or a crash of the operating system a
+            renamed output may be empty or incomplete.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
     """
     _check_options(target, alignment, min_dims)
-    for name, flag in (("strict", strict), ("checksum", checksum)):
+    for name, flag in (("strict", strict), ("checksum", checksum), ("fsync", fsync)):
         if not isinstance(flag, bool):
             raise InvalidArgumentError(f"{name} must be True or False, not {flag!r}")
     if progress is not None and not isinstance(progress, bool):
@@ -569,7 +618,7 @@ def convert_model(
     _refuse_too_large(constants, max_tensor_bytes)
     work = [(c, e) for c, e in zip(constants, entries, strict=True) if e.skipped is None]
     digest, fingerprint = _write_outputs(
-        plan, work, bin_path, json_path, reader, max_tensor_bytes, checksum, progress
+        plan, work, bin_path, json_path, reader, max_tensor_bytes, checksum, progress, fsync
     )
     return replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint, bin_path=bin_path, manifest_path=json_path)
 
@@ -630,7 +679,7 @@ def _refuse_overwriting_inputs(
             location = next((e.value for e in tensor.external_data if e.key == "location"), "")
             inputs.append(os.path.join(reader.base_dir, *check_location(location, f"tensor {tensor.name!r}")))
     for output in outputs:
-        for source in inputs:
+        for source in dict.fromkeys(inputs):  # once per file, however many tensors it holds
             if _same_file(output, source):
                 raise InvalidArgumentError(
                     f"the output {output!r} would overwrite the model's own file {source!r}; choose another prefix"
@@ -659,6 +708,10 @@ class _Progress:
         self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, desc=label,
                          leave=False, dynamic_ncols=True)
 
+    @property
+    def active(self) -> bool:
+        return self._bar is not None
+
     def update(self, n: int) -> None:
         if self._bar is not None and n:
             self._bar.update(n)
@@ -669,25 +722,70 @@ class _Progress:
 
 
 class _HashingWriter:
-    """Writes to a file and, when asked, feeds the same bytes to SHA-256 (the .bin is hashed while written)."""
+    """Writes the .bin and, when asked, feeds the same bytes to SHA-256 (the .bin is hashed while written).
+
+    ``file`` is unbuffered: small writes (a model can hold 100,000 tiny constants) are gathered here and written
+    in large pieces; large ones go straight to the file, and :meth:`copy_external` lets the kernel copy a
+    tensor's external data without passing it through this process.
+    """
+
+    _GATHER = 1 << 20  # writes below this size are gathered; the gathered bytes are written at this size
 
     def __init__(self, file: BinaryIO, hashing: bool) -> None:
         self._file = file
         self._hash = hashlib.sha256() if hashing else None
+        self._buffer = memoryview(bytearray(self._GATHER))  # reused: no fresh pages to fault in
+        self._used = 0
         self.position = 0
 
     def write(self, data: Any) -> None:
-        view = memoryview(data).cast("B")
-        self._file.write(view)
-        if self._hash is not None:
-            self._hash.update(view)
-        self.position += len(view)
+        view = data if type(data) is bytes else memoryview(data).cast("B")
+        n = len(view)
+        if n < self._GATHER:
+            end = self._used + n
+            if end > self._GATHER:
+                self.flush()
+                end = n
+            self._buffer[end - n : end] = view
+            self._used = end
+        else:
+            self.flush()
+            self._out(memoryview(view))
+        self.position += n
 
     def zeros(self, count: int) -> None:
+        end = self._used + count
+        if 0 < count <= len(_ZEROS) and end <= self._GATHER:  # the usual gap or padding: straight into the buffer
+            self._buffer[self._used : end] = _ZERO_VIEW[:count]
+            self._used = end
+            self.position += count
+            return
         while count > 0:
             chunk = min(count, len(_ZEROS))
-            self.write(_ZEROS[:chunk] if chunk < len(_ZEROS) else _ZEROS)
+            self.write(_ZERO_VIEW[:chunk])
             count -= chunk
+
+    def copy_external(self, reader: ExternalDataReader, tensor: Any, nbytes: int, count: int) -> int:
+        """Copy the first ``count`` bytes of a tensor's external data into the file in the kernel; returns how
+        many were copied (0 when hashing, which needs the bytes here, or when the kernel cannot copy them)."""
+        if self._hash is not None:
+            return 0
+        self.flush()
+        done = reader.copy_to(tensor, nbytes, self._file.fileno(), count)
+        self.position += done
+        return done
+
+    def flush(self) -> None:
+        if self._used:
+            self._out(self._buffer[: self._used])
+            self._used = 0
+
+    def _out(self, view: memoryview) -> None:
+        if self._hash is not None:
+            self._hash.update(view)
+        while len(view):
+            written = self._file.write(view)
+            view = view[written:]
 
     def hexdigest(self) -> str | None:
         return None if self._hash is None else self._hash.hexdigest()
@@ -702,6 +800,7 @@ def _write_outputs(
     max_tensor_bytes: int,
     checksum: bool,
     progress: bool | None,
+    fsync: bool = True,
 ) -> tuple[str | None, str]:
     """Write both outputs atomically; returns the .bin's SHA-256 (when ``checksum``) and its fingerprint."""
     directory = os.path.dirname(os.path.abspath(bin_path))
@@ -711,16 +810,18 @@ def _write_outputs(
     try:
         tmp_bin = _temp_file(directory, bin_path, temps)
         try:
-            with open(tmp_bin, "wb") as file:
+            with _open_temp(tmp_bin) as file:
                 writer = _HashingWriter(file, checksum)
                 for constant, entry in work:
                     assert entry.offset is not None
                     before = writer.position
-                    writer.zeros(entry.offset - writer.position)
+                    writer.zeros(entry.offset - before)
                     _write_entry(writer, constant, entry, plan, reader, max_tensor_bytes)
-                    bar.update(writer.position - before)
-                file.flush()
-                os.fsync(file.fileno())
+                    if bar.active:
+                        bar.update(writer.position - before)
+                writer.flush()
+                if fsync:
+                    os.fsync(file.fileno())
             if writer.position != plan.total_size:
                 raise DmlBridgeError(
                     f"internal error: wrote {writer.position} bytes but planned {plan.total_size}"
@@ -728,13 +829,13 @@ def _write_outputs(
             digest = writer.hexdigest()
             # Sampled from the finished file as it is on disk, just before the renames.
             fingerprint = _bin_fingerprint(tmp_bin, plan.total_size, plan.converted)
-            manifest = replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint).manifest()
-            text = manifest_text(manifest)
+            text = _manifest_text(replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint))
             tmp_json = _temp_file(directory, json_path, temps)
-            with open(tmp_json, "wb") as file:
+            with _open_temp(tmp_json) as file:
                 file.write(text.encode("ascii"))
                 file.flush()
-                os.fsync(file.fileno())
+                if fsync:
+                    os.fsync(file.fileno())
             _copy_mode(tmp_bin, bin_path)
             _copy_mode(tmp_json, json_path)
             _commit(tmp_bin, bin_path, tmp_json, json_path, temps)
@@ -743,7 +844,8 @@ def _write_outputs(
                 f"cannot write {bin_path!r} / {json_path!r}: {exc.strerror or exc}"
                 + (" (the disk is full)" if getattr(exc, "errno", None) in (28, 27) else "")
             ) from exc
-        _fsync_directory(directory)
+        if fsync:
+            _fsync_directory(directory)
         return digest, fingerprint
     except BaseException:
         # Failure or Ctrl-C: remove what this call created; the previous outputs were never touched.
@@ -755,6 +857,23 @@ def _write_outputs(
         bar.close()
 
 
+_LITTLE_ENDIAN = sys.byteorder == "little"
+# Typed fields whose entries are the values themselves, with no range to check (tensor_to_array makes them an
+# array of the type as they are): array.array of the same width writes the same native bytes.
+_TYPED_AS_IS = {
+    onnx_type: (field_name, code)
+    for onnx_type, field_name, code in (
+        (OnnxDataType.FLOAT, "float_data", "f"),
+        (OnnxDataType.DOUBLE, "double_data", "d"),
+        (OnnxDataType.INT32, "int32_data", "i"),
+        (OnnxDataType.INT64, "int64_data", "q"),
+        (OnnxDataType.UINT64, "uint64_data", "Q"),
+    )
+    if array.array(code).itemsize == onnx_type.numpy().itemsize
+}
+_KERNEL_COPY_MIN = 1 << 20  # external tensors from this size are copied by the kernel (when not hashing)
+
+
 def _write_entry(
     writer: _HashingWriter,
     constant: ModelConstant,
@@ -764,9 +883,11 @@ def _write_entry(
     max_tensor_bytes: int,
 ) -> None:
     try:
-        array = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+        if _write_stored(writer, constant, entry, reader, max_tensor_bytes):
+            return
+        values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
         prepared = prepare(
-            array, target=plan.target, min_dims=plan.min_dims, guaranteed_base_offset_alignment=plan.alignment
+            values, target=plan.target, min_dims=plan.min_dims, guaranteed_base_offset_alignment=plan.alignment
         )
     except DmlBridgeError as exc:
         # Name the constant: messages from the value checks (ValueRangeError, ...) do not know it.
@@ -785,6 +906,64 @@ def _write_entry(
     ):
         raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
     writer.write(prepared.data)
+
+
+def _write_stored(
+    writer: _HashingWriter,
+    constant: ModelConstant,
+    entry: PlanEntry,
+    reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+) -> bool:
+    """Write a tensor whose stored bytes are already its DirectML bytes, without decoding and preparing it;
+    False (nothing written) for every other constant.
+
+    That is a "native" TensorProto (the DML type is its own type; a packed layout: whole-model entries have no
+    strides): its raw_data or external bytes are little-endian elements in C order, exactly what ``prepare``
+    writes, followed by the zero padding up to TotalTensorSizeInBytes. For INT4/UINT4 they are nibbles in
+    DirectML's order; only the spare high nibble of an odd count must be zeroed. A typed field (float_data, ...)
+    is decoded as ``tensor_to_array`` does (with its checks) and written as is; the fields whose entries are the
+    values themselves (float_data of FLOAT, int64_data of INT64, ...) go through ``array.array``, which is faster
+    for small tensors and writes the same bytes. Every check ``tensor_to_array`` makes on these bytes was made when
+    the constant was found (exact byte and entry counts) or is made here by the same code (the external data
+    reader, the typed-field decoder).
+    """
+    info = constant._info
+    if info is None or entry.conversion != "native" or info.nbytes > max_tensor_bytes:
+        return False  # max_tensor_bytes: the usual path raises the usual error
+    assert entry.dml_type is not None and entry.total_tensor_size_in_bytes is not None
+    tensor, storage, packed = constant.proto, info.storage, info.packed_nbytes
+    padding = entry.total_tensor_size_in_bytes - packed
+    odd_nibble = entry.dml_type.bitwidth == 4 and info.size % 2 == 1
+    if storage == "typed":
+        if entry.dml_type.bitwidth == 4 or not _LITTLE_ENDIAN:
+            return False  # packed bytes in int32_data, or a big-endian host: the usual path
+        typed = _TYPED_AS_IS.get(info.onnx_type)
+        if typed is not None:  # entries that are the values themselves (nothing to check): no numpy array
+            data: Any = array.array(typed[1], getattr(tensor, typed[0]))
+            if len(data) * data.itemsize != packed:
+                return False
+        else:
+            data = _decode_known(tensor, info, reader=reader, max_tensor_bytes=max_tensor_bytes)
+            if not data.flags.c_contiguous or data.nbytes != packed:
+                return False
+    elif storage == "raw":
+        data = tensor.raw_data
+        if len(data) != packed:
+            return False  # changed since it was found: the usual path checks it again
+    else:
+        if reader is None:
+            return False  # the usual path names the problem
+        whole = packed - odd_nibble  # the bytes that are copied unchanged
+        copied = writer.copy_external(reader, tensor, packed, whole) if whole >= _KERNEL_COPY_MIN else 0
+        data = reader.read(tensor, packed)[copied:] if copied < packed else b""
+    if odd_nibble:
+        writer.write(data[:-1])
+        writer.write(bytes((data[-1] & 0x0F,)))  # the spare high nibble is zero
+    else:
+        writer.write(data)
+    writer.zeros(padding)
+    return True
 
 
 def _commit(tmp_bin: str, bin_path: str, tmp_json: str, json_path: str, temps: list[str]) -> None:
@@ -889,38 +1068,89 @@ def _remove_stale_temps(directory: str, targets: tuple[str, ...]) -> None:
 
 def _bin_fingerprint(bin_file: str, size: int, entries: list[PlanEntry]) -> str:
     """SHA-256 over the .bin's size and sampled ranges (see the module docstring): cheap at any file size, and
-    different for a .bin that is not the one the manifest was written with (raises OSError on a short read)."""
-    ranges = [(0, min(_FINGERPRINT_EDGE, size)), (max(0, size - _FINGERPRINT_EDGE), size)]
-    for entry in entries:
-        if entry.offset is None or entry.total_tensor_size_in_bytes is None:
-            continue
-        ranges.append((entry.offset, entry.offset + min(_FINGERPRINT_ENTRY, entry.total_tensor_size_in_bytes)))
-    for i in range(_FINGERPRINT_SPREAD):
-        start = i * size // _FINGERPRINT_SPREAD
-        ranges.append((start, min(size, start + _FINGERPRINT_ENTRY)))
-    merged: list[list[int]] = []
-    for start, stop in sorted(r for r in ranges if r[0] < r[1]):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], stop)
-        else:
-            merged.append([start, stop])
+    different for a .bin that is not the one the manifest was written with (raises OSError on a short read).
+
+    The hashed stream: the tag and the size, then for each merged range (overlapping or touching sampled ranges
+    merged, in file order) its start and stop (8-byte little-endian each) and its bytes.
+    """
+    offsets = [e.offset for e in entries]
+    totals = [e.total_tensor_size_in_bytes for e in entries]
+    if None in offsets or None in totals:
+        kept = [(o, t) for o, t in zip(offsets, totals, strict=True) if o is not None and t is not None]
+        offsets, totals = [o for o, _ in kept], [t for _, t in kept]
+    spread = [i * size // _FINGERPRINT_SPREAD for i in range(_FINGERPRINT_SPREAD)]
+    starts = np.array([0, max(0, size - _FINGERPRINT_EDGE), *offsets, *spread], dtype=np.int64)
+    stops = np.concatenate([
+        np.array([min(_FINGERPRINT_EDGE, size), size], dtype=np.int64),
+        np.array(offsets, dtype=np.int64) + np.minimum(np.array(totals, dtype=np.int64), _FINGERPRINT_ENTRY),
+        np.minimum(np.array(spread, dtype=np.int64) + _FINGERPRINT_ENTRY, size),
+    ])
+    # Merge (vectorised: a model can have 100,000 entries). Sorted by start, a range joins the current group when
+    # it starts at or before the furthest stop so far; each group runs to that furthest stop.
+    first, last = starts, stops
+    keep = first < last
+    first, last = first[keep], last[keep]
+    order = np.argsort(first, kind="stable")
+    first, reach = first[order], np.maximum.accumulate(last[order])
+    opens = np.flatnonzero(np.r_[True, first[1:] > reach[:-1]]) if len(first) else np.zeros(0, np.intp)
+    group_start = first[opens]
+    group_stop = reach[np.r_[opens[1:] - 1, len(first) - 1]] if len(first) else reach
+    headers = np.stack([group_start, group_stop], axis=1).astype("<u8").tobytes()
+    merged = list(zip(group_start.tolist(), group_stop.tolist(), strict=True))
+
+    # Ranges closer than _FINGERPRINT_WINDOW are read together and their bytes hashed in batches (the digest of
+    # a stream does not depend on how it is cut), so 100,000 small entries cost a few large reads.
     sha = hashlib.sha256(_FINGERPRINT_TAG + size.to_bytes(8, "little"))
     # O_NONBLOCK: a FIFO swapped in for the .bin must not block the open; fstat then insists on a regular file.
     fd = os.open(bin_file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with open(fd, "rb") as file:
+    with open(fd, "rb", buffering=0) as file:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{bin_file!r} is not a regular file")
-        for start, stop in merged:
-            sha.update(start.to_bytes(8, "little") + stop.to_bytes(8, "little"))
-            file.seek(start)
-            want = stop - start
-            while want:
-                chunk = file.read(min(want, _CHUNK))
-                if not chunk:
-                    raise OSError(f"{bin_file!r} ended at byte {stop - want}, before byte {stop}")
-                sha.update(chunk)
-                want -= len(chunk)
+        # Windows: runs of ranges with gaps of at most _FINGERPRINT_WINDOW, spanning at most _CHUNK bytes.
+        gaps = np.flatnonzero(group_start[1:] - group_stop[:-1] > _FINGERPRINT_WINDOW) + 1
+        bounds = [0, *gaps.tolist(), len(merged)]
+        for low, high in itertools.pairwise(bounds):
+            begin = low
+            while begin < high:
+                base = merged[begin][0]
+                end = begin + int(np.searchsorted(group_stop[begin:high], base + _CHUNK, side="right"))
+                if end > begin:
+                    window = memoryview(_read_at(file, base, merged[end - 1][1] - base))
+                    available = base + len(window)  # less than asked only where the file ends
+                    if merged[end - 1][1] > available:
+                        start, stop = next(r for r in merged[begin:end] if r[1] > available)
+                        raise OSError(f"{bin_file!r} ended at byte {max(start, available)}, before byte {stop}")
+                    sha.update(b"".join([
+                        piece
+                        for k in range(begin, end)
+                        for piece in (headers[16 * k : 16 * k + 16], window[merged[k][0] - base : merged[k][1] - base])
+                    ]))
+                else:  # one range longer than _CHUNK (many small entries packed together): in _CHUNK pieces
+                    start, stop = merged[begin]
+                    sha.update(headers[16 * begin : 16 * begin + 16])
+                    position = start
+                    while position < stop:
+                        chunk = _read_at(file, position, min(stop - position, _CHUNK))
+                        if not chunk:
+                            raise OSError(f"{bin_file!r} ended at byte {position}, before byte {stop}")
+                        sha.update(chunk)
+                        position += len(chunk)
+                    end = begin + 1
+                begin = end
     return sha.hexdigest()
+
+
+def _read_at(file: Any, offset: int, size: int) -> bytes:
+    """Up to ``size`` bytes of ``file`` from ``offset`` (fewer only where the file ends)."""
+    parts = []
+    file.seek(offset)
+    while size > 0:
+        chunk = file.read(size)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size -= len(chunk)
+    return b"".join(parts)
 
 
 def _temp_file(directory: str, target: str, temps: list[str]) -> str:
@@ -933,6 +1163,14 @@ def _temp_file(directory: str, target: str, temps: list[str]) -> str:
     temps.append(path)
     os.close(fd)
     return path
+
+
+def _open_temp(path: str) -> BinaryIO:
+    """The (empty) temporary file _temp_file made, opened for writing, unbuffered. Not with O_TRUNC: on ext4,
+    truncating a file and writing it again makes close() start writing it all back to the disk at once (the
+    "auto_da_alloc" safeguard for programs that do not fsync), which costs a third of the time of copying 1 GiB."""
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    return open(fd, "wb", buffering=0)
 
 
 def _copy_mode(temp: str, final: str) -> None:
@@ -989,9 +1227,72 @@ def manifest_text(manifest: dict[str, Any]) -> str:
         return json.dumps(value, ensure_ascii=True, allow_nan=False)
 
     head = [f"  {dump(k)}: {dump(v)}" for k, v in manifest.items() if k != "entries"]
-    entries = ",\n".join(f"    {dump(e)}" for e in manifest.get("entries", []))
-    body = ",\n".join([*head, f'  "entries": [\n{entries}\n  ]' if entries else '  "entries": []'])
-    return "{\n" + body + "\n}\n"
+    return _assemble(head, [f"    {dump(e)}" for e in manifest.get("entries", [])])
+
+
+def _assemble(head: list[str], entries: list[str]) -> str:
+    """The manifest text from its top-level field lines and entry lines, joined once (a large model's manifest
+    is megabytes: each extra copy costs)."""
+    if not entries:
+        return "{\n" + ",\n".join([*head, '  "entries": []']) + "\n}\n"
+    return "".join(["{\n", *[line + ",\n" for line in head], '  "entries": [\n', ",\n".join(entries), "\n  ]\n}\n"])
+
+
+def _manifest_text(plan: UploadPlan) -> str:
+    """``manifest_text(plan.manifest())``, the same text, without a dict and a json.dumps call per entry."""
+    head = [f"  {_json(k)}: {_json(v)}" for k, v in plan._manifest_head().items()]
+    cache: dict[tuple[Any, ...], tuple[str, str]] = {}
+    return _assemble(head, [_entry_json(entry, cache) for entry in plan.entries.values()])
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True, allow_nan=False)
+
+
+_quote = json.encoder.encode_basestring_ascii  # what json.dumps(ensure_ascii=True) uses for every string
+
+
+def _json_ints(values: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, values)) + "]"
+
+
+def _entry_json(entry: PlanEntry, cache: dict[tuple[Any, ...], tuple[str, str]] | None = None) -> str:
+    """``"    " + json.dumps(entry.to_json())``, the same characters, formatted directly (a model can hold 100,000
+    constants): strings through json's own quoting, integers with str() as json writes them. ``cache`` keeps the
+    text of the fields entries of one type and shape share."""
+    skipped, offset, total = entry.skipped, entry.offset, entry.total_tensor_size_in_bytes
+    start = f'    {{"key": {_quote(entry.key)}, "origin": {_quote(entry.origin)}, '
+    if skipped is not None and entry.conversion is None and offset is None and entry.dml_type is None:
+        return (
+            f'{start}"onnx_type": {_quote(entry.onnx_type.name)}, "shape": {_json_ints(entry.shape)}, '
+            f'"conversion": null, "offset": null, "dml_type": null, "desc": null, "skipped": {_quote(skipped)}}}'
+        )
+    if (
+        skipped is not None
+        or entry.conversion is None
+        or entry.dml_type is None
+        or entry.sizes is None
+        or type(offset) is not int
+        or type(total) is not int
+        or type(entry.guaranteed_base_offset_alignment) is not int
+    ):
+        return "    " + _json(entry.to_json())  # not a shape _plan_entries makes
+    key = (entry.onnx_type, entry.shape, entry.conversion, entry.dml_type, entry.sizes, entry.strides, total,
+           entry.guaranteed_base_offset_alignment)
+    parts = None if cache is None else cache.get(key)
+    if parts is None:
+        strides = "null" if entry.strides is None else _json_ints(entry.strides)
+        parts = (
+            f'"onnx_type": {_quote(entry.onnx_type.name)}, "shape": {_json_ints(entry.shape)}, '
+            f'"conversion": {_quote(entry.conversion)}, "offset": ',
+            f', "dml_type": {_quote(entry.dml_type.name)}, "desc": {{"DataType": {int(entry.dml_type)}, "Flags": 0, '
+            f'"DimensionCount": {len(entry.sizes)}, "Sizes": {_json_ints(entry.sizes)}, "Strides": {strides}, '
+            f'"TotalTensorSizeInBytes": {total}, '
+            f'"GuaranteedBaseOffsetAlignment": {entry.guaranteed_base_offset_alignment}}}, "skipped": null}}',
+        )
+        if cache is not None:
+            cache[key] = parts
+    return f"{start}{parts[0]}{offset}{parts[1]}"
 
 
 # --- reading manifests ---------------------------------------------------------------------------------------

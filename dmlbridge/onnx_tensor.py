@@ -154,73 +154,107 @@ def tensor_info(tensor: Any) -> TensorInfo:
 def _examine(tensor: Any) -> tuple[TensorInfo, bytes | None]:
     """tensor_info's checks, plus the raw_data bytes (protobuf copies them on every access: fetch them once)."""
     _check_proto(tensor)
-    label = tensor_label(tensor)
     try:
-        return _info(tensor, label)
+        return _info(tensor)
     except DmlBridgeError:
         raise
     except Exception as exc:
-        raise TensorProtoError(f"{label} cannot be read: {exc}") from exc
+        raise TensorProtoError(f"{tensor_label(tensor)} cannot be read: {exc}") from exc
 
 
-def _info(tensor: Any, label: str) -> tuple[TensorInfo, bytes | None]:
+# Per-type constants, looked up once per tensor (a model may have 100,000 small constants).
+_TYPE_OF_CODE = {int(t): t for t in OnnxDataType}
+_ITEMSIZE: dict[OnnxDataType, int] = {t: t.numpy().itemsize for t in OnnxDataType if t is not _T.UNDEFINED}
+_BITS: dict[OnnxDataType, int] = {t: t.bitwidth for t in OnnxDataType}
+_new = object.__new__
+_STRING = _T.STRING
+
+
+def _make_info(
+    name: str, onnx_type: OnnxDataType, shape: tuple[int, ...], nbytes: int, storage: Storage, size: int,
+    packed_nbytes: int,
+) -> TensorInfo:
+    """TensorInfo(...) without the frozen dataclass's per-field object.__setattr__ (3x faster; same object)."""
+    info = _new(TensorInfo)
+    info.__dict__.update(
+        name=name, onnx_type=onnx_type, shape=shape, nbytes=nbytes, storage=storage, size=size,
+        packed_nbytes=packed_nbytes,
+    )
+    return info
+
+
+def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
+    # The label (for messages) is computed only when a check fails: this runs once per constant of a model.
     if tensor.HasField("segment"):
-        raise TensorProtoError(f"{label} is stored in segments, which ONNX tools do not support; re-save the model")
+        raise TensorProtoError(
+            f"{tensor_label(tensor)} is stored in segments, which ONNX tools do not support; re-save the model"
+        )
     code = tensor.data_type
     if code == _T.UNDEFINED:
-        raise TensorProtoError(f"{label} has data_type UNDEFINED (0); it must name the element type")
-    try:
-        onnx_type = OnnxDataType(code)
-    except ValueError:
+        raise TensorProtoError(f"{tensor_label(tensor)} has data_type UNDEFINED (0); it must name the element type")
+    onnx_type = _TYPE_OF_CODE.get(code)
+    if onnx_type is None:
         raise UnsupportedTypeError(
-            f"{label} has unknown data_type {code}; dmlbridge knows ONNX types 1..{max(OnnxDataType)} (onnx 1.23), "
-            "so the model may need a newer dmlbridge"
-        ) from None
+            f"{tensor_label(tensor)} has unknown data_type {code}; dmlbridge knows ONNX types 1..{max(OnnxDataType)} "
+            "(onnx 1.23), so the model may need a newer dmlbridge"
+        )
 
-    shape = tuple(int(d) for d in tensor.dims)
-    if any(d < 0 for d in shape):
-        raise TensorProtoError(f"{label} has negative dims {list(shape)}; every dimension must be >= 0")
-    itemsize = onnx_type.numpy().itemsize
-    # numpy's own bound: the product of the non-zero dims times the item size must fit an intp.
-    if math.prod(d for d in shape if d) * itemsize > sys.maxsize:
-        raise TensorProtoError(f"{label} has dims {list(shape)}, more elements than any array can hold")
+    shape = tuple(tensor.dims)
+    if shape and min(shape) < 0:
+        raise TensorProtoError(
+            f"{tensor_label(tensor)} has negative dims {list(shape)}; every dimension must be >= 0"
+        )
+    itemsize = _ITEMSIZE[onnx_type]
     size = math.prod(shape)
+    # numpy's own bound: the product of the non-zero dims times the item size must fit an intp.
+    if (size or math.prod(d for d in shape if d)) * itemsize > sys.maxsize:
+        raise TensorProtoError(f"{tensor_label(tensor)} has dims {list(shape)}, more elements than any array can hold")
     nbytes = size * itemsize
-    packed = 0 if onnx_type is _T.STRING else -(-size * onnx_type.bitwidth // 8)
+    packed = 0 if onnx_type is _STRING else -(-size * _BITS[onnx_type] // 8)
 
     location = tensor.data_location
-    if location not in (0, _EXTERNAL):
-        raise TensorProtoError(f"{label} has unknown data_location {location}; it must be DEFAULT (0) or EXTERNAL (1)")
+    if location != 0 and location != _EXTERNAL:
+        raise TensorProtoError(
+            f"{tensor_label(tensor)} has unknown data_location {location}; it must be DEFAULT (0) or EXTERNAL (1)"
+        )
     forms = [f for f in _TYPED_FIELDS if len(getattr(tensor, f))]
     if tensor.HasField("raw_data"):
         forms.insert(0, "raw_data")
     if location == _EXTERNAL:
         forms.insert(0, "external data")
     elif len(tensor.external_data):
-        raise TensorProtoError(f"{label} has external_data entries but data_location is not EXTERNAL; fix one of them")
+        raise TensorProtoError(
+            f"{tensor_label(tensor)} has external_data entries but data_location is not EXTERNAL; fix one of them"
+        )
     if len(forms) > 1:
-        raise TensorProtoError(f"{label} stores its values in more than one place ({', '.join(forms)}); keep one")
+        raise TensorProtoError(
+            f"{tensor_label(tensor)} stores its values in more than one place ({', '.join(forms)}); keep one"
+        )
 
     storage: Storage
     raw: bytes | None = None
     if not forms:
         if size:
-            raise TensorProtoError(f"{label} has dims {list(shape)} ({size} elements) but no data")
+            raise TensorProtoError(f"{tensor_label(tensor)} has dims {list(shape)} ({size} elements) but no data")
         storage = "typed"
     elif forms[0] == "external data":
-        if onnx_type is _T.STRING:
-            raise TensorProtoError(f"{label} is a STRING tensor in external data; ONNX keeps strings in string_data")
+        if onnx_type is _STRING:
+            raise TensorProtoError(
+                f"{tensor_label(tensor)} is a STRING tensor in external data; ONNX keeps strings in string_data"
+            )
         parse_external_data(tensor, packed)
         storage = "external"
     elif forms[0] == "raw_data":
-        if onnx_type is _T.STRING:
-            raise TensorProtoError(f"{label} is a STRING tensor in raw_data; ONNX keeps strings in string_data")
+        if onnx_type is _STRING:
+            raise TensorProtoError(
+                f"{tensor_label(tensor)} is a STRING tensor in raw_data; ONNX keeps strings in string_data"
+            )
         raw = tensor.raw_data
         have = len(raw)
         if have != packed:
             raise TensorProtoError(
-                f"{label} has {have} bytes of raw_data but its type {onnx_type.name} and dims {list(shape)} "
-                f"need exactly {packed}"
+                f"{tensor_label(tensor)} has {have} bytes of raw_data but its type {onnx_type.name} and dims "
+                f"{list(shape)} need exactly {packed}"
             )
         storage = "raw"
     else:
@@ -228,21 +262,21 @@ def _info(tensor: Any, label: str) -> tuple[TensorInfo, bytes | None]:
         expected_field = _FIELD_OF.get(onnx_type, "int32_data")
         if field != expected_field:
             raise TensorProtoError(
-                f"{label} is {onnx_type.name} but stores its values in {field}; ONNX keeps them in "
+                f"{tensor_label(tensor)} is {onnx_type.name} but stores its values in {field}; ONNX keeps them in "
                 f"{expected_field} or raw_data"
             )
         have = len(getattr(tensor, field))
         want = _entries_expected(onnx_type, size)
         if have != want:
             raise TensorProtoError(
-                f"{label} has {have} entries in {field} but its type {onnx_type.name} and dims {list(shape)} "
-                f"need exactly {want}"
+                f"{tensor_label(tensor)} has {have} entries in {field} but its type {onnx_type.name} and dims "
+                f"{list(shape)} need exactly {want}"
             )
         storage = "typed"
     name = tensor.name
     if isinstance(name, bytes):  # proto2 returns bytes for a name that is not valid UTF-8
         name = name.decode("utf-8", "backslashreplace")
-    return TensorInfo(name, onnx_type, shape, nbytes, storage, size, packed), raw
+    return _make_info(name, onnx_type, shape, nbytes, storage, size, packed), raw
 
 
 def tensor_to_array(
@@ -265,11 +299,39 @@ def tensor_to_array(
     if reader is not None and (base_dir is not None or external_data_root is not None):
         raise InvalidArgumentError("pass either reader= or base_dir=/external_data_root=, not both")
     info, raw = _examine(tensor)
-    label = tensor_label(tensor)
+    return _decode(tensor, info, raw, reader, max_tensor_bytes, base_dir, external_data_root)
+
+
+def _decode_known(
+    tensor: Any, info: TensorInfo, *, reader: ExternalDataReader | None, max_tensor_bytes: int
+) -> np.ndarray:
+    """tensor_to_array(tensor, reader=reader, max_tensor_bytes=...) for a tensor whose ``info`` tensor_info already
+    gave (the checks are not redone; raw_data, copied by protobuf on every access, is fetched again)."""
+    if isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, int) or max_tensor_bytes < 0:
+        raise InvalidArgumentError(f"max_tensor_bytes must be a non-negative integer, got {max_tensor_bytes!r}")
+    raw = None
+    if info.storage == "raw":
+        raw = tensor.raw_data
+        if len(raw) != info.packed_nbytes:  # changed since it was examined: check everything again
+            return tensor_to_array(tensor, reader=reader, max_tensor_bytes=max_tensor_bytes)
+    return _decode(tensor, info, raw, reader, max_tensor_bytes)
+
+
+def _decode(
+    tensor: Any,
+    info: TensorInfo,
+    raw: bytes | None,
+    reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+    base_dir: str | os.PathLike[str] | None = None,
+    external_data_root: str | os.PathLike[str] | None = None,
+) -> np.ndarray:
+    """tensor_to_array after the checks of :func:`_examine`: ``info`` and ``raw`` are what it returned for
+    ``tensor`` (whole-model conversion examines each tensor once, when it finds it, and decodes it later)."""
     if info.nbytes > max_tensor_bytes:
         raise TensorTooLargeError(
-            f"{label} needs {info.nbytes} bytes ({info.onnx_type.name} {list(info.shape)}), more than "
-            f"max_tensor_bytes={max_tensor_bytes} ({max_tensor_bytes / 2**30:.3g} GiB); pass a larger "
+            f"{tensor_label(tensor)} needs {info.nbytes} bytes ({info.onnx_type.name} {list(info.shape)}), more "
+            f"than max_tensor_bytes={max_tensor_bytes} ({max_tensor_bytes / 2**30:.3g} GiB); pass a larger "
             "max_tensor_bytes= if you trust this model and have the memory"
         )
     try:
@@ -277,22 +339,22 @@ def tensor_to_array(
             if reader is None:
                 if base_dir is None:
                     raise ExternalDataError(
-                        f"{label} uses external data; pass base_dir= (the directory of the model file)"
+                        f"{tensor_label(tensor)} uses external data; pass base_dir= (the directory of the model file)"
                     )
                 reader = ExternalDataReader(base_dir, external_data_root)
-            return _from_packed(reader.read(tensor, info.packed_nbytes), info, label)
+            return _from_packed(reader.read(tensor, info.packed_nbytes), info, tensor)
         if info.storage == "raw":
-            return _from_packed(raw, info, label)
-        return _from_typed(tensor, info, label)
+            return _from_packed(raw, info, tensor)
+        return _from_typed(tensor, info)
     except DmlBridgeError:
         raise
     except MemoryError:
         raise TensorTooLargeError(
-            f"{label} needs {info.nbytes} bytes and the allocation failed; free memory, or set max_tensor_bytes "
-            "below this size to refuse such tensors up front"
+            f"{tensor_label(tensor)} needs {info.nbytes} bytes and the allocation failed; free memory, or set "
+            "max_tensor_bytes below this size to refuse such tensors up front"
         ) from None
     except Exception as exc:
-        raise TensorProtoError(f"{label} cannot be decoded: {type(exc).__name__}: {exc}") from exc
+        raise TensorProtoError(f"{tensor_label(tensor)} cannot be decoded: {type(exc).__name__}: {exc}") from exc
 
 
 def _from_little_endian(buffer: Any, dtype: np.dtype) -> np.ndarray:
@@ -331,7 +393,7 @@ def _unpack_6bit(packed: np.ndarray, size: int) -> np.ndarray:
     return out.reshape(-1)[:size]
 
 
-def _from_packed(buffer: Any, info: TensorInfo, label: str) -> np.ndarray:
+def _from_packed(buffer: Any, info: TensorInfo, tensor: Any) -> np.ndarray:
     """Values from ONNX's raw little-endian form (raw_data or an external file's bytes)."""
     onnx_type, dtype = info.onnx_type, info.onnx_type.numpy()
     bits = onnx_type.bitwidth
@@ -345,12 +407,12 @@ def _from_packed(buffer: Any, info: TensorInfo, label: str) -> np.ndarray:
         if raw.size and raw.max() > 1:
             bad = int(np.argmax(raw > 1))
             raise TensorProtoError(
-                f"{label} is BOOL but byte {bad} of its data is {raw[bad]}; BOOL bytes must be 0 or 1"
+                f"{tensor_label(tensor)} is BOOL but byte {bad} of its data is {raw[bad]}; BOOL bytes must be 0 or 1"
             )
     return _from_little_endian(buffer, dtype).reshape(info.shape)
 
 
-def _from_typed(tensor: Any, info: TensorInfo, label: str) -> np.ndarray:
+def _from_typed(tensor: Any, info: TensorInfo) -> np.ndarray:
     """Values from the typed repeated field ONNX uses for the type (counts already checked)."""
     onnx_type, dtype = info.onnx_type, info.onnx_type.numpy()
     field = _FIELD_OF.get(onnx_type, "int32_data")
@@ -360,7 +422,7 @@ def _from_typed(tensor: Any, info: TensorInfo, label: str) -> np.ndarray:
         try:
             values[:] = list(map(bytes.decode, tensor.string_data))
         except UnicodeDecodeError as exc:
-            raise TensorProtoError(f"{label} has a string that is not valid UTF-8: {exc}") from None
+            raise TensorProtoError(f"{tensor_label(tensor)} has a string that is not valid UTF-8: {exc}") from None
         return values.reshape(info.shape)
     entries = np.array(getattr(tensor, field), dtype=_FIELD_DTYPE[field])
     bounds = _ENTRY_RANGE.get(onnx_type)
@@ -374,8 +436,8 @@ def _from_typed(tensor: Any, info: TensorInfo, label: str) -> np.ndarray:
             elif onnx_type.bitwidth in (4, 2):
                 what = "packed byte"
             raise TensorProtoError(
-                f"{label} is {onnx_type.name} but {field}[{bad}] = {entries[bad]} is outside {low}..{high}, the "
-                f"range of a {onnx_type.name} {what}"
+                f"{tensor_label(tensor)} is {onnx_type.name} but {field}[{bad}] = {entries[bad]} is outside "
+                f"{low}..{high}, the range of a {onnx_type.name} {what}"
             )
     if onnx_type.bitwidth in (4, 2):
         flat = _unpack_bits(entries.astype(np.uint8), onnx_type.bitwidth, info.size)

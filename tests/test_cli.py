@@ -134,6 +134,14 @@ def test_convert_options_reach_the_manifest(small: Path, tmp_path: Path) -> None
     one_line_error(run("verify", prefix.with_suffix(".json"), small), "SHA-256")
 
 
+def test_convert_no_fsync_writes_the_same_files(small: Path, tmp_path: Path) -> None:
+    for prefix, extra in (("a", []), ("b", ["--no-fsync"])):
+        result = run("convert", small, "-o", tmp_path / prefix, "--quiet", *extra)
+        assert result.returncode == 0 and result.stderr == "", result.stderr
+    for ext in ("bin", "json"):
+        assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
+
+
 def test_convert_errors_are_one_line_and_leave_nothing(sample: Path, tmp_path: Path) -> None:
     model = tmp_path / "sample.onnx"
     model.write_bytes(sample.read_bytes())

@@ -4,6 +4,7 @@ recomputation, atomic outputs under failures and Ctrl-C, and load_plan refusing 
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import math
@@ -533,8 +534,9 @@ def test_bad_tensor_halfway_leaves_previous_outputs(tmp_path: Path, monkeypatch:
     bad.raw_data = b"\x01\x02"  # a BOOL byte that is not 0 or 1: only found when the values are decoded
     path, _ = build_model(tmp_path, bad=bad)
     written: list[int] = []
-    real_prepare = model_module.prepare
-    monkeypatch.setattr(model_module, "prepare", lambda *a, **k: written.append(1) or real_prepare(*a, **k))
+    # Counts the constants handed to the writer (tensors whose stored bytes are already DirectML's skip prepare).
+    real_write_entry = model_module._write_entry
+    monkeypatch.setattr(model_module, "_write_entry", lambda *a, **k: written.append(1) or real_write_entry(*a, **k))
     with pytest.raises(TensorProtoError, match="t_bad_bool"):
         convert_model(path, tmp_path / "out")
     assert len(written) > 20  # it failed halfway, after writing many tensors
@@ -556,15 +558,15 @@ def test_keyboard_interrupt_while_writing(tmp_path: Path, monkeypatch: pytest.Mo
     before = _previous_outputs(tmp_path)
     path, _ = build_model(tmp_path)
     calls: list[int] = []
-    real_prepare = model_module.prepare
+    real_write_entry = model_module._write_entry  # called once per constant written
 
     def interrupting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == at_call:
             raise KeyboardInterrupt
-        return real_prepare(*args, **kwargs)
+        return real_write_entry(*args, **kwargs)
 
-    monkeypatch.setattr(model_module, "prepare", interrupting)
+    monkeypatch.setattr(model_module, "_write_entry", interrupting)
     with pytest.raises(KeyboardInterrupt):
         convert_model(path, tmp_path / "out", checksum=True)
     assert _unchanged(tmp_path, before) and no_temp_files(tmp_path)
@@ -594,6 +596,71 @@ def test_failure_between_the_two_renames_restores_the_previous_bin(
         convert_model(path, tmp_path / "fresh")
     assert not (tmp_path / "fresh.bin").exists() and not (tmp_path / "fresh.json").exists()
     assert no_temp_files(tmp_path)
+
+
+def test_fsync_false_skips_the_flushes_and_same_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = build_model(tmp_path)
+    convert_model(path, tmp_path / "a")
+    flushed: list[int] = []
+    monkeypatch.setattr(model_module.os, "fsync", lambda fd: flushed.append(fd))
+    convert_model(path, tmp_path / "b", fsync=False)
+    assert flushed == []
+    convert_model(path, tmp_path / "c")
+    assert len(flushed) == (3 if os.name == "posix" else 2)  # the .bin, the .json (and the directory)
+    for ext in ("bin", "json"):
+        assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
+    with pytest.raises(InvalidArgumentError, match="fsync"):
+        convert_model(path, tmp_path / "d", fsync=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kernel", ["copy_file_range", "sendfile", "neither", "checksum"])
+def test_stored_bytes_are_written_as_prepare_writes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str
+) -> None:
+    """Native tensors are written from their stored bytes (large external ones copied by the kernel, or read and
+    written when it cannot, or when the .bin is hashed): the same bytes prepare gives, odd INT4 counts and
+    padding included."""
+    rng = np.random.default_rng(7)
+    arrays = {
+        "i4": rng.integers(-8, 8, (3 << 20) + 1).astype(ml_dtypes.int4),
+        "u4": rng.integers(0, 16, (1 << 21) + 3).astype(ml_dtypes.uint4),
+        "u8": rng.integers(0, 256, (1 << 20) + 3, dtype=np.uint8),
+        "f16": rng.standard_normal((1 << 20) + 1).astype(np.float16),
+        "f32": rng.standard_normal(1 << 18).astype(np.float32),
+        "small_i4": np.array([1, -2, 3], ml_dtypes.int4),
+    }
+    inits, blob = [], bytearray()
+    for index, (name, array) in enumerate(arrays.items()):
+        tensor = numpy_helper.from_array(array, name)
+        blob += bytes(index % 3)  # unaligned offsets
+        external_data_helper.set_external_data(tensor, "w.data", offset=len(blob), length=len(tensor.raw_data))
+        blob += tensor.raw_data
+        tensor.ClearField("raw_data")
+        inits.append(tensor)
+    inits.append(numpy_helper.from_array(np.array([5, -6, 7, -8, 1], ml_dtypes.int4), "raw_i4"))
+    inits.append(typed_storage("typed_f32", np.array([1.5, NAN, -0.0], np.float32)))
+    inits.append(typed_storage("typed_i64", np.array([-(2**40), 3], np.int64)))
+    arrays.update(raw_i4=np.array([5, -6, 7, -8, 1], ml_dtypes.int4), typed_f32=np.array([1.5, NAN, -0.0], np.float32),
+                  typed_i64=np.array([-(2**40), 3], np.int64))
+    (tmp_path / "w.data").write_bytes(bytes(blob))
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+
+    def refuse(code: int) -> Any:
+        def call(*args: Any) -> int:
+            raise OSError(code, os.strerror(code))
+        return call
+
+    if kernel in ("sendfile", "neither"):
+        monkeypatch.setattr(os, "copy_file_range", refuse(errno.EXDEV), raising=False)
+    if kernel == "neither":
+        monkeypatch.setattr(os, "sendfile", refuse(errno.EINVAL), raising=False)
+    plan = convert_model(path, tmp_path / "out", checksum=kernel == "checksum", min_dims=4)
+    for name, array in arrays.items():
+        expected = dmlbridge.prepare(array, min_dims=4, guaranteed_base_offset_alignment=256)
+        assert plan.entries[name].desc() == expected.desc()
+        assert plan.read(name).tobytes() == expected.data.tobytes(), name
+    load_plan(tmp_path / "out.json", verify=kernel == "checksum")
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
