@@ -66,7 +66,7 @@ import numpy as np
 
 from dmlbridge.constants import ModelConstant, find_constants, iter_external_tensors
 from dmlbridge.decode import decode
-from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, make_buffer_tensor_desc
+from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, buffer_tensor_desc_fields, make_buffer_tensor_desc
 from dmlbridge.encode import PreparedTensor, prepare
 from dmlbridge.errors import (
     DestinationError,
@@ -154,15 +154,15 @@ class PlanEntry:
         """The DML_BUFFER_TENSOR_DESC fields by their DirectML names (as PreparedTensor.desc()), None if skipped."""
         if self.dml_type is None or self.sizes is None:
             return None
-        return {
-            "DataType": int(self.dml_type),
-            "Flags": 0,
-            "DimensionCount": len(self.sizes),
-            "Sizes": list(self.sizes),
-            "Strides": None if self.strides is None else list(self.strides),
-            "TotalTensorSizeInBytes": self.total_tensor_size_in_bytes,
-            "GuaranteedBaseOffsetAlignment": self.guaranteed_base_offset_alignment,
-        }
+        assert self.total_tensor_size_in_bytes is not None and self.guaranteed_base_offset_alignment is not None
+        return buffer_tensor_desc_fields(
+            self.dml_type,
+            0,
+            self.sizes,
+            self.strides,
+            self.total_tensor_size_in_bytes,
+            self.guaranteed_base_offset_alignment,
+        )
 
     def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
         """A ctypes DML_BUFFER_TENSOR_DESC for this entry (InvalidArgumentError when it was skipped)."""
