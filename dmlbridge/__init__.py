@@ -27,8 +27,9 @@ from dmlbridge.errors import (
     ValueRangeError,
 )
 from dmlbridge.layout import calc_buffer_tensor_size
+from dmlbridge.manifest import PlanEntry, UploadPlan, load_plan
 from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
-from dmlbridge.model import PlanEntry, UploadPlan, convert_model, load_plan, plan_model
+from dmlbridge.model import convert_model, plan_model
 from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
 from dmlbridge.packing import pack_4bit, unpack_4bit
 from dmlbridge.target import Target

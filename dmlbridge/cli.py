@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from dmlbridge.errors import DmlBridgeError
+from dmlbridge.manifest import UploadPlan, _load_plan
 from dmlbridge.mapping import MappingRow, mapping_table
-from dmlbridge.model import UploadPlan, _load_plan, convert_model, find_mismatches, plan_model
+from dmlbridge.model import convert_model, find_mismatches, plan_model
 from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType

@@ -910,11 +910,11 @@ def test_manifest_claiming_a_terabyte_is_refused_without_allocating(
     (tmp_path / "m.json").write_text(json.dumps(bad))
     (tmp_path / "m.bin").write_bytes((directory / "out.bin").read_bytes())
     script = textwrap.dedent(f"""
-        import resource, dmlbridge.model as m
+        import resource, dmlbridge
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
         try:
-            m.load_plan({str(tmp_path / "m.json")!r})
-        except m.ManifestError as exc:
+            dmlbridge.load_plan({str(tmp_path / "m.json")!r})
+        except dmlbridge.ManifestError as exc:
             print("refused:", exc)
     """)
     if sys.platform == "win32":
