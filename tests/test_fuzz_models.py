@@ -35,6 +35,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from builders import constant_nodes
+
 from dmlbridge import cli
 from dmlbridge.demo import build_sample_model
 from dmlbridge.errors import DmlBridgeError
@@ -86,16 +89,7 @@ def build_rich_model(directory: Path) -> Path:
     sparse_value = helper.make_sparse_tensor(
         numpy_helper.from_array(np.array([1.5], np.float16), "ks"), numpy_helper.from_array(np.array([2]), "ks_i"),
         [4])
-    nodes = [
-        helper.make_node("Constant", [], ["k_value"], value=numpy_helper.from_array(np.array([[7, 8]], np.uint16))),
-        helper.make_node("Constant", [], ["k_float"], value_float=-1.25),
-        helper.make_node("Constant", [], ["k_floats"], value_floats=[0.5, 1e-3]),
-        helper.make_node("Constant", [], ["k_int"], value_int=42),
-        helper.make_node("Constant", [], ["k_ints"], value_ints=[-1, 0, 3]),
-        helper.make_node("Constant", [], ["k_string"], value_string="s"),
-        helper.make_node("Constant", [], ["k_strings"], value_strings=["s", "t"]),
-        helper.make_node("Constant", [], ["k_sparse"], sparse_value=sparse_value),
-    ]
+    nodes = constant_nodes(sparse_value)
     then_g = helper.make_graph([], "then", [], [helper.make_tensor_value_info("T", TensorProto.FLOAT, [2])],
                                [numpy_helper.from_array(np.array([9.0, -9.0], np.float32), "T")])
     else_g = helper.make_graph([helper.make_node("Constant", [], ["E"], value_ints=[5, 6])], "else", [],

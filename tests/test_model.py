@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 import pytest
 import reference
+from builders import constant_nodes
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import dmlbridge
@@ -126,17 +127,7 @@ def build_model(directory: Path, *, bad: TensorProto | None = None) -> tuple[Pat
     sparse_inits = [sparse("sp", np.array([4, 5, 6], np.int16), np.array([[0, 1], [2, 0], [2, 3]]), [3, 4])]
     expected["sp"] = np.array([[0, 4, 0, 0], [0, 0, 0, 0], [5, 0, 0, 6]], np.int16)
 
-    nodes = [
-        helper.make_node("Constant", [], ["k_value"], value=numpy_helper.from_array(np.array([[7, 8]], np.uint16))),
-        helper.make_node("Constant", [], ["k_float"], value_float=-1.25),
-        helper.make_node("Constant", [], ["k_floats"], value_floats=[0.5, 1e-3]),
-        helper.make_node("Constant", [], ["k_int"], value_int=42),
-        helper.make_node("Constant", [], ["k_ints"], value_ints=[-1, 0, 3]),
-        helper.make_node("Constant", [], ["k_string"], value_string="s"),
-        helper.make_node("Constant", [], ["k_strings"], value_strings=["s", "t"]),
-        helper.make_node("Constant", [], ["k_sparse"], sparse_value=sparse(
-            "ks", np.array([1.5], np.float16), np.array([2]), [4])),
-    ]
+    nodes = constant_nodes(sparse("ks", np.array([1.5], np.float16), np.array([2]), [4]))
     expected.update(
         k_value=np.array([[7, 8]], np.uint16), k_float=np.array(-1.25, np.float32),
         k_floats=np.array([0.5, 1e-3], np.float32), k_int=np.array(42, np.int64),
