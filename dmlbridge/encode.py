@@ -24,6 +24,7 @@ from dmlbridge.descs import (
 )
 from dmlbridge.errors import (
     DestinationError,
+    ExternalDataError,
     InvalidArgumentError,
     LayoutError,
     UnsupportedTypeError,
@@ -31,6 +32,7 @@ from dmlbridge.errors import (
 )
 from dmlbridge.layout import Layout, check_strides, plan_layout
 from dmlbridge.mapping import Conversion, resolve
+from dmlbridge.onnx_tensor import tensor_to_array
 from dmlbridge.packing import pack_nibbles_into, to_nibbles
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, OnnxDataType, onnx_type_of_dtype
@@ -139,18 +141,13 @@ class _Plan:
 def _as_array(array: Any) -> np.ndarray:
     if isinstance(array, np.ndarray):
         return array
-    if type(array).__name__ == "TensorProto":
-        from dmlbridge.errors import ExternalDataError
-        from dmlbridge.onnx_tensor import tensor_to_array
-
+    if type(array).__name__ == "TensorProto":  # onnx's class, matched by name: no onnx import needed here
         if array.data_location == 1:  # EXTERNAL: only the caller knows the model's directory
             raise ExternalDataError(
                 f"tensor {array.name!r} keeps its values in external data; read it with "
                 "dmlbridge.tensor_to_array(tensor, base_dir=<the model's directory>) and prepare that array"
             )
         return tensor_to_array(array)
-    if isinstance(array, np.generic):
-        return np.asarray(array)
     try:
         return np.asarray(array)
     except Exception as exc:  # noqa: BLE001 - numpy raises many types for unconvertible objects

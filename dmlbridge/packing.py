@@ -13,6 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from dmlbridge.buffers import as_bytes
 from dmlbridge.errors import InvalidArgumentError, ValueRangeError
 
 __all__ = ["pack_4bit", "pack_nibbles_into", "to_nibbles", "unpack_4bit", "unpack_nibbles"]
@@ -163,8 +164,6 @@ def unpack_4bit(data: Any, count: int, signed: bool) -> np.ndarray:
     ``data`` is any bytes-like object or uint8 array holding at least ceil(count / 2) bytes; extra bytes (such
     as the padding of a DirectML buffer) are ignored.
     """
-    from dmlbridge.buffers import as_bytes
-
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
         raise InvalidArgumentError(f"count must be a non-negative whole number, got {count!r}")
     raw = as_bytes(data, "data")

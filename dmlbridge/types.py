@@ -13,7 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from dmlbridge.errors import UnsupportedTypeError
+from dmlbridge.errors import InvalidArgumentError, UnsupportedTypeError
 
 __all__ = ["DmlDataType", "FeatureLevel", "OnnxDataType", "onnx_type_of_dtype"]
 
@@ -50,8 +50,6 @@ class FeatureLevel(enum.IntEnum):
     @classmethod
     def parse(cls, text: str | int | FeatureLevel) -> FeatureLevel:
         """Read a level from ``"6.2"``, ``"6_2"``, ``"FL_6_2"``, ``0x6200`` or a FeatureLevel."""
-        from dmlbridge.errors import InvalidArgumentError
-
         if isinstance(text, (int, FeatureLevel)) and not isinstance(text, bool):
             try:
                 return cls(int(text))
