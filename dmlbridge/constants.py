@@ -20,11 +20,14 @@ Finding constants reads only the protobuf: no value is decoded and no external f
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
 import math
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -32,8 +35,13 @@ from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLa
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.onnx_tensor import (
     DEFAULT_MAX_TENSOR_BYTES,
+    Summary,
     TensorInfo,
+    _common_form,
     _decode_known,
+    _make_info,
+    _summary,
+    _varint_size,
     tensor_info,
     tensor_to_array,
 )
@@ -180,14 +188,59 @@ class ModelConstant:
         return values.reshape(self.shape)
 
 
-# What the scan finds, before keys are made unique: (base key, name, scope, kind, origin, onnx_type, shape, nbytes,
-# storage, proto, info). Plain tuples: a model can hold 100,000 constants.
-_Found = tuple[str, str, str, str, str, OnnxDataType, tuple[int, ...], int, str, Any, "TensorInfo | None"]
+class _Found(NamedTuple):
+    """A constant as the scan finds it: ModelConstant's fields in a tuple (a model can hold 100,000 constants; a
+    tuple costs a fraction of an object), the last seven being tensor_info's fields in TensorInfo's order (for a
+    constant that is not a TensorProto: its own type, shape and size, storage ``sparse`` or ``attribute``)."""
+
+    key: str
+    name: str
+    scope: str
+    kind: ConstantKind
+    origin: str
+    proto: Any
+    tensor_name: str
+    onnx_type: OnnxDataType
+    shape: tuple[int, ...]
+    nbytes: int
+    storage: str
+    size: int
+    packed_nbytes: int
+
+    def constant(self) -> ModelConstant:
+        """The public form."""
+        info = None
+        if self.kind in ("initializer", "value"):  # TensorProtos the scan examined: decoding skips the checks
+            info = _make_info(*self[6:])  # type: ignore[arg-type]
+        return ModelConstant(self.key, self.name, self.scope, self.kind, self.origin, self.onnx_type, self.shape,
+                             self.nbytes, self.storage, self.proto, info)
+
+
+_found = functools.partial(tuple.__new__, _Found)  # _Found from one tuple, without NamedTuple's Python __new__
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (as timeit does): finding 100,000 constants makes a few hundred
+    thousand objects and no cycle, and the collector would walk all of them again and again."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def find_constants(model: Any) -> list[ModelConstant]:
     """Every constant of an ``onnx.ModelProto``, in model order (main graph first, subgraphs where their node
     is, then functions). Reads only the protobuf; raises TensorProtoError for malformed constants."""
+    with _collector_paused():
+        return [found.constant() for found in _find(model)]
+
+
+def _find(model: Any) -> list[_Found]:
+    """find_constants, as tuples."""
     if getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) != "onnx.ModelProto":
         raise InvalidArgumentError(f"expected an onnx.ModelProto, got {type(model).__name__}")
     found: list[_Found] = []
@@ -198,7 +251,8 @@ def find_constants(model: Any) -> list[ModelConstant]:
         if overload:
             scope += f":{overload}"
         _scan_nodes(function.node, scope, found, 0)
-    return _assign_keys(found)
+    _make_keys_unique(found)
+    return found
 
 
 def _text(value: str | bytes) -> str:
@@ -212,44 +266,45 @@ def _where(scope: str) -> str:
     return f" in {scope}" if scope else ""
 
 
-def _key(scope: str, name: str) -> str:
-    return f"{scope}/{name}" if scope else name
-
-
 def _scan_graph(graph: Any, scope: str, found: list[_Found], depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise TensorProtoError(f"subgraphs are nested more than {_MAX_DEPTH} deep at {scope!r}")
     where = _where(scope)
     origin = "initializer" + where
-    for index, tensor in enumerate(graph.initializer):
-        info = tensor_info(tensor)
-        name = info.name  # the tensor's name, decoded as _text does
-        found.append(
-            (_key(scope, name or f"<unnamed {index}>"), name, scope, "initializer", origin, info.onnx_type,
-             info.shape, info.nbytes, info.storage, tensor, info)
-        )
+    prefix = f"{scope}/" if scope else ""
+    append = found.append
+    for index, tensor in enumerate(graph.initializer[:]):  # a slice is a list: faster to walk
+        summary = _summary(tensor)
+        name = summary[0]  # the tensor's name, decoded as _text does
+        append(_found((f"{prefix}{name or f'<unnamed {index}>'}", name, scope, "initializer", origin, tensor,
+                       *summary)))
     for index, sparse in enumerate(graph.sparse_initializer):
         name = _text(sparse.values.name)
         label = f"sparse initializer {name!r}" if name else f"sparse initializer #{index}"
         onnx_type, shape, nbytes = _sparse_info(sparse, label + where)
-        found.append(
-            (_key(scope, name or f"<unnamed sparse {index}>"), name, scope, "sparse_initializer",
-             "sparse_initializer" + where, onnx_type, shape, nbytes, "sparse", sparse, None)
-        )
+        append(_found((f"{prefix}{name or f'<unnamed sparse {index}>'}", name, scope, "sparse_initializer",
+                       "sparse_initializer" + where, sparse, "", onnx_type, shape, nbytes, "sparse",
+                       math.prod(shape), 0)))
     _scan_nodes(graph.node, scope, found, depth)
 
 
 def _scan_nodes(nodes: Any, scope: str, found: list[_Found], depth: int) -> None:
-    for index, node in enumerate(nodes):
-        op_type = _text(node.op_type)
+    for index, node in enumerate(nodes[:]):  # a slice is a list: faster to walk
         values: list[tuple[str, Any]] | None = None
-        if op_type == "Constant" and _text(node.domain) in ("", "ai.onnx"):
+        op_type = node.op_type
+        attributes = node.attribute[:]
+        if op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            if len(attributes) == 1:
+                usual = _usual_constant(node, attributes[0], index, scope)
+                if usual is not None:
+                    found.append(usual)
+                    continue
             values = []
         subgraphs: list[tuple[Any, Any]] | None = None
-        for attr in node.attribute:  # one pass: the Constant's value attributes and any subgraphs
+        for attr in attributes:  # one pass: the Constant's value attributes and any subgraphs
             if values is not None:
-                attr_name = _text(attr.name)
-                if attr_name in _ATTR_TYPES:
+                attr_name = attr.name
+                if attr_name in _ATTR_TYPES:  # (a name that is not valid UTF-8 comes as bytes: not a value name)
                     values.append((attr_name, attr))
             if attr.HasField("g"):
                 subgraphs = subgraphs or []
@@ -263,7 +318,7 @@ def _scan_nodes(nodes: Any, scope: str, found: list[_Found], depth: int) -> None
             if constant is not None:
                 found.append(constant)
         if subgraphs:
-            prefix = _node_path(node, op_type, index, scope)
+            prefix = _node_path(node, _text(op_type), index, scope)
             for attr, graphs in subgraphs:
                 attr_name = _text(attr.name)
                 if graphs is None:
@@ -271,6 +326,34 @@ def _scan_nodes(nodes: Any, scope: str, found: list[_Found], depth: int) -> None
                 else:
                     for k, graph in enumerate(graphs):
                         _scan_graph(graph, f"{prefix}/{attr_name}[{k}]", found, depth + 1)
+
+
+# The serialized size of a Constant's ``value`` attribute without its tensor: the name (a tag, a length and "value")
+# and, when present, the type (field 20: a two-byte tag and the value 4).
+_VALUE_ATTRIBUTE_SIZE = {0: 2 + len("value"), 4: 2 + len("value") + 3}
+
+
+def _usual_constant(node: Any, attr: Any, index: int, scope: str) -> _Found | None:
+    """The constant of a Constant node in the usual form, found in a few steps, or None (not known to be usual).
+
+    The usual form: the only attribute is ``value`` (type TENSOR or unstated) and holds a tensor in a common form
+    (see onnx_tensor._common_form). ByteSize() of the attribute equals the size of those fields only if it has no
+    other field (ref_attr_name, g, graphs, ...) and the tensor none either: every present field takes a byte or more.
+    """
+    attr_type = attr.type
+    if attr.name != "value" or attr_type not in _VALUE_ATTRIBUTE_SIZE:
+        return None
+    tensor = attr.t
+    try:
+        common = _common_form(tensor)
+    except Exception:  # noqa: BLE001 - not what a TensorProto gives: the usual path names the problem
+        return None
+    if common is None:
+        return None
+    summary, tensor_size = common
+    if attr.ByteSize() != _VALUE_ATTRIBUTE_SIZE[attr_type] + 1 + _varint_size(tensor_size) + tensor_size:
+        return None
+    return _constant_of(node, "value", attr, index, scope, summary)
 
 
 def _node_path(node: Any, op_type: str, index: int, scope: str) -> str:
@@ -306,30 +389,34 @@ def _constant_node(node: Any, values: list[tuple[str, Any]], index: int, scope: 
             f"{_constant_where(node, index, scope)} has several value attributes ({names}); a Constant has exactly one"
         )
     kind, attr = present[0]
+    return _constant_of(node, kind, attr, index, scope)  # type: ignore[arg-type]  # kind is a key of _ATTR_TYPES
+
+
+def _constant_of(
+    node: Any, kind: ConstantKind, attr: Any, index: int, scope: str, summary: Summary | None = None
+) -> _Found:
+    """The constant of a Constant node whose value is the attribute ``attr``, named ``kind`` (``summary``: its
+    tensor's, when known)."""
     node_name = _text(node.name)
     label = f"Constant node {node_name!r}" if node_name else f"Constant node #{index}"
     outputs = node.output
     name = _text(outputs[0]) if len(outputs) else ""
-    origin = f"{label} ({kind})" + _where(scope)
-    shape: tuple[int, ...]
-    storage: str
-    info = None
+    origin = f"{label} ({kind}) in {scope}" if scope else f"{label} ({kind})"
+    key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
     if kind == "value":
         proto = attr.t
-        info = tensor_info(proto)
-        onnx_type, shape, nbytes, storage = info.onnx_type, info.shape, info.nbytes, info.storage
-    elif kind == "sparse_value":
+        return _found((key, name, scope, kind, origin, proto, *(summary or _summary(proto))))
+    if kind == "sparse_value":
         proto = attr.sparse_tensor
         onnx_type, shape, nbytes = _sparse_info(proto, label + _where(scope))
-        storage = "sparse"
-    else:
-        proto = attr  # the attribute itself, for the list and scalar forms
-        onnx_type = _ATTR_ONNX_TYPE[kind]
-        shape = (len(getattr(attr, _ATTR_FIELD[kind])),) if kind.endswith("s") else ()
-        nbytes = math.prod(shape) * onnx_type.numpy().itemsize
-        storage = "attribute"
-    base = _key(scope, name or f"<unnamed {index}>")
-    return (base, name, scope, kind, origin, onnx_type, shape, nbytes, storage, proto, info)
+        return _found((key, name, scope, kind, origin, proto, "", onnx_type, shape, nbytes, "sparse",
+                       math.prod(shape), 0))
+    # The list and scalar forms: the attribute itself holds the values.
+    onnx_type = _ATTR_ONNX_TYPE[kind]
+    shape = (len(getattr(attr, _ATTR_FIELD[kind])),) if kind.endswith("s") else ()
+    size = math.prod(shape)
+    return _found((key, name, scope, kind, origin, attr, "", onnx_type, shape, size * onnx_type.numpy().itemsize,
+                   "attribute", size, 0))
 
 
 def _constant_where(node: Any, index: int, scope: str) -> str:
@@ -449,42 +536,38 @@ def densify_sparse(values: np.ndarray, indices: np.ndarray, dims: tuple[int, ...
     return dense.reshape(shape)
 
 
-_FIELDS = ("key", "name", "scope", "kind", "origin", "onnx_type", "shape", "nbytes", "storage", "proto", "_info")
-_new = object.__new__
-
-
-def _assign_keys(found: list[_Found]) -> list[ModelConstant]:
-    fields = _FIELDS
-    result = []
+def _make_keys_unique(found: list[_Found]) -> None:
     keys = [item[0] for item in found]
-    if len(set(keys)) != len(keys):
-        # A key made for a duplicate must not take one that occurs elsewhere in the model.
-        taken = set(keys)
-        seen: set[str] = set()
-        for position, item in enumerate(found):
-            key = item[0]
-            if key in seen:
-                n = 2
-                while f"{key}#{n}" in taken:
-                    n += 1
-                key = f"{key}#{n}"
-                taken.add(key)
-                found[position] = (key, *item[1:])
-            seen.add(key)
-    for item in found:
-        # ModelConstant(*item) without the frozen dataclass's per-field object.__setattr__ (2x faster).
-        constant = _new(ModelConstant)
-        constant.__dict__.update(zip(fields, item, strict=True))
-        result.append(constant)
-    return result
+    if len(set(keys)) == len(keys):
+        return
+    # A key made for a duplicate must not take one that occurs elsewhere in the model.
+    taken = set(keys)
+    seen: set[str] = set()
+    for position, item in enumerate(found):
+        key = item[0]
+        if key in seen:
+            n = 2
+            while f"{key}#{n}" in taken:
+                n += 1
+            key = f"{key}#{n}"
+            taken.add(key)
+            found[position] = item._replace(key=key)
+        seen.add(key)
 
 
-def iter_external_tensors(constants: list[ModelConstant]) -> Iterator[Any]:
+def iter_external_tensors(constants: list[ModelConstant] | list[_Found]) -> Iterator[Any]:
     """The TensorProtos among ``constants`` that keep their data in external files."""
     for constant in constants:
-        storage = constant.storage
-        if storage == "attribute" or (storage in ("raw", "typed") and constant._info is not None):
-            continue  # no TensorProto, or one the scan found in raw_data or a typed field
-        for tensor in constant.tensors():
+        kind = constant.kind
+        if kind in ("initializer", "value"):
+            examined = isinstance(constant, _Found) or constant._info is not None
+            if examined and constant.storage != "external":
+                continue  # the scan found it in raw_data or a typed field
+            tensors: tuple[Any, ...] = (constant.proto,)
+        elif kind in ("sparse_initializer", "sparse_value"):
+            tensors = (constant.proto.values, constant.proto.indices)
+        else:
+            continue  # the attribute forms: no TensorProto
+        for tensor in tensors:
             if tensor.data_location == 1:  # TensorProto.EXTERNAL
                 yield tensor

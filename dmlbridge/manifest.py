@@ -314,7 +314,8 @@ def _bin_fingerprint(bin_file: str, size: int, entries: list[PlanEntry]) -> str:
     group_start = first[opens]
     group_stop = reach[np.r_[opens[1:] - 1, len(first) - 1]] if len(first) else reach
     headers = np.stack([group_start, group_stop], axis=1).astype("<u8").tobytes()
-    merged = list(zip(group_start.tolist(), group_stop.tolist(), strict=True))
+    header_rows = np.frombuffer(headers, dtype=np.uint8).reshape(-1, 16)
+    starts_at, stops_at = group_start.tolist(), group_stop.tolist()
 
     # Ranges closer than _FINGERPRINT_WINDOW are read together and their bytes hashed in batches (the digest of
     # a stream does not depend on how it is cut), so 100,000 small entries cost a few large reads.
@@ -326,25 +327,23 @@ def _bin_fingerprint(bin_file: str, size: int, entries: list[PlanEntry]) -> str:
             raise OSError(f"{bin_file!r} is not a regular file")
         # Windows: runs of ranges with gaps of at most _FINGERPRINT_WINDOW, spanning at most _CHUNK bytes.
         gaps = np.flatnonzero(group_start[1:] - group_stop[:-1] > _FINGERPRINT_WINDOW) + 1
-        bounds = [0, *gaps.tolist(), len(merged)]
+        bounds = [0, *gaps.tolist(), len(starts_at)]
         for low, high in itertools.pairwise(bounds):
             begin = low
             while begin < high:
-                base = merged[begin][0]
+                base = starts_at[begin]
                 end = begin + int(np.searchsorted(group_stop[begin:high], base + _CHUNK, side="right"))
                 if end > begin:
-                    window = memoryview(_read_at(file, base, merged[end - 1][1] - base))
+                    window = memoryview(_read_at(file, base, stops_at[end - 1] - base))
                     available = base + len(window)  # less than asked only where the file ends
-                    if merged[end - 1][1] > available:
-                        start, stop = next(r for r in merged[begin:end] if r[1] > available)
+                    if stops_at[end - 1] > available:
+                        short = next(k for k in range(begin, end) if stops_at[k] > available)
+                        start, stop = starts_at[short], stops_at[short]
                         raise OSError(f"{bin_file!r} ended at byte {max(start, available)}, before byte {stop}")
-                    sha.update(b"".join([
-                        piece
-                        for k in range(begin, end)
-                        for piece in (headers[16 * k : 16 * k + 16], window[merged[k][0] - base : merged[k][1] - base])
-                    ]))
+                    _hash_ranges(sha, window, group_start[begin:end] - base, group_stop[begin:end] - base,
+                                 header_rows[begin:end])
                 else:  # one range longer than _CHUNK (many small entries packed together): in _CHUNK pieces
-                    start, stop = merged[begin]
+                    start, stop = starts_at[begin], stops_at[begin]
                     sha.update(headers[16 * begin : 16 * begin + 16])
                     position = start
                     while position < stop:
@@ -356,6 +355,29 @@ def _bin_fingerprint(bin_file: str, size: int, entries: list[PlanEntry]) -> str:
                     end = begin + 1
                 begin = end
     return sha.hexdigest()
+
+
+def _hash_ranges(sha: Any, window: memoryview, starts: np.ndarray, stops: np.ndarray, headers: np.ndarray) -> None:
+    """Feed ``sha`` each range's 16-byte header and its bytes ``window[start:stop]``, in order. Runs of ranges of
+    one length (the first bytes of many small entries) are gathered as the rows of one array."""
+    lengths = stops - starts
+    data = np.frombuffer(window, dtype=np.uint8)
+    bounds = [0, *(np.flatnonzero(lengths[1:] != lengths[:-1]) + 1).tolist(), len(lengths)]
+    views: dict[int, np.ndarray] = {}  # length -> every run of that many bytes of the window, as rows (no copy)
+    for low, high in itertools.pairwise(bounds):
+        length = int(lengths[low])
+        if high - low >= 8:
+            view = views.get(length)
+            if view is None:
+                view = views[length] = np.lib.stride_tricks.sliding_window_view(data, length)
+            rows = np.empty((high - low, 16 + length), dtype=np.uint8)
+            rows[:, :16] = headers[low:high]
+            rows[:, 16:] = view[starts[low:high]]
+            sha.update(rows)
+        else:
+            for k in range(low, high):
+                sha.update(headers[k])
+                sha.update(window[int(starts[k]) : int(stops[k])])
 
 
 def _read_at(file: Any, offset: int, size: int) -> bytes:
@@ -389,11 +411,14 @@ def _assemble(head: list[str], entries: list[str]) -> str:
     return "".join(["{\n", *[line + ",\n" for line in head], '  "entries": [\n', ",\n".join(entries), "\n  ]\n}\n"])
 
 
-def _manifest_text(plan: UploadPlan) -> str:
-    """``manifest_text(plan.manifest())``, the same text, without a dict and a json.dumps call per entry."""
+def _manifest_text(plan: UploadPlan, entry_lines: list[str] | None = None) -> str:
+    """``manifest_text(plan.manifest())``, the same text, without a dict and a json.dumps call per entry;
+    ``entry_lines``: the entries' lines (``"    " + _entry_json(entry)``), when the caller has made them."""
     head = [f"  {_json(k)}: {_json(v)}" for k, v in plan._manifest_head().items()]
-    cache: dict[tuple[Any, ...], tuple[str, str]] = {}
-    return _assemble(head, [_entry_json(entry, cache) for entry in plan.entries.values()])
+    if entry_lines is None:
+        cache: dict[tuple[Any, ...], tuple[str, str]] = {}
+        entry_lines = [_entry_json(entry, cache) for entry in plan.entries.values()]
+    return _assemble(head, entry_lines)
 
 
 def _json(value: Any) -> str:
@@ -407,15 +432,36 @@ def _json_ints(values: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, values)) + "]"
 
 
+def _entry_line(key: str, origin: str, offset: int, shared: tuple[str, str]) -> str:
+    """The manifest line of a converted entry from its own fields and the text it shares with entries of the same
+    type and shape (:func:`_shared_json`)."""
+    return f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {shared[0]}{offset}{shared[1]}'
+
+
+def _shared_json(
+    onnx_type: OnnxDataType, shape: tuple[int, ...], conversion: str, dml_type: DmlDataType, sizes: tuple[int, ...],
+    strides: tuple[int, ...] | None, total: int, alignment: int,
+) -> tuple[str, str]:
+    """The text of a converted entry's manifest line around its offset, after its key and origin."""
+    json_strides = "null" if strides is None else _json_ints(strides)
+    return (
+        f'"onnx_type": {_quote(onnx_type.name)}, "shape": {_json_ints(shape)}, '
+        f'"conversion": {_quote(conversion)}, "offset": ',
+        f', "dml_type": {_quote(dml_type.name)}, "desc": {{"DataType": {int(dml_type)}, "Flags": 0, '
+        f'"DimensionCount": {len(sizes)}, "Sizes": {_json_ints(sizes)}, "Strides": {json_strides}, '
+        f'"TotalTensorSizeInBytes": {total}, "GuaranteedBaseOffsetAlignment": {alignment}}}, "skipped": null}}',
+    )
+
+
 def _entry_json(entry: PlanEntry, cache: dict[tuple[Any, ...], tuple[str, str]] | None = None) -> str:
     """``"    " + json.dumps(entry.to_json())``, the same characters, formatted directly (a model can hold 100,000
     constants): strings through json's own quoting, integers with str() as json writes them. ``cache`` keeps the
     text of the fields entries of one type and shape share."""
     skipped, offset, total = entry.skipped, entry.offset, entry.total_tensor_size_in_bytes
-    start = f'    {{"key": {_quote(entry.key)}, "origin": {_quote(entry.origin)}, '
     if skipped is not None and entry.conversion is None and offset is None and entry.dml_type is None:
         return (
-            f'{start}"onnx_type": {_quote(entry.onnx_type.name)}, "shape": {_json_ints(entry.shape)}, '
+            f'    {{"key": {_quote(entry.key)}, "origin": {_quote(entry.origin)}, '
+            f'"onnx_type": {_quote(entry.onnx_type.name)}, "shape": {_json_ints(entry.shape)}, '
             f'"conversion": null, "offset": null, "dml_type": null, "desc": null, "skipped": {_quote(skipped)}}}'
         )
     if (
@@ -430,20 +476,12 @@ def _entry_json(entry: PlanEntry, cache: dict[tuple[Any, ...], tuple[str, str]] 
         return "    " + _json(entry.to_json())  # not a shape _plan_entries makes
     key = (entry.onnx_type, entry.shape, entry.conversion, entry.dml_type, entry.sizes, entry.strides, total,
            entry.guaranteed_base_offset_alignment)
-    parts = None if cache is None else cache.get(key)
-    if parts is None:
-        strides = "null" if entry.strides is None else _json_ints(entry.strides)
-        parts = (
-            f'"onnx_type": {_quote(entry.onnx_type.name)}, "shape": {_json_ints(entry.shape)}, '
-            f'"conversion": {_quote(entry.conversion)}, "offset": ',
-            f', "dml_type": {_quote(entry.dml_type.name)}, "desc": {{"DataType": {int(entry.dml_type)}, "Flags": 0, '
-            f'"DimensionCount": {len(entry.sizes)}, "Sizes": {_json_ints(entry.sizes)}, "Strides": {strides}, '
-            f'"TotalTensorSizeInBytes": {total}, '
-            f'"GuaranteedBaseOffsetAlignment": {entry.guaranteed_base_offset_alignment}}}, "skipped": null}}',
-        )
+    shared = None if cache is None else cache.get(key)
+    if shared is None:
+        shared = _shared_json(*key)
         if cache is not None:
-            cache[key] = parts
-    return f"{start}{parts[0]}{offset}{parts[1]}"
+            cache[key] = shared
+    return _entry_line(entry.key, entry.origin, offset, shared)
 
 
 # --- reading manifests ---------------------------------------------------------------------------------------

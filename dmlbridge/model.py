@@ -62,7 +62,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from dmlbridge.constants import ModelConstant, find_constants, iter_external_tensors
+from dmlbridge.constants import ModelConstant, _collector_paused, _find, _Found, find_constants, iter_external_tensors
 from dmlbridge.encode import prepare
 from dmlbridge.errors import (
     DestinationError,
@@ -81,16 +81,19 @@ from dmlbridge.manifest import (
     PlanEntry,
     UploadPlan,
     _bin_fingerprint,
+    _entry_json,
+    _entry_line,
     _fingerprint_problem,
     _layout_of,
     _manifest_text,
+    _shared_json,
     load_plan,
     manifest_text,
 )
 from dmlbridge.mapping import resolve
-from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, _decode_known
+from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.target import Target
-from dmlbridge.types import OnnxDataType
+from dmlbridge.types import DmlDataType, OnnxDataType
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -197,62 +200,74 @@ _PLAN_FIELDS = (
 _new = object.__new__
 
 
-def _entry(*values: Any) -> PlanEntry:
-    """PlanEntry(*values) without the frozen dataclass's per-field object.__setattr__ (3x faster, same object):
-    a model can hold 100,000 constants."""
-    entry = _new(PlanEntry)
-    entry.__dict__.update(zip(_PLAN_FIELDS, values, strict=True))
-    return entry
-
-
 def _plan_entries(
-    constants: list[ModelConstant], target: Target, alignment: int, min_dims: int
+    constants: list[ModelConstant] | list[_Found], target: Target, alignment: int, min_dims: int,
+    lines: list[str] | None = None,
 ) -> tuple[list[PlanEntry], list[type[DmlBridgeError]], int]:
-    """Entries with offsets, the error class each skip would raise under strict=True, and the .bin size."""
+    """Entries with offsets, the error class each skip would raise under strict=True, and the .bin size; when
+    ``lines`` is given, each entry's manifest line is appended to it (made here from the text its pair shares)."""
     entries: list[PlanEntry] = []
     skip_errors: list[type[DmlBridgeError]] = []
     end = 0
-    # The mapping depends only on the ONNX type, the layout only on the type and shape: models repeat both.
+    # Everything but the key, origin and offset depends only on the ONNX type and shape, which models repeat: each
+    # pair is planned once, as the fields of its entries. A PlanEntry is then a copy of those fields with the
+    # three set (a model can hold 100,000 constants: this is 3x faster than the dataclass's __init__).
+    planned: dict[
+        tuple[OnnxDataType, tuple[int, ...]], tuple[dict[str, Any], int, type[DmlBridgeError], tuple[str, str]]
+    ] = {}
     rows: dict[OnnxDataType, Any] = {}
-    layouts: dict[tuple[OnnxDataType, tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...] | None, int] | str] = {}
-    max_dims = target.max_dimension_count
+    new, set_dict = _new, object.__setattr__
     for constant in constants:
         onnx_type, shape = constant.onnx_type, constant.shape
-        row = rows.get(onnx_type)
-        if row is None:
-            row = rows[onnx_type] = resolve(onnx_type, target)
-        reason: str | None = None
-        error: type[DmlBridgeError] = UnsupportedTypeError
-        layout = None
-        if row.dml_type is None:
-            reason = f"{onnx_type.name}: {row.reason}"
-        elif 0 in shape:
-            reason = f"empty tensor (shape {list(shape)}): DirectML has no empty tensors"
-            error = LayoutError
-        else:
-            found = layouts.get((onnx_type, shape))
-            if found is None:
-                try:
-                    found = _layout_of(onnx_type, shape, row.dml_type, row.conversion, min_dims, max_dims)
-                except LayoutError as exc:
-                    found = str(exc)
-                layouts[onnx_type, shape] = found
-            if isinstance(found, str):
-                reason, error = found, LayoutError
-            else:
-                layout = found
-        if layout is None:
-            entries.append(_entry(constant.key, constant.origin, onnx_type, shape, None, None, None, None, None, None,
-                                  None, reason))
-            skip_errors.append(error)
-            continue
-        sizes, strides, total = layout
-        offset = -(-end // alignment) * alignment
-        entries.append(_entry(constant.key, constant.origin, onnx_type, shape, row.conversion, offset, row.dml_type,
-                              sizes, strides, total, alignment, None))
-        skip_errors.append(DmlBridgeError)
-        end = offset + total
+        found = planned.get((onnx_type, shape))
+        if found is None:
+            row = rows.get(onnx_type)
+            if row is None:
+                row = rows[onnx_type] = resolve(onnx_type, target)
+            found = planned[onnx_type, shape] = _plan_pair(onnx_type, shape, row, alignment, min_dims,
+                                                           target.max_dimension_count)
+        fields, total, error, shared = found
+        fields = fields.copy()
+        key = fields["key"] = constant.key
+        origin = fields["origin"] = constant.origin
+        entry = new(PlanEntry)
+        set_dict(entry, "__dict__", fields)
+        if total >= 0:
+            offset = -(-end // alignment) * alignment
+            fields["offset"] = offset
+            end = offset + total
+            if lines is not None:
+                lines.append(_entry_line(key, origin, offset, shared))
+        elif lines is not None:
+            lines.append(_entry_json(entry))
+        entries.append(entry)
+        skip_errors.append(error)
     return entries, skip_errors, end
+
+
+def _plan_pair(
+    onnx_type: OnnxDataType, shape: tuple[int, ...], row: Any, alignment: int, min_dims: int, max_dims: int
+) -> tuple[dict[str, Any], int, type[DmlBridgeError], tuple[str, str]]:
+    """The fields of the entries of one (type, shape) pair (key, origin and offset still None), their
+    TotalTensorSizeInBytes (-1 when skipped), the error class a skip would raise under strict=True, and the text
+    their manifest lines share (("", "") when skipped)."""
+    fields = dict.fromkeys(_PLAN_FIELDS)
+    fields["onnx_type"], fields["shape"] = onnx_type, shape
+    if row.dml_type is None:
+        fields["skipped"] = f"{onnx_type.name}: {row.reason}"
+        return fields, -1, UnsupportedTypeError, ("", "")
+    if 0 in shape:
+        fields["skipped"] = f"empty tensor (shape {list(shape)}): DirectML has no empty tensors"
+        return fields, -1, LayoutError, ("", "")
+    try:
+        sizes, strides, total = _layout_of(onnx_type, shape, row.dml_type, row.conversion, min_dims, max_dims)
+    except LayoutError as exc:
+        fields["skipped"] = str(exc)
+        return fields, -1, LayoutError, ("", "")
+    fields.update(conversion=row.conversion, dml_type=row.dml_type, sizes=sizes, strides=strides,
+                  total_tensor_size_in_bytes=total, guaranteed_base_offset_alignment=alignment)
+    shared = _shared_json(onnx_type, shape, row.conversion, row.dml_type, sizes, strides, total, alignment)
+    return fields, total, DmlBridgeError, shared
 
 
 def _check_options(target: Any, alignment: Any, min_dims: Any) -> None:
@@ -298,7 +313,8 @@ def plan_model(
     """
     _check_options(target, alignment, min_dims)
     loaded = read_model(model, base_dir)
-    entries, skip_errors, total = _plan_entries(find_constants(loaded.proto), target, alignment, min_dims)
+    with _collector_paused():
+        entries, skip_errors, total = _plan_entries(_find(loaded.proto), target, alignment, min_dims)
     if strict:
         _raise_if_skipped(entries, skip_errors)
     return UploadPlan(
@@ -376,8 +392,19 @@ def convert_model(
         raise InvalidArgumentError(f"max_tensor_bytes must be a non-negative integer, got {max_tensor_bytes!r}")
     bin_path, json_path = _output_paths(out_prefix)
     loaded = read_model(model, base_dir)
-    constants = find_constants(loaded.proto)
-    entries, skip_errors, total = _plan_entries(constants, target, alignment, min_dims)
+    with _collector_paused():
+        return _convert(loaded, bin_path, json_path, target, alignment, min_dims, progress, strict, external_data_root,
+                        checksum, max_tensor_bytes, fsync)
+
+
+def _convert(
+    loaded: LoadedModel, bin_path: str, json_path: str, target: Target, alignment: int, min_dims: int,
+    progress: bool | None, strict: bool, external_data_root: str | os.PathLike[str] | None, checksum: bool,
+    max_tensor_bytes: int, fsync: bool,
+) -> UploadPlan:
+    constants = _find(loaded.proto)
+    lines: list[str] = []
+    entries, skip_errors, total = _plan_entries(constants, target, alignment, min_dims, lines)
     if strict:
         _raise_if_skipped(entries, skip_errors)
     reader = _reader(loaded, external_data_root)
@@ -390,12 +417,12 @@ def convert_model(
     _refuse_too_large(constants, max_tensor_bytes)
     work = [(c, e) for c, e in zip(constants, entries, strict=True) if e.skipped is None]
     digest, fingerprint = _write_outputs(
-        plan, work, bin_path, json_path, reader, max_tensor_bytes, checksum, progress, fsync
+        plan, work, bin_path, json_path, reader, max_tensor_bytes, checksum, progress, fsync, lines
     )
     return replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint, bin_path=bin_path, manifest_path=json_path)
 
 
-def _refuse_too_large(constants: list[ModelConstant], max_tensor_bytes: int) -> None:
+def _refuse_too_large(constants: list[_Found], max_tensor_bytes: int) -> None:
     """Refuse, before any output exists, a model with a constant whose decoded array would exceed the limit
     (even one that would be skipped: a claim that large is a broken or hostile model, e.g. a sparse tensor of
     2^40 elements)."""
@@ -432,7 +459,7 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _need_reader(constants: list[ModelConstant], reader: ExternalDataReader | None) -> None:
+def _need_reader(constants: list[_Found] | list[ModelConstant], reader: ExternalDataReader | None) -> None:
     """Refuse external data up front (before any output exists) when there is no directory to resolve it in."""
     if reader is None:
         for tensor in iter_external_tensors(constants):
@@ -443,7 +470,7 @@ def _need_reader(constants: list[ModelConstant], reader: ExternalDataReader | No
 
 
 def _refuse_overwriting_inputs(
-    outputs: tuple[str, ...], loaded: LoadedModel, constants: list[ModelConstant], reader: ExternalDataReader | None
+    outputs: tuple[str, ...], loaded: LoadedModel, constants: list[_Found], reader: ExternalDataReader | None
 ) -> None:
     inputs = [loaded.path] if loaded.path else []
     if reader is not None:
@@ -507,6 +534,7 @@ class _HashingWriter:
         self._file = file
         self._hash = hashlib.sha256() if hashing else None
         self._buffer = memoryview(bytearray(self._GATHER))  # reused: no fresh pages to fault in
+        self._array = np.frombuffer(self._buffer, dtype=np.uint8)
         self._used = 0
         self.position = 0
 
@@ -524,6 +552,24 @@ class _HashingWriter:
             self.flush()
             self._out(memoryview(view))
         self.position += n
+
+    def place_many(self, offsets: list[int], pieces: list[bytes]) -> None:
+        """Zeros and ``pieces`` (small bytes), each at its offset (ascending, from ``position`` on, spanning at
+        most the gather buffer): the batch of many small constants, placed by a few numpy steps."""
+        start, end = self.position, offsets[-1] + len(pieces[-1])
+        if end - start > self._GATHER:
+            raise DmlBridgeError(f"internal error: a batch of small constants spans {end - start} bytes")
+        if self._used + end - start > self._GATHER:
+            self.flush()
+        region = self._array[self._used : self._used + end - start]
+        region.fill(0)
+        lengths = np.fromiter(map(len, pieces), dtype=np.intp, count=len(pieces))
+        data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        # Byte j of piece i goes to offsets[i] - start + j: each piece's shift from its place in ``data``.
+        shift = np.asarray(offsets, dtype=np.intp) - start - (np.cumsum(lengths) - lengths)
+        region[np.repeat(shift, lengths) + np.arange(len(data))] = data
+        self._used += end - start
+        self.position = end
 
     def zeros(self, count: int) -> None:
         end = self._used + count
@@ -565,7 +611,7 @@ class _HashingWriter:
 
 def _write_outputs(
     plan: UploadPlan,
-    work: list[tuple[ModelConstant, PlanEntry]],
+    work: list[tuple[_Found, PlanEntry]],
     bin_path: str,
     json_path: str,
     reader: ExternalDataReader | None,
@@ -573,8 +619,10 @@ def _write_outputs(
     checksum: bool,
     progress: bool | None,
     fsync: bool = True,
+    entry_lines: list[str] | None = None,
 ) -> tuple[str | None, str]:
-    """Write both outputs atomically; returns the .bin's SHA-256 (when ``checksum``) and its fingerprint."""
+    """Write both outputs atomically; returns the .bin's SHA-256 (when ``checksum``) and its fingerprint.
+    ``entry_lines``: the manifest's entry lines, when _plan_entries made them."""
     directory = os.path.dirname(os.path.abspath(bin_path))
     _remove_stale_temps(directory, (bin_path, json_path))
     temps: list[str] = []
@@ -584,13 +632,34 @@ def _write_outputs(
         try:
             with _open_temp(tmp_bin) as file:
                 writer = _HashingWriter(file, checksum)
+                small = min(_SMALL, max_tensor_bytes)
+                # Small constants stored in their DirectML bytes are gathered and placed together; the others are
+                # written one by one.
+                offsets: list[int] = []
+                pieces: list[bytes] = []
+                batch_end = 0
                 for constant, entry in work:
-                    assert entry.offset is not None
+                    offset = entry.offset
+                    assert offset is not None
+                    data = _small_stored(constant, entry, small)
+                    if data is not None:
+                        if offsets and offset + len(data) > batch_end:
+                            _place_batch(writer, offsets, pieces, bar)
+                        if not offsets:
+                            batch_end = writer.position + _HashingWriter._GATHER
+                        offsets.append(offset)
+                        pieces.append(data)
+                        continue
+                    if offsets:
+                        _place_batch(writer, offsets, pieces, bar)
                     before = writer.position
-                    writer.zeros(entry.offset - before)
+                    writer.zeros(offset - before)
                     _write_entry(writer, constant, entry, plan, reader, max_tensor_bytes)
-                    if bar.active:
-                        bar.update(writer.position - before)
+                    bar.update(writer.position - before)
+                if offsets:
+                    _place_batch(writer, offsets, pieces, bar)
+                bar.update(plan.total_size - writer.position)
+                writer.zeros(plan.total_size - writer.position)  # the last small constant's padding
                 writer.flush()
                 if fsync:
                     os.fsync(file.fileno())
@@ -601,7 +670,7 @@ def _write_outputs(
             digest = writer.hexdigest()
             # Sampled from the finished file as it is on disk, just before the renames.
             fingerprint = _bin_fingerprint(tmp_bin, plan.total_size, plan.converted)
-            text = _manifest_text(replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint))
+            text = _manifest_text(replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint), entry_lines)
             tmp_json = _temp_file(directory, json_path, temps)
             with _open_temp(tmp_json) as file:
                 file.write(text.encode("ascii"))
@@ -643,12 +712,42 @@ _TYPED_AS_IS = {
     )
     if array.array(code).itemsize == onnx_type.numpy().itemsize
 }
+_FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
+_SMALL = 1 << 16  # see _small_stored
 _KERNEL_COPY_MIN = 1 << 20  # external tensors from this size are copied by the kernel (when not hashing)
+
+
+def _place_batch(writer: _HashingWriter, offsets: list[int], pieces: list[bytes], bar: _Progress) -> None:
+    before = writer.position
+    writer.place_many(offsets, pieces)
+    bar.update(writer.position - before)
+    offsets.clear()
+    pieces.clear()
+
+
+def _small_stored(constant: _Found, entry: PlanEntry, limit: int) -> bytes | None:
+    """The DirectML bytes (without padding) of a small constant stored in them, in a few steps, or None.
+
+    The common case of a model of many tiny constants: what _write_stored does for raw_data, and for the typed
+    fields whose entries are the values themselves (FLOAT float_data, ...), up to ``limit`` bytes, 4-bit types
+    aside (their spare nibble is _write_stored's).
+    """
+    if entry.conversion != "native" or constant.nbytes > limit or entry.dml_type in _FOUR_BIT:
+        return None
+    storage = constant.storage
+    if storage == "raw":
+        data = constant.proto.raw_data
+    elif storage == "typed" and _LITTLE_ENDIAN and constant.onnx_type in _TYPED_AS_IS:
+        field_name, code = _TYPED_AS_IS[constant.onnx_type]
+        data = array.array(code, getattr(constant.proto, field_name)[:]).tobytes()  # a slice: a list, fast to read
+    else:
+        return None
+    return data if len(data) == constant.packed_nbytes else None  # else changed since found: the usual path
 
 
 def _write_entry(
     writer: _HashingWriter,
-    constant: ModelConstant,
+    constant: _Found,
     entry: PlanEntry,
     plan: UploadPlan,
     reader: ExternalDataReader | None,
@@ -657,7 +756,7 @@ def _write_entry(
     try:
         if _write_stored(writer, constant, entry, reader, max_tensor_bytes):
             return
-        values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+        values = constant.constant().to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
         prepared = prepare(
             values, target=plan.target, min_dims=plan.min_dims, guaranteed_base_offset_alignment=plan.alignment
         )
@@ -682,7 +781,7 @@ def _write_entry(
 
 def _write_stored(
     writer: _HashingWriter,
-    constant: ModelConstant,
+    constant: _Found,
     entry: PlanEntry,
     reader: ExternalDataReader | None,
     max_tensor_bytes: int,
@@ -700,23 +799,24 @@ def _write_stored(
     the constant was found (exact byte and entry counts) or is made here by the same code (the external data
     reader, the typed-field decoder).
     """
-    info = constant._info
-    if info is None or entry.conversion != "native" or info.nbytes > max_tensor_bytes:
-        return False  # max_tensor_bytes: the usual path raises the usual error
+    if constant.kind not in ("initializer", "value") or entry.conversion != "native":
+        return False
+    if constant.nbytes > max_tensor_bytes:
+        return False  # the usual path raises the usual error
     assert entry.dml_type is not None and entry.total_tensor_size_in_bytes is not None
-    tensor, storage, packed = constant.proto, info.storage, info.packed_nbytes
+    tensor, storage, packed = constant.proto, constant.storage, constant.packed_nbytes
     padding = entry.total_tensor_size_in_bytes - packed
-    odd_nibble = entry.dml_type.bitwidth == 4 and info.size % 2 == 1
+    odd_nibble = entry.dml_type in _FOUR_BIT and constant.size % 2 == 1
     if storage == "typed":
-        if entry.dml_type.bitwidth == 4 or not _LITTLE_ENDIAN:
+        if entry.dml_type in _FOUR_BIT or not _LITTLE_ENDIAN:
             return False  # packed bytes in int32_data, or a big-endian host: the usual path
-        typed = _TYPED_AS_IS.get(info.onnx_type)
+        typed = _TYPED_AS_IS.get(constant.onnx_type)
         if typed is not None:  # entries that are the values themselves (nothing to check): no numpy array
-            data: Any = array.array(typed[1], getattr(tensor, typed[0]))
+            data: Any = array.array(typed[1], getattr(tensor, typed[0])[:])
             if len(data) * data.itemsize != packed:
                 return False
         else:
-            data = _decode_known(tensor, info, reader=reader, max_tensor_bytes=max_tensor_bytes)
+            data = constant.constant().to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
             if not data.flags.c_contiguous or data.nbytes != packed:
                 return False
     elif storage == "raw":

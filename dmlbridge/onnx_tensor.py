@@ -183,8 +183,115 @@ def _make_info(
     return info
 
 
+# --- the common forms, checked in a few steps ------------------------------------------------------------------
+# A model can hold 100,000 tiny constants, so examining one must cost about a microsecond, and each field read
+# costs a tenth of one. The common forms are dims, data_type, a name and one data field: raw_data, or float_data
+# / double_data for FLOAT / DOUBLE. Such a tensor is recognised from four reads and ByteSize(): protobuf's
+# serialized size of the fields present equals the size of the fields expected only if no other field (a second
+# data field, external_data, data_location, segment, ...) is present, since every present field takes at least
+# one byte. The facts of a (data_type, dims) pair are computed once. Every other tensor, and every tensor that
+# does not match, goes through _info_checked, which makes each check and writes the message: the quick path never
+# raises, it accepts or hands over. Tensors above _QUICK_MAX bytes always go the checked way (ByteSize()
+# serializes; a few more field reads do not matter next to their bytes).
+
+_QUICK_MAX = 1 << 16
+
+
+def _varint_size(value: int) -> int:
+    return max(1, -(-value.bit_length() // 7))
+
+
+_QUICK_TYPED = {_T.FLOAT: 4, _T.COMPLEX64: 4, _T.DOUBLE: 8, _T.COMPLEX128: 8}  # fixed-width packed typed fields
+# (data_type, dims) -> (type, size, nbytes, packed bytes, serialized size with raw_data, with the typed field or
+# -1), the serialized sizes without the name; only valid pairs of quick size. Cleared past _SHAPES_MAX: a hostile
+# model can have any number of shapes.
+_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[OnnxDataType, int, int, int, int, int]] = {}
+_SHAPES_MAX = 4096
+
+
+def _shape_facts(code: int, shape: tuple[int, ...]) -> tuple[OnnxDataType, int, int, int, int, int] | None:
+    onnx_type = _TYPE_OF_CODE.get(code)
+    if onnx_type is None or onnx_type is _T.UNDEFINED or onnx_type is _STRING or (shape and min(shape) < 0):
+        return None
+    itemsize = _ITEMSIZE[onnx_type]
+    size = math.prod(shape)
+    if size * itemsize > _QUICK_MAX:
+        return None
+    packed = -(-size * _BITS[onnx_type] // 8)
+    # dims (field 1, not packed in ONNX's proto2: a tag byte and a varint each) and data_type (field 2).
+    head = sum(1 + _varint_size(d) for d in shape) + 1 + _varint_size(code)
+    with_raw = head + 1 + _varint_size(packed) + packed  # raw_data: field 9
+    with_typed = -1
+    width = _QUICK_TYPED.get(onnx_type)
+    if width is not None and size:  # float_data (4) / double_data (10), declared [packed = true]
+        count = _entries_expected(onnx_type, size) * width
+        with_typed = head + 1 + _varint_size(count) + count
+    facts = (onnx_type, size, size * itemsize, packed, with_raw, with_typed)
+    if len(_SHAPES) >= _SHAPES_MAX:
+        _SHAPES.clear()
+    _SHAPES[code, shape] = facts
+    return facts
+
+
+# What the scan of a model keeps of each tensor: tensor_info's fields, in TensorInfo's order, as a plain tuple.
+Summary = tuple[str, OnnxDataType, tuple[int, ...], int, Storage, int, int]
+
+
+def _common_form(tensor: Any) -> tuple[Summary, int] | None:
+    """The summary of a TensorProto in a common form and its serialized size if it holds nothing else (the caller
+    compares that with ByteSize()), or None: it may not be in one, so examine it the checked way."""
+    code = tensor.data_type
+    shape = tuple(tensor.dims[:])  # a slice is a list: faster to copy than protobuf's own container
+    facts = _SHAPES.get((code, shape)) or _shape_facts(code, shape)
+    if facts is None:
+        return None
+    name = tensor.name
+    if type(name) is not str:
+        return None
+    onnx_type, size, nbytes, packed, with_raw, with_typed = facts
+    # The name (field 8) is absent, or a tag, a length and the bytes (an empty name may be either).
+    if name:
+        named = len(name.encode())
+        named += 2 if named < 128 else 1 + _varint_size(named)
+    else:
+        named = 2 if tensor.HasField("name") else 0
+    raw = tensor.raw_data  # b"" when absent
+    if len(raw) == packed and (packed or tensor.HasField("raw_data")):
+        return (name, onnx_type, shape, nbytes, "raw", size, packed), with_raw + named
+    if not raw and with_typed >= 0:  # (an empty raw_data that is present makes ByteSize() differ)
+        return (name, onnx_type, shape, nbytes, "typed", size, packed), with_typed + named
+    return None
+
+
+def _quick(tensor: Any) -> Summary | None:
+    """The summary of a TensorProto in a common form, or None."""
+    common = _common_form(tensor)
+    if common is not None and tensor.ByteSize() == common[1]:
+        return common[0]
+    return None
+
+
+def _summary(tensor: Any) -> Summary:
+    """tensor_info's fields as a tuple (no object: a model can hold 100,000 constants), with every check."""
+    try:
+        quick = _quick(tensor)
+    except Exception:  # noqa: BLE001 - not what a TensorProto gives: the checked way names the problem
+        quick = None
+    if quick is not None:
+        return quick
+    info = _examine(tensor)[0]
+    return info.name, info.onnx_type, info.shape, info.nbytes, info.storage, info.size, info.packed_nbytes
+
+
 def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
-    # The label (for messages) is computed only when a check fails: this runs once per constant of a model.
+    quick = _quick(tensor)
+    if quick is not None:
+        return _make_info(*quick), (tensor.raw_data if quick[4] == "raw" else None)
+    return _info_checked(tensor)
+
+
+def _info_checked(tensor: Any) -> tuple[TensorInfo, bytes | None]:
+    # The label (for messages) is computed only when a check fails.
     if tensor.HasField("segment"):
         raise TensorProtoError(
             f"{tensor_label(tensor)} is stored in segments, which ONNX tools do not support; re-save the model"

@@ -1,0 +1,364 @@
+"""Models of many small constants take quick paths: each must give exactly what the checked path gives.
+
+- A TensorProto in a common form (dims, data_type, name and one data field) is recognised from a few field reads
+  and its serialized size (``onnx_tensor._quick``); anything else, and anything that fails a check, goes the
+  checked way. Here random tensors with random extra fields must give the checked result or be handed over.
+- A Constant node of the usual form (one ``value`` attribute) is found the same way (``constants._usual_constant``);
+  whole models must give the same constants with the quick paths switched off.
+- Small constants whose stored bytes are their DirectML bytes are placed in the .bin in batches; the bytes,
+  offsets and descs are recomputed here from the rules (``test_model.check_independently``).
+- The .bin fingerprint hashes runs of ranges as array rows; a per-range reference here recomputes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+from test_model import check_independently
+
+from dmlbridge import Target, constants, convert_model, onnx_tensor
+from dmlbridge.constants import find_constants
+from dmlbridge.errors import DmlBridgeError
+from dmlbridge.manifest import _bin_fingerprint
+
+EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
+
+
+# --- tensors: quick == checked -------------------------------------------------------------------------------
+
+FIELD_EDITS = st.lists(
+    st.sampled_from([
+        "no_name", "long_name", "unicode_name", "empty_name", "negative_dim", "no_data_type", "bad_data_type",
+        "raw_short", "raw_long", "raw_empty", "float_data", "double_data", "int32_data", "int64_data",
+        "uint64_data", "string_data", "external", "data_location_0", "segment", "doc_string", "metadata",
+        "scalar", "empty_dims",
+    ]),
+    max_size=3,
+)
+TYPES = [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8, TensorProto.INT64,
+         TensorProto.UINT64, TensorProto.INT4, TensorProto.UINT4, TensorProto.BOOL, TensorProto.COMPLEX64,
+         TensorProto.FLOAT8E4M3FN, TensorProto.STRING, TensorProto.UINT32]
+
+
+def _tensor(code: int, dims: list[int], storage: str, edits: list[str], rng: np.random.Generator) -> TensorProto:
+    """A tensor of ``code`` and ``dims`` in raw_data or its typed field, then edited."""
+    t = TensorProto(name="w", data_type=code, dims=dims)
+    array = numpy_helper.to_array(helper.make_tensor("x", code, dims, _values(code, dims, rng)))
+    made = numpy_helper.from_array(array, "w")
+    if storage == "raw" and code != TensorProto.STRING:
+        t.raw_data = made.raw_data
+    else:
+        typed = helper.make_tensor("w", code, dims, _values(code, dims, rng))
+        t.CopyFrom(typed)
+    for edit in edits:
+        if edit == "no_name":
+            t.ClearField("name")
+        elif edit == "long_name":
+            t.name = "n" * 300
+        elif edit == "unicode_name":
+            t.name = "wéight→"
+        elif edit == "empty_name":
+            t.name = ""
+        elif edit == "negative_dim" and t.dims:
+            t.dims[0] = -1
+        elif edit == "no_data_type":
+            t.ClearField("data_type")
+        elif edit == "bad_data_type":
+            t.data_type = 99
+        elif edit == "raw_short":
+            t.raw_data = t.raw_data[:-1]
+        elif edit == "raw_long":
+            t.raw_data = t.raw_data + b"\x00"
+        elif edit == "raw_empty":
+            t.raw_data = b""
+        elif edit in ("float_data", "double_data", "int32_data", "int64_data", "uint64_data"):
+            getattr(t, edit).append(1)
+        elif edit == "string_data":
+            t.string_data.append(b"s")
+        elif edit == "external":
+            t.data_location = TensorProto.EXTERNAL
+            t.external_data.add(key="location", value="w.bin")
+        elif edit == "data_location_0":
+            t.data_location = TensorProto.DEFAULT
+        elif edit == "segment":
+            t.segment.begin = 0
+        elif edit == "doc_string":
+            t.doc_string = "d"
+        elif edit == "metadata":
+            t.metadata_props.add(key="k", value="v")
+        elif edit == "scalar":
+            t.ClearField("dims")
+        elif edit == "empty_dims":
+            del t.dims[:]
+            t.dims.append(0)
+    return t
+
+
+def _values(code: int, dims: list[int], rng: np.random.Generator) -> Any:
+    n = int(np.prod(dims)) if dims else 1
+    if code == TensorProto.STRING:
+        return [b"a"] * n
+    if code == TensorProto.BOOL:
+        return rng.integers(0, 2, n).astype(bool).tolist()
+    if code in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.FLOAT8E4M3FN):
+        return rng.standard_normal(n).tolist()
+    if code == TensorProto.COMPLEX64:
+        return (rng.standard_normal(n) + 1j).tolist()
+    if code == TensorProto.INT4:
+        return rng.integers(-8, 8, n).tolist()
+    if code == TensorProto.UINT4:
+        return rng.integers(0, 16, n).tolist()
+    return rng.integers(0, 100, n).tolist()
+
+
+def _checked(tensor: TensorProto) -> Any:
+    """tensor_info's fields (or the error class) the checked way."""
+    try:
+        return _summary_checked(tensor)
+    except DmlBridgeError as exc:
+        return type(exc)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(code=st.sampled_from(TYPES), dims=st.lists(st.integers(1, 5), max_size=3),
+       storage=st.sampled_from(["raw", "typed"]), edits=FIELD_EDITS, seed=st.integers(0, 2**32 - 1))
+def test_quick_tensor_summary_is_the_checked_one_or_hands_over(
+    code: int, dims: list[int], storage: str, edits: list[str], seed: int
+) -> None:
+    tensor = _tensor(code, dims, storage, edits, np.random.default_rng(seed))
+    before = tensor.SerializeToString()
+    expected = _checked(tensor)
+    quick = onnx_tensor._quick(tensor)
+    if quick is not None:
+        assert quick == expected
+    if isinstance(expected, type):
+        assert quick is None
+        with pytest.raises(expected):
+            onnx_tensor._summary(tensor)
+    else:
+        assert onnx_tensor._summary(tensor) == expected
+        info, raw = onnx_tensor._info(tensor)
+        assert (info.name, info.onnx_type, info.shape, info.nbytes, info.storage, info.size,
+                info.packed_nbytes) == expected
+        assert raw == (tensor.raw_data if expected[4] == "raw" else None)
+    assert tensor.SerializeToString() == before
+
+
+@pytest.mark.parametrize("code", [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8,
+                                  TensorProto.INT64, TensorProto.INT4, TensorProto.BOOL, TensorProto.UINT64])
+@pytest.mark.parametrize("name", ["", "w", "n" * 200, "wé"])
+@pytest.mark.parametrize("dims", [[], [3], [2, 300], [1, 1, 1, 130]])
+def test_common_forms_take_the_quick_path(code: int, name: str, dims: list[int]) -> None:
+    """raw_data always, and float_data / double_data for FLOAT / DOUBLE: a protobuf that changed how it sizes
+    messages would send every tensor the slow way, and this test would say so."""
+    rng = np.random.default_rng(0)
+    raw = _tensor(code, dims, "raw", [], rng)
+    raw.name = name
+    assert onnx_tensor._quick(raw) == _checked(raw)
+    if code in (TensorProto.FLOAT, TensorProto.DOUBLE):
+        typed = _tensor(code, dims, "typed", [], rng)
+        typed.name = name
+        assert onnx_tensor._quick(typed) == _checked(typed)
+
+
+# --- whole models: quick == checked --------------------------------------------------------------------------
+
+
+def _edited_constant(index: int, kind: str, rng: np.random.Generator) -> Any:
+    value = _tensor(TensorProto.FLOAT, [2], "raw" if index % 2 else "typed", [], rng)
+    node = helper.make_node("Constant", [], [f"c{index}"], name=f"n{index}" if index % 3 else "", value=value)
+    attr = node.attribute[0]
+    if kind == "type_unstated":
+        attr.ClearField("type")
+    elif kind == "type_wrong":
+        attr.type = AttributeProto.FLOAT
+    elif kind == "reference":
+        attr.ref_attr_name = "r"
+    elif kind == "graph":
+        attr.g.CopyFrom(helper.make_graph([], "inner", [], [], [numpy_helper.from_array(np.ones(1, np.int8), "x")]))
+    elif kind == "graphs":
+        attr.graphs.add().CopyFrom(helper.make_graph([], "inner", [], []))
+    elif kind == "doc":
+        attr.doc_string = "d"
+    elif kind == "renamed":
+        attr.name = "value_x"
+    elif kind == "second":
+        node.attribute.add().CopyFrom(helper.make_attribute("value_float", 1.0))
+    elif kind == "domain":
+        node.domain = "com.example"
+    elif kind == "no_output":
+        del node.output[:]
+    elif kind == "tensor_extra":
+        attr.t.doc_string = "d"
+    return node
+
+
+CONSTANT_EDITS = ["plain", "type_unstated", "type_wrong", "reference", "graph", "graphs", "doc", "renamed", "second",
+                  "domain", "no_output", "tensor_extra"]
+
+
+def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(constants, "_usual_constant", lambda *args: None)
+    monkeypatch.setattr(onnx_tensor, "_quick", lambda tensor: None)
+
+
+def _summary_checked(tensor: TensorProto) -> Any:
+    with mock.patch.object(onnx_tensor, "_quick", lambda tensor: None):
+        info = onnx_tensor._examine(tensor)[0]
+    return info.name, info.onnx_type, info.shape, info.nbytes, info.storage, info.size, info.packed_nbytes
+
+
+def _found(model: Any) -> Any:
+    try:
+        return [(c.key, c.name, c.scope, c.kind, c.origin, c.onnx_type, c.shape, c.nbytes, c.storage, c._info)
+                for c in find_constants(model)]
+    except DmlBridgeError as exc:
+        return type(exc), str(exc)
+
+
+@settings(max_examples=max(20, EXAMPLES // 5), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(st.sampled_from(CONSTANT_EDITS), min_size=1, max_size=12), seed=st.integers(0, 2**32 - 1))
+def test_models_find_the_same_constants_with_the_quick_paths_off(
+    monkeypatch: pytest.MonkeyPatch, kinds: list[str], seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    nodes = [_edited_constant(i, kind, rng) for i, kind in enumerate(kinds)]
+    inits = [_tensor(TensorProto.FLOAT, [3], "raw", [], rng), _tensor(TensorProto.INT64, [2], "typed", [], rng)]
+    inits[1].name = "i64"
+    model = helper.make_model(helper.make_graph(nodes, "g", [], [], inits))
+    quick = _found(model)
+    with monkeypatch.context() as patched:
+        _slow(patched)
+        assert _found(model) == quick
+
+
+def test_the_usual_constant_is_found_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = constants._constant_node
+    monkeypatch.setattr(constants, "_constant_node", lambda *args: calls.append(1) or real(*args))
+    rng = np.random.default_rng(1)
+    nodes = [_edited_constant(i, kind, rng) for i, kind in enumerate(["plain", "type_unstated", "plain"])]
+    find_constants(helper.make_model(helper.make_graph(nodes, "g", [], [])))
+    assert calls == []
+
+
+# --- whole models: bytes ---------------------------------------------------------------------------------------
+
+
+def _small_model(count: int, seed: int) -> tuple[Any, dict[str, np.ndarray]]:
+    """``count`` small constants of many types and forms, in initializers and Constant nodes."""
+    rng = np.random.default_rng(seed)
+    kinds = [
+        lambda: rng.standard_normal(rng.integers(1, 9)).astype(np.float32),
+        lambda: rng.standard_normal((2, 3)).astype(np.float16),
+        lambda: rng.integers(-128, 128, 5).astype(np.int8),
+        lambda: rng.integers(-(2**40), 2**40, 3).astype(np.int64),
+        lambda: rng.standard_normal(2),
+        lambda: rng.integers(0, 2, 7).astype(bool),
+        lambda: np.array(rng.standard_normal(), np.float32),
+        lambda: np.zeros((0, 2), np.float32),
+        lambda: rng.integers(0, 60000, 4).astype(np.uint16),
+    ]
+    expected: dict[str, np.ndarray] = {}
+    inits, nodes = [], []
+    for i in range(count):
+        array = kinds[int(rng.integers(len(kinds)))]()
+        typed = bool(rng.integers(2))
+        tensor = (helper.make_tensor(f"t{i}", helper.np_dtype_to_tensor_dtype(array.dtype), array.shape,
+                                     array.reshape(-1).tolist())
+                  if typed and array.dtype in (np.float32, np.float64, np.int64) else numpy_helper.from_array(array))
+        tensor.name = f"t{i}"
+        if rng.integers(2):
+            inits.append(tensor)
+            expected[f"t{i}"] = array
+        else:
+            nodes.append(helper.make_node("Constant", [], [f"c{i}"], value=tensor))
+            expected[f"c{i}"] = array
+    expected = {k: expected[k] for k in [t.name for t in inits] + [n.output[0] for n in nodes]}
+    return helper.make_model(helper.make_graph(nodes, "g", [], [], inits)), expected
+
+
+@pytest.mark.parametrize(("count", "alignment"), [(1, 16), (40, 16), (3000, 256), (2500, 1024)])
+def test_many_small_constants_convert_byte_exactly(tmp_path: Path, count: int, alignment: int) -> None:
+    """Batches of small constants (up to the writer's 1 MiB gather buffer each) land at their offsets with zero
+    gaps; 2,500 constants at 1 KiB alignment need several batches."""
+    model, expected = _small_model(count, seed=count)
+    plan = convert_model(model, tmp_path / "out", alignment=alignment, min_dims=4, progress=False)
+    check_independently(tmp_path / "out", expected, Target(), 4, alignment)
+    assert len(plan.entries) == count
+
+
+def test_progress_counts_every_byte_of_small_constants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tqdm
+
+    seen = []
+
+    class Bar:
+        def __init__(self, total: int, **kwargs: Any) -> None:
+            self.total, self.n = total, 0
+            seen.append(self)
+
+        def update(self, n: int) -> None:
+            self.n += n
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    model, _ = _small_model(500, seed=5)
+    plan = convert_model(model, tmp_path / "out", progress=True)
+    (bar,) = seen
+    assert bar.total == plan.total_size
+    assert bar.n == plan.total_size
+
+
+# --- the fingerprint -------------------------------------------------------------------------------------------
+
+
+def reference_fingerprint(path: Path, size: int, entries: list[tuple[int, int]]) -> str:
+    """The .bin fingerprint as manifest.py's docstring defines it, one range at a time."""
+    ranges = [(0, min(64 << 10, size)), (max(0, size - (64 << 10)), size)]
+    ranges += [(offset, offset + min(total, 64)) for offset, total in entries]
+    ranges += [(i * size // 1024, min(i * size // 1024 + 64, size)) for i in range(1024)]
+    merged: list[list[int]] = []
+    for start, stop in sorted((r for r in ranges if r[0] < r[1]), key=lambda r: r[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    data = path.read_bytes()
+    sha = hashlib.sha256(b"dmlbridge-bin-fingerprint-1\x00" + size.to_bytes(8, "little"))
+    for start, stop in merged:
+        sha.update(start.to_bytes(8, "little") + stop.to_bytes(8, "little") + data[start:stop])
+    return sha.hexdigest()
+
+
+class _Entry:
+    def __init__(self, offset: int, total: int) -> None:
+        self.offset, self.total_tensor_size_in_bytes = offset, total
+
+
+@settings(max_examples=max(20, EXAMPLES // 5), deadline=None)
+@given(lengths=st.lists(st.sampled_from([4, 16, 16, 16, 64, 100, 300, 5000]), max_size=3000),
+       gaps=st.sampled_from([0, 16, 240, 4096]), seed=st.integers(0, 2**32 - 1))
+def test_fingerprint_matches_a_per_range_reference(tmp_path_factory: Any, lengths: list[int], gaps: int,
+                                                   seed: int) -> None:
+    entries, position = [], 0
+    for length in lengths:
+        entries.append((position, length))
+        position += length + gaps
+    size = position + 7
+    path = tmp_path_factory.mktemp("fp") / "x.bin"
+    path.write_bytes(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes())
+    got = _bin_fingerprint(str(path), size, [_Entry(o, t) for o, t in entries])  # type: ignore[arg-type]
+    assert got == reference_fingerprint(path, size, entries)
