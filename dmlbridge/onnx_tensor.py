@@ -203,13 +203,13 @@ def _varint_size(value: int) -> int:
 
 _QUICK_TYPED = {_T.FLOAT: 4, _T.COMPLEX64: 4, _T.DOUBLE: 8, _T.COMPLEX128: 8}  # fixed-width packed typed fields
 # (data_type, dims) -> (type, size, nbytes, packed bytes, serialized size with raw_data, with the typed field or
-# -1), the serialized sizes without the name; only valid pairs of quick size. Cleared past _SHAPES_MAX: a hostile
-# model can have any number of shapes.
-_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[OnnxDataType, int, int, int, int, int]] = {}
+# -1, the typed field, its entries), the serialized sizes without the name; only valid pairs of quick size.
+# Cleared past _SHAPES_MAX: a hostile model can have any number of shapes.
+_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[OnnxDataType, int, int, int, int, int, str, int]] = {}
 _SHAPES_MAX = 4096
 
 
-def _shape_facts(code: int, shape: tuple[int, ...]) -> tuple[OnnxDataType, int, int, int, int, int] | None:
+def _shape_facts(code: int, shape: tuple[int, ...]) -> tuple[OnnxDataType, int, int, int, int, int, str, int] | None:
     onnx_type = _TYPE_OF_CODE.get(code)
     if onnx_type is None or onnx_type is _T.UNDEFINED or onnx_type is _STRING or (shape and min(shape) < 0):
         return None
@@ -221,12 +221,12 @@ def _shape_facts(code: int, shape: tuple[int, ...]) -> tuple[OnnxDataType, int, 
     # dims (field 1, not packed in ONNX's proto2: a tag byte and a varint each) and data_type (field 2).
     head = sum(1 + _varint_size(d) for d in shape) + 1 + _varint_size(code)
     with_raw = head + 1 + _varint_size(packed) + packed  # raw_data: field 9
-    with_typed = -1
+    with_typed, entries = -1, 0
     width = _QUICK_TYPED.get(onnx_type)
     if width is not None and size:  # float_data (4) / double_data (10), declared [packed = true]
-        count = _entries_expected(onnx_type, size) * width
-        with_typed = head + 1 + _varint_size(count) + count
-    facts = (onnx_type, size, size * itemsize, packed, with_raw, with_typed)
+        entries = _entries_expected(onnx_type, size)
+        with_typed = head + 1 + _varint_size(entries * width) + entries * width
+    facts = (onnx_type, size, size * itemsize, packed, with_raw, with_typed, _FIELD_OF.get(onnx_type, ""), entries)
     if len(_SHAPES) >= _SHAPES_MAX:
         _SHAPES.clear()
     _SHAPES[code, shape] = facts
@@ -248,7 +248,7 @@ def _common_form(tensor: Any) -> tuple[Summary, int] | None:
     name = tensor.name
     if type(name) is not str:
         return None
-    onnx_type, size, nbytes, packed, with_raw, with_typed = facts
+    onnx_type, size, nbytes, packed, with_raw, with_typed, typed_field, entries = facts
     # The name (field 8) is absent, or a tag, a length and the bytes (an empty name may be either).
     if name:
         named = len(name.encode())
@@ -258,7 +258,9 @@ def _common_form(tensor: Any) -> tuple[Summary, int] | None:
     raw = tensor.raw_data  # b"" when absent
     if len(raw) == packed and (packed or tensor.HasField("raw_data")):
         return (name, onnx_type, shape, nbytes, "raw", size, packed), with_raw + named
-    if not raw and with_typed >= 0:  # (an empty raw_data that is present makes ByteSize() differ)
+    # The typed field's entries are counted: its size alone could be another field's (16 bytes of int32_data
+    # varints weigh as much as four floats). (An empty raw_data that is present makes ByteSize() differ.)
+    if not raw and with_typed >= 0 and len(getattr(tensor, typed_field)) == entries:
         return (name, onnx_type, shape, nbytes, "typed", size, packed), with_typed + named
     return None
 

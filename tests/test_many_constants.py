@@ -362,3 +362,18 @@ def test_fingerprint_matches_a_per_range_reference(tmp_path_factory: Any, length
     path.write_bytes(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes())
     got = _bin_fingerprint(str(path), size, [_Entry(o, t) for o, t in entries])  # type: ignore[arg-type]
     assert got == reference_fingerprint(path, size, entries)
+
+
+def test_a_field_of_the_same_size_in_place_of_the_typed_one_is_not_taken_for_it() -> None:
+    """16 bytes of int32_data varints weigh exactly what four floats of float_data weigh: ByteSize() alone cannot
+    tell them apart, so the typed field's entries are counted too."""
+    for entries in ([5] * 16, [1 << 21] * 4):
+        tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4])
+        tensor.int32_data.extend(entries)
+        assert tensor.ByteSize() == helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0] * 4).ByteSize()
+        assert onnx_tensor._quick(tensor) is None
+        with pytest.raises(DmlBridgeError, match="int32_data"):
+            onnx_tensor._summary(tensor)
+        node = helper.make_node("Constant", [], ["c"], value=tensor)
+        with pytest.raises(DmlBridgeError, match="int32_data"):
+            find_constants(helper.make_model(helper.make_graph([node], "g", [], [], [tensor])))
