@@ -353,7 +353,7 @@ def _usual_constant(node: Any, attr: Any, index: int, scope: str) -> _Found | No
     summary, tensor_size = common
     if attr.ByteSize() != _VALUE_ATTRIBUTE_SIZE[attr_type] + 1 + _varint_size(tensor_size) + tensor_size:
         return None
-    return _constant_of(node, "value", attr, index, scope, summary)
+    return _constant_of(node, "value", attr, index, scope, tensor, summary)
 
 
 def _node_path(node: Any, op_type: str, index: int, scope: str) -> str:
@@ -393,18 +393,23 @@ def _constant_node(node: Any, values: list[tuple[str, Any]], index: int, scope: 
 
 
 def _constant_of(
-    node: Any, kind: ConstantKind, attr: Any, index: int, scope: str, summary: Summary | None = None
+    node: Any, kind: ConstantKind, attr: Any, index: int, scope: str, tensor: Any = None,
+    summary: Summary | None = None,
 ) -> _Found:
-    """The constant of a Constant node whose value is the attribute ``attr``, named ``kind`` (``summary``: its
-    tensor's, when known)."""
-    node_name = _text(node.name)
+    """The constant of a Constant node whose value is the attribute ``attr``, named ``kind`` (``tensor`` and
+    ``summary``: its TensorProto and that tensor's summary, when known)."""
+    node_name = node.name
+    if type(node_name) is not str:
+        node_name = _text(node_name)
     label = f"Constant node {node_name!r}" if node_name else f"Constant node #{index}"
-    outputs = node.output
-    name = _text(outputs[0]) if len(outputs) else ""
+    outputs = node.output[:]
+    name = outputs[0] if outputs else ""
+    if type(name) is not str:
+        name = _text(name)
     origin = f"{label} ({kind}) in {scope}" if scope else f"{label} ({kind})"
     key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
     if kind == "value":
-        proto = attr.t
+        proto = attr.t if tensor is None else tensor
         return _found((key, name, scope, kind, origin, proto, *(summary or _summary(proto))))
     if kind == "sparse_value":
         proto = attr.sparse_tensor

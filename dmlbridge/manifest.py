@@ -21,7 +21,7 @@ import os
 import re
 import stat
 import types
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -142,6 +142,45 @@ class PlanEntry:
             "desc": self.desc(),
             "skipped": self.skipped,
         }
+
+
+_new = object.__new__
+_set = object.__setattr__
+
+
+class _Entries(Mapping[str, PlanEntry]):
+    """A plan's entries by key, in model order, each made on first access from the fields it shares with the
+    entries of its (type, shape) and its own key, origin and offset: a model can hold 100,000 constants and a
+    caller usually reads a few. Read-only, like the MappingProxyType of a plan read by load_plan."""
+
+    def __init__(self, keys: list[str], origins: list[str], offsets: list[int | None],
+                 shared: list[dict[str, Any]]) -> None:
+        self._keys, self._origins, self._offsets, self._shared = keys, origins, offsets, shared
+        self._index = {key: i for i, key in enumerate(keys)}
+        self._made: list[PlanEntry | None] = [None] * len(keys)
+
+    def __getitem__(self, key: str) -> PlanEntry:
+        i = self._index[key]
+        entry = self._made[i]
+        if entry is None:
+            fields = self._shared[i].copy()
+            fields["key"], fields["origin"], fields["offset"] = key, self._origins[i], self._offsets[i]
+            entry = _new(PlanEntry)
+            _set(entry, "__dict__", fields)  # PlanEntry(**fields) without its per-field __setattr__
+            self._made[i] = entry
+        return entry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} plan entries>"
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,18 +323,14 @@ class UploadPlan:
             raise ManifestError(f"the plan does not match the model ({len(problems)} mismatches): {shown}")
 
 
-def _bin_fingerprint(bin_file: str, size: int, entries: list[PlanEntry]) -> str:
+def _bin_fingerprint(bin_file: str, size: int, offsets: list[int], totals: list[int]) -> str:
     """SHA-256 over the .bin's size and sampled ranges (see the module docstring): cheap at any file size, and
     different for a .bin that is not the one the manifest was written with (raises OSError on a short read).
 
-    The hashed stream: the tag and the size, then for each merged range (overlapping or touching sampled ranges
+    ``offsets`` and ``totals``: the converted entries' offsets and TotalTensorSizeInBytes. The hashed stream: the
+    tag and the size, then for each merged range (overlapping or touching sampled ranges
     merged, in file order) its start and stop (8-byte little-endian each) and its bytes.
     """
-    offsets = [e.offset for e in entries]
-    totals = [e.total_tensor_size_in_bytes for e in entries]
-    if None in offsets or None in totals:
-        kept = [(o, t) for o, t in zip(offsets, totals, strict=True) if o is not None and t is not None]
-        offsets, totals = [o for o, _ in kept], [t for _, t in kept]
     spread = [i * size // _FINGERPRINT_SPREAD for i in range(_FINGERPRINT_SPREAD)]
     starts = np.array([0, max(0, size - _FINGERPRINT_EDGE), *offsets, *spread], dtype=np.int64)
     stops = np.concatenate([
@@ -784,7 +819,9 @@ def _fingerprint_problem(plan: UploadPlan, bin_file: str) -> str | None:
     if plan.bin_fingerprint is None:
         return None
     try:
-        fingerprint = _bin_fingerprint(bin_file, plan.total_size, plan.converted)
+        converted = plan.converted  # (converted entries have an offset and a total)
+        fingerprint = _bin_fingerprint(bin_file, plan.total_size, [e.offset or 0 for e in converted],
+                                       [e.total_tensor_size_in_bytes or 0 for e in converted])
     except OSError as exc:
         raise ManifestError(f"cannot read the buffer image {bin_file!r}: {exc.strerror or exc}") from None
     if fingerprint == plan.bin_fingerprint:

@@ -56,7 +56,6 @@ import stat
 import sys
 import tempfile
 import threading
-import types
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
@@ -82,6 +81,7 @@ from dmlbridge.manifest import (
     PlanEntry,
     UploadPlan,
     _bin_fingerprint,
+    _Entries,
     _entry_json,
     _entry_line,
     _fingerprint_problem,
@@ -198,77 +198,89 @@ _PLAN_FIELDS = (
     "key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "sizes", "strides",
     "total_tensor_size_in_bytes", "guaranteed_base_offset_alignment", "skipped",
 )
-_new = object.__new__
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """What the entries of one (ONNX type, shape) pair share: a model repeats both, so each pair is planned once.
+
+    ``fields``: a PlanEntry's fields with key, origin and offset None; ``total``: TotalTensorSizeInBytes, -1 when
+    the pair is skipped; ``error``: the error class a skip raises under strict=True; ``json``: the text of its
+    manifest lines around the offset (("", "") when skipped).
+    """
+
+    fields: dict[str, Any]
+    total: int
+    error: type[DmlBridgeError]
+    json: tuple[str, str]
+    conversion: str | None
+    dml_type: DmlDataType | None
 
 
 def _plan_entries(
     constants: list[ModelConstant] | list[_Found], target: Target, alignment: int, min_dims: int,
     lines: list[str] | None = None,
-) -> tuple[list[PlanEntry], list[type[DmlBridgeError]], int]:
-    """Entries with offsets, the error class each skip would raise under strict=True, and the .bin size; when
-    ``lines`` is given, each entry's manifest line is appended to it (made here from the text its pair shares)."""
-    entries: list[PlanEntry] = []
-    skip_errors: list[type[DmlBridgeError]] = []
+) -> tuple[_Entries, list[int | None], list[_Pair], int]:
+    """The entries by key, each constant's offset (None when skipped) and pair, and the .bin size; when ``lines``
+    is given, each entry's manifest line is appended to it (made here from the text its pair shares).
+
+    The entries are made when first read (a model can hold 100,000 constants): conversion works from the offsets
+    and pairs.
+    """
+    keys: list[str] = []
+    origins: list[str] = []
+    offsets: list[int | None] = []
+    pairs: list[_Pair] = []
     end = 0
-    # Everything but the key, origin and offset depends only on the ONNX type and shape, which models repeat: each
-    # pair is planned once, as the fields of its entries. A PlanEntry is then a copy of those fields with the
-    # three set (a model can hold 100,000 constants: this is 3x faster than the dataclass's __init__).
-    planned: dict[
-        tuple[OnnxDataType, tuple[int, ...]], tuple[dict[str, Any], int, type[DmlBridgeError], tuple[str, str]]
-    ] = {}
+    planned: dict[tuple[OnnxDataType, tuple[int, ...]], _Pair] = {}
     rows: dict[OnnxDataType, Any] = {}
-    new, set_dict = _new, object.__setattr__
     for constant in constants:
         onnx_type, shape = constant.onnx_type, constant.shape
-        found = planned.get((onnx_type, shape))
-        if found is None:
+        pair = planned.get((onnx_type, shape))
+        if pair is None:
             row = rows.get(onnx_type)
             if row is None:
                 row = rows[onnx_type] = resolve(onnx_type, target)
-            found = planned[onnx_type, shape] = _plan_pair(onnx_type, shape, row, alignment, min_dims,
-                                                           target.max_dimension_count)
-        fields, total, error, shared = found
-        fields = fields.copy()
-        key = fields["key"] = constant.key
-        origin = fields["origin"] = constant.origin
-        entry = new(PlanEntry)
-        set_dict(entry, "__dict__", fields)
-        if total >= 0:
+            pair = planned[onnx_type, shape] = _plan_pair(onnx_type, shape, row, alignment, min_dims,
+                                                          target.max_dimension_count)
+        key, origin = constant.key, constant.origin
+        keys.append(key)
+        origins.append(origin)
+        pairs.append(pair)
+        if pair.total >= 0:
             offset = -(-end // alignment) * alignment
-            fields["offset"] = offset
-            end = offset + total
+            offsets.append(offset)
+            end = offset + pair.total
             if lines is not None:
-                lines.append(_entry_line(key, origin, offset, shared))
-        elif lines is not None:
-            lines.append(_entry_json(entry))
-        entries.append(entry)
-        skip_errors.append(error)
-    return entries, skip_errors, end
+                lines.append(_entry_line(key, origin, offset, pair.json))
+        else:
+            offsets.append(None)
+            if lines is not None:
+                lines.append(_entry_json(PlanEntry(**{**pair.fields, "key": key, "origin": origin})))
+    entries = _Entries(keys, origins, offsets, [pair.fields for pair in pairs])
+    return entries, offsets, pairs, end
 
 
 def _plan_pair(
     onnx_type: OnnxDataType, shape: tuple[int, ...], row: Any, alignment: int, min_dims: int, max_dims: int
-) -> tuple[dict[str, Any], int, type[DmlBridgeError], tuple[str, str]]:
-    """The fields of the entries of one (type, shape) pair (key, origin and offset still None), their
-    TotalTensorSizeInBytes (-1 when skipped), the error class a skip would raise under strict=True, and the text
-    their manifest lines share (("", "") when skipped)."""
+) -> _Pair:
     fields = dict.fromkeys(_PLAN_FIELDS)
     fields["onnx_type"], fields["shape"] = onnx_type, shape
     if row.dml_type is None:
         fields["skipped"] = f"{onnx_type.name}: {row.reason}"
-        return fields, -1, UnsupportedTypeError, ("", "")
+        return _Pair(fields, -1, UnsupportedTypeError, ("", ""), None, None)
     if 0 in shape:
         fields["skipped"] = f"empty tensor (shape {list(shape)}): DirectML has no empty tensors"
-        return fields, -1, LayoutError, ("", "")
+        return _Pair(fields, -1, LayoutError, ("", ""), None, None)
     try:
         sizes, strides, total = _layout_of(onnx_type, shape, row.dml_type, row.conversion, min_dims, max_dims)
     except LayoutError as exc:
         fields["skipped"] = str(exc)
-        return fields, -1, LayoutError, ("", "")
+        return _Pair(fields, -1, LayoutError, ("", ""), None, None)
     fields.update(conversion=row.conversion, dml_type=row.dml_type, sizes=sizes, strides=strides,
                   total_tensor_size_in_bytes=total, guaranteed_base_offset_alignment=alignment)
     shared = _shared_json(onnx_type, shape, row.conversion, row.dml_type, sizes, strides, total, alignment)
-    return fields, total, DmlBridgeError, shared
+    return _Pair(fields, total, DmlBridgeError, shared, row.conversion, row.dml_type)
 
 
 def _check_options(target: Any, alignment: Any, min_dims: Any) -> None:
@@ -315,22 +327,20 @@ def plan_model(
     _check_options(target, alignment, min_dims)
     loaded = read_model(model, base_dir)
     with _collector_paused():
-        entries, skip_errors, total = _plan_entries(_find(loaded.proto), target, alignment, min_dims)
+        constants = _find(loaded.proto)
+        entries, _, pairs, total = _plan_entries(constants, target, alignment, min_dims)
     if strict:
-        _raise_if_skipped(entries, skip_errors)
-    return UploadPlan(
-        types.MappingProxyType({e.key: e for e in entries}), target, alignment, min_dims, total, loaded.name,
-        loaded.size, _dmlbridge_version(),
-    )
+        _raise_if_skipped(constants, pairs)
+    return UploadPlan(entries, target, alignment, min_dims, total, loaded.name, loaded.size, _dmlbridge_version())
 
 
-def _raise_if_skipped(entries: list[PlanEntry], skip_errors: list[type[DmlBridgeError]]) -> None:
-    skipped = [(e, err) for e, err in zip(entries, skip_errors, strict=True) if e.skipped is not None]
+def _raise_if_skipped(constants: list[_Found], pairs: list[_Pair]) -> None:
+    skipped = [i for i, pair in enumerate(pairs) if pair.total < 0]
     if skipped:
-        entry, error = skipped[0]
+        constant, pair = constants[skipped[0]], pairs[skipped[0]]
         more = f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""
-        raise error(
-            f"constant {entry.key!r} ({entry.origin}) cannot be converted: {entry.skipped}{more}; "
+        raise pair.error(
+            f"constant {constant.key!r} ({constant.origin}) cannot be converted: {pair.fields['skipped']}{more}; "
             "strict=True makes that an error"
         )
 
@@ -405,20 +415,17 @@ def _convert(
 ) -> UploadPlan:
     constants = _find(loaded.proto)
     lines: list[str] = []
-    entries, skip_errors, total = _plan_entries(constants, target, alignment, min_dims, lines)
+    entries, offsets, pairs, total = _plan_entries(constants, target, alignment, min_dims, lines)
     if strict:
-        _raise_if_skipped(entries, skip_errors)
+        _raise_if_skipped(constants, pairs)
     reader = _reader(loaded, external_data_root)
     _need_reader(constants, reader)
     _refuse_overwriting_inputs((bin_path, json_path), loaded, constants, reader)
-    plan = UploadPlan(
-        types.MappingProxyType({e.key: e for e in entries}), target, alignment, min_dims, total, loaded.name,
-        loaded.size, _dmlbridge_version(),
-    )
+    plan = UploadPlan(entries, target, alignment, min_dims, total, loaded.name, loaded.size, _dmlbridge_version())
     _refuse_too_large(constants, max_tensor_bytes)
-    work = [(c, e) for c, e in zip(constants, entries, strict=True) if e.skipped is None]
     digest, fingerprint = _write_outputs(
-        plan, work, bin_path, json_path, reader, max_tensor_bytes, checksum, progress, fsync, lines
+        plan, constants, offsets, pairs, bin_path, json_path, reader, max_tensor_bytes, checksum, progress, fsync,
+        lines,
     )
     return replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint, bin_path=bin_path, manifest_path=json_path)
 
@@ -612,7 +619,9 @@ class _HashingWriter:
 
 def _write_outputs(
     plan: UploadPlan,
-    work: list[tuple[_Found, PlanEntry]],
+    constants: list[_Found],
+    offsets: list[int | None],
+    pairs: list[_Pair],
     bin_path: str,
     json_path: str,
     reader: ExternalDataReader | None,
@@ -636,29 +645,29 @@ def _write_outputs(
                 small = min(_SMALL, max_tensor_bytes)
                 # Small constants stored in their DirectML bytes are gathered and placed together; the others are
                 # written one by one.
-                offsets: list[int] = []
+                placed: list[int] = []
                 pieces: list[bytes] = []
                 batch_end = 0
-                for constant, entry in work:
-                    offset = entry.offset
-                    assert offset is not None
-                    data = _small_stored(constant, entry, small)
+                for constant, offset, pair in zip(constants, offsets, pairs, strict=True):
+                    if offset is None:
+                        continue  # skipped
+                    data = _small_stored(constant, pair, small)
                     if data is not None:
-                        if offsets and offset + len(data) > batch_end:
-                            _place_batch(writer, offsets, pieces, bar)
-                        if not offsets:
+                        if placed and offset + len(data) > batch_end:
+                            _place_batch(writer, placed, pieces, bar)
+                        if not placed:
                             batch_end = writer.position + _HashingWriter._GATHER
-                        offsets.append(offset)
+                        placed.append(offset)
                         pieces.append(data)
                         continue
-                    if offsets:
-                        _place_batch(writer, offsets, pieces, bar)
+                    if placed:
+                        _place_batch(writer, placed, pieces, bar)
                     before = writer.position
                     writer.zeros(offset - before)
-                    _write_entry(writer, constant, entry, plan, reader, max_tensor_bytes)
+                    _write_entry(writer, constant, plan.entries[constant.key], plan, reader, max_tensor_bytes)
                     bar.update(writer.position - before)
-                if offsets:
-                    _place_batch(writer, offsets, pieces, bar)
+                if placed:
+                    _place_batch(writer, placed, pieces, bar)
                 bar.update(plan.total_size - writer.position)
                 writer.zeros(plan.total_size - writer.position)  # the last small constant's padding
                 writer.flush()
@@ -670,7 +679,8 @@ def _write_outputs(
                 )
             digest = writer.hexdigest()
             # Sampled from the finished file as it is on disk, just before the renames.
-            fingerprint = _bin_fingerprint(tmp_bin, plan.total_size, plan.converted)
+            fingerprint = _bin_fingerprint(tmp_bin, plan.total_size, [o for o in offsets if o is not None],
+                                           [pair.total for pair in pairs if pair.total >= 0])
             text = _manifest_text(replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint), entry_lines)
             tmp_json = _temp_file(directory, json_path, temps)
             with _open_temp(tmp_json) as file:
@@ -726,14 +736,14 @@ def _place_batch(writer: _HashingWriter, offsets: list[int], pieces: list[bytes]
     pieces.clear()
 
 
-def _small_stored(constant: _Found, entry: PlanEntry, limit: int) -> bytes | None:
+def _small_stored(constant: _Found, pair: _Pair, limit: int) -> bytes | None:
     """The DirectML bytes (without padding) of a small constant stored in them, in a few steps, or None.
 
     The common case of a model of many tiny constants: what _write_stored does for raw_data, and for the typed
     fields whose entries are the values themselves (FLOAT float_data, ...), up to ``limit`` bytes, 4-bit types
     aside (their spare nibble is _write_stored's).
     """
-    if entry.conversion != "native" or constant.nbytes > limit or entry.dml_type in _FOUR_BIT:
+    if pair.conversion != "native" or constant.nbytes > limit or pair.dml_type in _FOUR_BIT:
         return None
     storage = constant.storage
     if storage == "raw":
@@ -1058,8 +1068,8 @@ def _compare(
     if constant.onnx_type is not entry.onnx_type or constant.shape != entry.shape:
         return (f"the model has {constant.onnx_type.name} {list(constant.shape)}, the plan "
                 f"{entry.onnx_type.name} {list(entry.shape)}")
-    replanned, _, _ = _plan_entries([constant], plan.target, plan.alignment, plan.min_dims)
-    if (replanned[0].skipped is None) != (entry.skipped is None):
+    _, _, replanned, _ = _plan_entries([constant], plan.target, plan.alignment, plan.min_dims)
+    if (replanned[0].total >= 0) != (entry.skipped is None):
         return f"skipped in {'the plan' if entry.skipped else 'a fresh conversion'} but not in the other"
     if entry.skipped is not None:
         return None

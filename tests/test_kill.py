@@ -361,7 +361,7 @@ def test_fingerprint_reads_samples_not_the_whole_file(tmp_path: Path) -> None:
     with open(big, "wb") as file:
         file.truncate(64 << 30)
     start = time.perf_counter()
-    model_module._bin_fingerprint(str(big), 64 << 30, [])
+    model_module._bin_fingerprint(str(big), 64 << 30, [], [])
     assert time.perf_counter() - start < 2.0
 
     array = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: most of it is not sampled

@@ -343,11 +343,6 @@ def reference_fingerprint(path: Path, size: int, entries: list[tuple[int, int]])
     return sha.hexdigest()
 
 
-class _Entry:
-    def __init__(self, offset: int, total: int) -> None:
-        self.offset, self.total_tensor_size_in_bytes = offset, total
-
-
 @settings(max_examples=max(20, EXAMPLES // 5), deadline=None)
 @given(lengths=st.lists(st.sampled_from([4, 16, 16, 16, 64, 100, 300, 5000]), max_size=3000),
        gaps=st.sampled_from([0, 16, 240, 4096]), seed=st.integers(0, 2**32 - 1))
@@ -360,7 +355,7 @@ def test_fingerprint_matches_a_per_range_reference(tmp_path_factory: Any, length
     size = position + 7
     path = tmp_path_factory.mktemp("fp") / "x.bin"
     path.write_bytes(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes())
-    got = _bin_fingerprint(str(path), size, [_Entry(o, t) for o, t in entries])  # type: ignore[arg-type]
+    got = _bin_fingerprint(str(path), size, [o for o, _ in entries], [t for _, t in entries])
     assert got == reference_fingerprint(path, size, entries)
 
 
@@ -377,3 +372,21 @@ def test_a_field_of_the_same_size_in_place_of_the_typed_one_is_not_taken_for_it(
         node = helper.make_node("Constant", [], ["c"], value=tensor)
         with pytest.raises(DmlBridgeError, match="int32_data"):
             find_constants(helper.make_model(helper.make_graph([node], "g", [], [], [tensor])))
+
+
+def test_plan_entries_read_like_the_loaded_ones(tmp_path: Path) -> None:
+    """convert_model's entries are made when first read; they equal load_plan's and stay the same objects."""
+    from dmlbridge import load_plan, plan_model
+
+    model, expected = _small_model(300, seed=9)
+    plan = convert_model(model, tmp_path / "out", progress=False)
+    loaded = load_plan(tmp_path / "out.json")
+    assert plan.entries == loaded.entries and loaded.entries == plan.entries
+    assert plan_model(model).entries == plan.entries
+    assert list(plan.entries) == list(expected) == [e.key for e in plan.entries.values()]
+    key = next(iter(expected))
+    assert plan.entries[key] is plan.entries[key] and key in plan.entries and "nope" not in plan.entries
+    assert plan.entries.get("nope") is None and len(plan.entries) == 300
+    with pytest.raises(TypeError):
+        plan.entries[key] = plan.entries[key]  # type: ignore[index]
+    assert [e.key for e in plan.skipped] == [k for k, v in expected.items() if v.size == 0]
