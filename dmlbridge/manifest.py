@@ -156,8 +156,14 @@ class _Entries(Mapping[str, PlanEntry]):
     def __init__(self, keys: list[str], origins: list[str], offsets: list[int | None],
                  shared: list[dict[str, Any]]) -> None:
         self._keys, self._origins, self._offsets, self._shared = keys, origins, offsets, shared
-        self._index = {key: i for i, key in enumerate(keys)}
+        self._positions: dict[str, int] | None = None  # made on first lookup
         self._made: list[PlanEntry | None] = [None] * len(keys)
+
+    @property
+    def _index(self) -> dict[str, int]:
+        if self._positions is None:
+            self._positions = {key: i for i, key in enumerate(self._keys)}
+        return self._positions
 
     def __getitem__(self, key: str) -> PlanEntry:
         i = self._index[key]
