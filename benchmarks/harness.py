@@ -39,7 +39,7 @@ class Settings:
     def make(cls, quick: bool, large: bool, workdir: Path) -> Settings:
         if quick:
             return cls(True, 1 * MiB, 3, 4, 256 * 1024, 1, 400, False, workdir)
-        return cls(False, 64 * MiB, 9, 64, 16 * MiB, 5, 50_000, large, workdir)
+        return cls(False, 64 * MiB, 9, 64, 16 * MiB, 9, 50_000, large, workdir)
 
 
 @dataclass

@@ -9,8 +9,8 @@ Guarantees:
 
 - Streaming: tensors are decoded and written one at a time (external data through a read-only mmap of just the
   tensor's range; small stored constants in batches of at most 1 MiB), so the memory conversion needs is bounded
-  by the largest tensor, not by the model. (The model
-  protobuf itself is parsed into memory by onnx: weights kept inline in a single .onnx file are in memory anyway.)
+  by the largest tensor, not by the model. (The model protobuf itself is parsed into memory by onnx: weights kept
+  inline in a single .onnx file are in memory anyway.)
   A tensor whose stored bytes already are its DirectML bytes (a "native" type such as FLOAT, FLOAT16, INT64 or
   INT4 in raw_data or external data) is written without being decoded; large external ones are copied from
   their file by the kernel (``copy_file_range``/``sendfile``, after the same checks as any external read) when
