@@ -351,7 +351,8 @@ def _usual_constant(node: Any, attr: Any, index: int, scope: str) -> _Found | No
     if common is None:
         return None
     summary, tensor_size = common
-    if attr.ByteSize() != _VALUE_ATTRIBUTE_SIZE[attr_type] + 1 + _varint_size(tensor_size) + tensor_size:
+    length_size = 1 if tensor_size < 0x80 else _varint_size(tensor_size)
+    if attr.ByteSize() != _VALUE_ATTRIBUTE_SIZE[attr_type] + 1 + length_size + tensor_size:
         return None
     return _constant_of(node, "value", attr, index, scope, tensor, summary)
 

@@ -449,7 +449,10 @@ def _assemble(head: list[str], entries: list[str]) -> str:
     is megabytes: each extra copy costs)."""
     if not entries:
         return "{\n" + ",\n".join([*head, '  "entries": []']) + "\n}\n"
-    return "".join(["{\n", *[line + ",\n" for line in head], '  "entries": [\n', ",\n".join(entries), "\n  ]\n}\n"])
+    opening, closing = "".join(["{\n", *[line + ",\n" for line in head], '  "entries": [\n']), "\n  ]\n}\n"
+    if len(entries) == 1:
+        return opening + entries[0] + closing
+    return ",\n".join([opening + entries[0], *entries[1:-1], entries[-1] + closing])
 
 
 def _manifest_text(plan: UploadPlan, entry_lines: list[str] | None = None) -> str:
