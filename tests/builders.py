@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 
 def constant_nodes(sparse_value: Any) -> list[Any]:
@@ -21,3 +21,17 @@ def constant_nodes(sparse_value: Any) -> list[Any]:
         helper.make_node("Constant", [], ["k_strings"], value_strings=["s", "t"]),
         helper.make_node("Constant", [], ["k_sparse"], sparse_value=sparse_value),
     ]
+
+
+def loop_with_if() -> Any:
+    """A Loop node ``loop`` whose body holds an initializer B (int8 [3]) and an If ``inner`` whose branches hold
+    constants of their own: then_branch an initializer T (float32 [9, -9]), else_branch a Constant E (ints 5, 6)."""
+    then_g = helper.make_graph([], "then", [], [helper.make_tensor_value_info("T", TensorProto.FLOAT, [2])],
+                               [numpy_helper.from_array(np.array([9.0, -9.0], np.float32), "T")])
+    else_g = helper.make_graph([helper.make_node("Constant", [], ["E"], value_ints=[5, 6])], "else", [],
+                               [helper.make_tensor_value_info("E", TensorProto.INT64, [2])])
+    body = helper.make_graph(
+        [helper.make_node("If", ["c"], ["r"], name="inner", then_branch=then_g, else_branch=else_g)], "body", [],
+        [], [numpy_helper.from_array(np.array([3], np.int8), "B")],
+    )
+    return helper.make_node("Loop", ["", ""], ["lo"], name="loop", body=body)

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from builders import constant_nodes
+from builders import constant_nodes, loop_with_if
 
 from dmlbridge import cli
 from dmlbridge.demo import build_sample_model
@@ -90,17 +90,10 @@ def build_rich_model(directory: Path) -> Path:
         numpy_helper.from_array(np.array([1.5], np.float16), "ks"), numpy_helper.from_array(np.array([2]), "ks_i"),
         [4])
     nodes = constant_nodes(sparse_value)
-    then_g = helper.make_graph([], "then", [], [helper.make_tensor_value_info("T", TensorProto.FLOAT, [2])],
-                               [numpy_helper.from_array(np.array([9.0, -9.0], np.float32), "T")])
-    else_g = helper.make_graph([helper.make_node("Constant", [], ["E"], value_ints=[5, 6])], "else", [],
-                               [helper.make_tensor_value_info("E", TensorProto.INT64, [2])])
-    body = helper.make_graph(
-        [helper.make_node("If", ["c"], ["r"], name="inner", then_branch=then_g, else_branch=else_g)], "body", [],
-        [], [numpy_helper.from_array(np.array([3], np.int8), "B")])
     scan_body = helper.make_graph(
         [helper.make_node("Constant", [], ["S"], value=numpy_helper.from_array(np.array([1, 2], np.int32)))],
         "scan", [], [])
-    nodes.append(helper.make_node("Loop", ["", ""], ["lo"], name="loop", body=body))
+    nodes.append(loop_with_if())
     nodes.append(helper.make_node("Scan", ["x"], ["so"], name="scan", body=scan_body, num_scan_inputs=1))
     function = helper.make_function(
         "local", "Fn", ["x"], ["y"],

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 import pytest
 import reference
-from builders import constant_nodes
+from builders import constant_nodes, loop_with_if
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import dmlbridge
@@ -135,15 +135,7 @@ def build_model(directory: Path, *, bad: TensorProto | None = None) -> tuple[Pat
         k_strings=np.array(["s", "t"], dtype=object), k_sparse=np.array([0, 0, 1.5, 0], np.float16),
     )
     # An If inside a Loop body, each branch with its own constants.
-    then_g = helper.make_graph([], "then", [], [helper.make_tensor_value_info("T", TensorProto.FLOAT, [2])],
-                               [numpy_helper.from_array(np.array([9.0, -9.0], np.float32), "T")])
-    else_g = helper.make_graph([helper.make_node("Constant", [], ["E"], value_ints=[5, 6])], "else", [],
-                               [helper.make_tensor_value_info("E", TensorProto.INT64, [2])])
-    body = helper.make_graph(
-        [helper.make_node("If", ["c"], ["r"], name="inner", then_branch=then_g, else_branch=else_g)], "body", [],
-        [], [numpy_helper.from_array(np.array([3], np.int8), "B")],
-    )
-    nodes.append(helper.make_node("Loop", ["", ""], ["lo"], name="loop", body=body))
+    nodes.append(loop_with_if())
     expected.update({
         "loop/body/B": np.array([3], np.int8),
         # make_node sorts keyword attributes, so else_branch precedes then_branch in the protobuf.
