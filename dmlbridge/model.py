@@ -737,14 +737,18 @@ def _place_batch(writer: _HashingWriter, offsets: list[int], pieces: list[bytes]
 
 
 def _small_stored(constant: _Found, pair: _Pair, limit: int) -> bytes | None:
-    """The DirectML bytes (without padding) of a small constant stored in them, in a few steps, or None.
-
-    The common case of a model of many tiny constants: what _write_stored does for raw_data, and for the typed
-    fields whose entries are the values themselves (FLOAT float_data, ...), up to ``limit`` bytes, 4-bit types
-    aside (their spare nibble is _write_stored's).
+    """The DirectML bytes (without padding) of a small constant stored in them, or None: the common case of a
+    model of many tiny constants, up to ``limit`` bytes, 4-bit types aside (their spare nibble is _write_stored's).
     """
     if pair.conversion != "native" or constant.nbytes > limit or pair.dml_type in _FOUR_BIT:
         return None
+    return _stored_bytes(constant)
+
+
+def _stored_bytes(constant: _Found) -> bytes | None:
+    """What a TensorProto stores, as bytes: its raw_data, or the entries of a typed field that are the values
+    themselves (FLOAT float_data, ...; through array.array, on little-endian hosts). None for any other storage,
+    or when the count no longer matches what was found (the usual path checks it again)."""
     storage = constant.storage
     if storage == "raw":
         data = constant.proto.raw_data
@@ -753,7 +757,7 @@ def _small_stored(constant: _Found, pair: _Pair, limit: int) -> bytes | None:
         data = array.array(code, getattr(constant.proto, field_name)[:]).tobytes()  # a slice: a list, fast to read
     else:
         return None
-    return data if len(data) == constant.packed_nbytes else None  # else changed since found: the usual path
+    return data if len(data) == constant.packed_nbytes else None
 
 
 def _write_entry(
@@ -818,22 +822,22 @@ def _write_stored(
     tensor, storage, packed = constant.proto, constant.storage, constant.packed_nbytes
     padding = entry.total_tensor_size_in_bytes - packed
     odd_nibble = entry.dml_type in _FOUR_BIT and constant.size % 2 == 1
+    data: Any
     if storage == "typed":
         if entry.dml_type in _FOUR_BIT or not _LITTLE_ENDIAN:
             return False  # packed bytes in int32_data, or a big-endian host: the usual path
-        typed = _TYPED_AS_IS.get(constant.onnx_type)
-        if typed is not None:  # entries that are the values themselves (nothing to check): no numpy array
-            data: Any = array.array(typed[1], getattr(tensor, typed[0])[:])
-            if len(data) * data.itemsize != packed:
+        if constant.onnx_type in _TYPED_AS_IS:  # entries that are the values themselves: no numpy array
+            data = _stored_bytes(constant)
+            if data is None:
                 return False
         else:
             data = constant.constant().to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
             if not data.flags.c_contiguous or data.nbytes != packed:
                 return False
     elif storage == "raw":
-        data = tensor.raw_data
-        if len(data) != packed:
-            return False  # changed since it was found: the usual path checks it again
+        data = _stored_bytes(constant)
+        if data is None:
+            return False
     else:
         if reader is None:
             return False  # the usual path names the problem
