@@ -255,14 +255,18 @@ def _find(model: Any) -> list[_Found]:
         raise InvalidArgumentError(f"expected an onnx.ModelProto, got {type(model).__name__}")
     found: list[_Found] = []
     _scan_graph(model.graph, "", found, 0)
+    _scan_functions(model, found)
+    _make_keys_unique(found)
+    return found
+
+
+def _scan_functions(model: Any, found: list[_Found]) -> None:
     for function in model.functions:
         scope = f"functions/{_text(function.domain)}/{_text(function.name)}"
         overload = _text(getattr(function, "overload", ""))
         if overload:
             scope += f":{overload}"
         _scan_nodes(function.node, scope, found, 0)
-    _make_keys_unique(found)
-    return found
 
 
 def _text(value: str | bytes) -> str:
@@ -279,63 +283,75 @@ def _where(scope: str) -> str:
 def _scan_graph(graph: Any, scope: str, found: list[_Found], depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise TensorProtoError(f"subgraphs are nested more than {_MAX_DEPTH} deep at {scope!r}")
-    where = _where(scope)
-    origin = "initializer" + where
-    prefix = f"{scope}/" if scope else ""
     append = found.append
     for index, tensor in enumerate(graph.initializer[:]):  # a slice is a list: faster to walk
-        summary = _summary(tensor)
-        name = summary[0]  # the tensor's name, decoded as _text does
-        append(_found((f"{prefix}{name or f'<unnamed {index}>'}", name, scope, "initializer", origin, tensor,
-                       *summary)))
+        append(_initializer(tensor, index, scope))
+    _scan_sparse(graph, scope, found)
+    _scan_nodes(graph.node, scope, found, depth)
+
+
+def _initializer(tensor: Any, index: int, scope: str) -> _Found:
+    summary = _summary(tensor)
+    name = summary[0]  # the tensor's name, decoded as _text does
+    key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
+    return _found((key, name, scope, "initializer", "initializer" + _where(scope), tensor, *summary))
+
+
+def _scan_sparse(graph: Any, scope: str, found: list[_Found]) -> None:
+    where = _where(scope)
+    prefix = f"{scope}/" if scope else ""
     for index, sparse in enumerate(graph.sparse_initializer):
         name = _text(sparse.values.name)
         label = f"sparse initializer {name!r}" if name else f"sparse initializer #{index}"
         onnx_type, shape, nbytes = _sparse_info(sparse, label + where)
-        append(_found((f"{prefix}{name or f'<unnamed sparse {index}>'}", name, scope, "sparse_initializer",
-                       "sparse_initializer" + where, sparse, "", onnx_type, shape, nbytes, "sparse",
-                       math.prod(shape), 0)))
-    _scan_nodes(graph.node, scope, found, depth)
+        found.append(_found((f"{prefix}{name or f'<unnamed sparse {index}>'}", name, scope, "sparse_initializer",
+                             "sparse_initializer" + where, sparse, "", onnx_type, shape, nbytes, "sparse",
+                             math.prod(shape), 0)))
 
 
 def _scan_nodes(nodes: Any, scope: str, found: list[_Found], depth: int) -> None:
     for index, node in enumerate(nodes[:]):  # a slice is a list: faster to walk
-        values: list[tuple[str, Any]] | None = None
-        op_type = node.op_type
-        attributes = node.attribute[:]
-        if op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            if len(attributes) == 1:
-                usual = _usual_constant(node, attributes[0], index, scope)
-                if usual is not None:
-                    found.append(usual)
-                    continue
-            values = []
-        subgraphs: list[tuple[Any, Any]] | None = None
-        for attr in attributes:  # one pass: the Constant's value attributes and any subgraphs
-            if values is not None:
-                attr_name = attr.name
-                if attr_name in _ATTR_TYPES:  # (a name that is not valid UTF-8 comes as bytes: not a value name)
-                    values.append((attr_name, attr))
-            if attr.HasField("g"):
-                subgraphs = subgraphs or []
-                subgraphs.append((attr, None))
-            graphs = attr.graphs
-            if graphs:
-                subgraphs = subgraphs or []
-                subgraphs.append((attr, graphs))
+        _scan_node(node, index, scope, found, depth)
+
+
+def _scan_node(node: Any, index: int, scope: str, found: list[_Found], depth: int) -> None:
+    """The constants of one node: its own (a Constant node) and those of its subgraphs."""
+    values: list[tuple[str, Any]] | None = None
+    op_type = node.op_type
+    attributes = node.attribute[:]
+    if op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if len(attributes) == 1:
+            usual = _usual_constant(node, attributes[0], index, scope)
+            if usual is not None:
+                found.append(usual)
+                return
+        values = []
+    subgraphs: list[tuple[Any, Any]] | None = None
+    for attr in attributes:  # one pass: the Constant's value attributes and any subgraphs
         if values is not None:
-            constant = _constant_node(node, values, index, scope)
-            if constant is not None:
-                found.append(constant)
-        if subgraphs:
-            prefix = _node_path(node, _text(op_type), index, scope)
-            for attr, graphs in subgraphs:
-                attr_name = _text(attr.name)
-                if graphs is None:
-                    _scan_graph(attr.g, f"{prefix}/{attr_name}", found, depth + 1)
-                else:
-                    for k, graph in enumerate(graphs):
-                        _scan_graph(graph, f"{prefix}/{attr_name}[{k}]", found, depth + 1)
+            attr_name = attr.name
+            if attr_name in _ATTR_TYPES:  # (a name that is not valid UTF-8 comes as bytes: not a value name)
+                values.append((attr_name, attr))
+        if attr.HasField("g"):
+            subgraphs = subgraphs or []
+            subgraphs.append((attr, None))
+        graphs = attr.graphs
+        if graphs:
+            subgraphs = subgraphs or []
+            subgraphs.append((attr, graphs))
+    if values is not None:
+        constant = _constant_node(node, values, index, scope)
+        if constant is not None:
+            found.append(constant)
+    if subgraphs:
+        prefix = _node_path(node, _text(op_type), index, scope)
+        for attr, graphs in subgraphs:
+            attr_name = _text(attr.name)
+            if graphs is None:
+                _scan_graph(attr.g, f"{prefix}/{attr_name}", found, depth + 1)
+            else:
+                for k, graph in enumerate(graphs):
+                    _scan_graph(graph, f"{prefix}/{attr_name}[{k}]", found, depth + 1)
 
 
 # The serialized size of a Constant's ``value`` attribute without its tensor: the name (a tag, a length and "value")

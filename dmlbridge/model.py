@@ -47,6 +47,8 @@ import array
 import contextlib
 import functools
 import hashlib
+import itertools
+import operator
 import os
 import re
 import secrets
@@ -57,7 +59,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -95,6 +97,7 @@ from dmlbridge.mapping import resolve
 from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, OnnxDataType
+from dmlbridge.wire_scan import WIRE_SCAN_MAX_BYTES, BytesScan, scan_bytes
 
 __all__ = [
     "MANIFEST_FORMAT",
@@ -127,6 +130,8 @@ class LoadedModel:
     size: int
     path: str | None
     base_dir: str | None
+    serialized: bytes | None = field(default=None, repr=False, compare=False)
+    """The model's bytes, kept when the model is at most WIRE_SCAN_MAX_BYTES (for wire_scan); else None."""
 
 
 def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> LoadedModel:
@@ -137,6 +142,7 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
     import onnx
 
     path = None
+    serialized: bytes | None = None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not isinstance(path, str):
@@ -148,7 +154,12 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
         if not stat.S_ISREG(st.st_mode):
             raise InvalidArgumentError(f"model {path!r} is not a regular file")
         try:
-            proto = onnx.load(path, load_external_data=False)
+            if _protobuf_file(path) and st.st_size <= WIRE_SCAN_MAX_BYTES:
+                with open(path, "rb") as file:  # read here, as onnx.load does, to keep the bytes
+                    serialized = file.read()
+                proto = onnx.load_model_from_string(serialized)
+            else:
+                proto = onnx.load(path, load_external_data=False)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot read model {path!r}: {exc.strerror or exc}") from None
         except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise many types for garbage input
@@ -164,8 +175,11 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
         except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeError, ...
             raise InvalidArgumentError(f"the bytes are not a valid ONNX model ({type(exc).__name__}: {exc})") from None
         name, size = None, len(data)
+        serialized = data if size <= WIRE_SCAN_MAX_BYTES else None
     elif getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) == "onnx.ModelProto":
         proto, name, size = model, None, model.ByteSize()
+        # (Serializing it costs a tenth of what the byte scan saves on a model of many small constants.)
+        serialized = model.SerializeToString() if size <= WIRE_SCAN_MAX_BYTES else None
     else:
         raise InvalidArgumentError(
             f"model must be a path, the bytes of a .onnx file or an onnx.ModelProto, not {type(model).__name__}"
@@ -174,7 +188,20 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
         what = repr(path) if path else "the model"
         raise InvalidArgumentError(f"{what} has no graph: it is not an ONNX model (or an empty one)")
     directory = None if base_dir is None else os.fspath(base_dir)
-    return LoadedModel(proto, name, size, path, None if directory is None else str(directory))
+    return LoadedModel(proto, name, size, path, None if directory is None else str(directory), serialized)
+
+
+def _protobuf_file(path: str) -> bool:
+    """Whether onnx.load reads ``path`` as binary protobuf (it picks a text format by the file's extension)."""
+    from onnx.serialization import registry
+
+    return registry.get_format_from_file_extension(os.path.splitext(path)[1]) in (None, "protobuf")
+
+
+def _constants(loaded: LoadedModel) -> tuple[list[_Found], BytesScan | None]:
+    """The model's constants, and the byte scan that found them when it could read the model's bytes."""
+    scan = None if loaded.serialized is None else scan_bytes(loaded.proto, loaded.serialized)
+    return (_find(loaded.proto), None) if scan is None else (scan.found, scan)
 
 
 def _reader(loaded: LoadedModel, external_data_root: str | os.PathLike[str] | None) -> ExternalDataReader | None:
@@ -206,7 +233,8 @@ class _Pair:
 
     ``fields``: a PlanEntry's fields with key, origin and offset None; ``total``: TotalTensorSizeInBytes, -1 when
     the pair is skipped; ``error``: the error class a skip raises under strict=True; ``json``: the text of its
-    manifest lines around the offset (("", "") when skipped).
+    manifest lines around the offset (("", "") when skipped); ``as_is``: its stored bytes are its DirectML bytes
+    (a "native" conversion; 4-bit types aside: their spare nibble is _write_stored's).
     """
 
     fields: dict[str, Any]
@@ -215,6 +243,7 @@ class _Pair:
     json: tuple[str, str]
     conversion: str | None
     dml_type: DmlDataType | None
+    as_is: bool = False
 
 
 def _plan_entries(
@@ -280,7 +309,8 @@ def _plan_pair(
     fields.update(conversion=row.conversion, dml_type=row.dml_type, sizes=sizes, strides=strides,
                   total_tensor_size_in_bytes=total, guaranteed_base_offset_alignment=alignment)
     shared = _shared_json(onnx_type, shape, row.conversion, row.dml_type, sizes, strides, total, alignment)
-    return _Pair(fields, total, DmlBridgeError, shared, row.conversion, row.dml_type)
+    as_is = row.conversion == "native" and row.dml_type not in _FOUR_BIT
+    return _Pair(fields, total, DmlBridgeError, shared, row.conversion, row.dml_type, as_is)
 
 
 def _check_options(target: Any, alignment: Any, min_dims: Any) -> None:
@@ -327,7 +357,7 @@ def plan_model(
     _check_options(target, alignment, min_dims)
     loaded = read_model(model, base_dir)
     with _collector_paused():
-        constants = _find(loaded.proto)
+        constants, _ = _constants(loaded)
         entries, _, pairs, total = _plan_entries(constants, target, alignment, min_dims)
     if strict:
         _raise_if_skipped(constants, pairs)
@@ -413,19 +443,21 @@ def _convert(
     progress: bool | None, strict: bool, external_data_root: str | os.PathLike[str] | None, checksum: bool,
     max_tensor_bytes: int, fsync: bool,
 ) -> UploadPlan:
-    constants = _find(loaded.proto)
+    constants, scan = _constants(loaded)
     lines: list[str] = []
     entries, offsets, pairs, total = _plan_entries(constants, target, alignment, min_dims, lines)
     if strict:
         _raise_if_skipped(constants, pairs)
     reader = _reader(loaded, external_data_root)
-    _need_reader(constants, reader)
-    _refuse_overwriting_inputs((bin_path, json_path), loaded, constants, reader)
+    # (What the byte scan read is stored in the model: only the others may use external data.)
+    stored_elsewhere = constants if scan is None else [constants[i] for i in np.flatnonzero(scan.starts < 0).tolist()]
+    _need_reader(stored_elsewhere, reader)
+    _refuse_overwriting_inputs((bin_path, json_path), loaded, stored_elsewhere, reader)
     plan = UploadPlan(entries, target, alignment, min_dims, total, loaded.name, loaded.size, _dmlbridge_version())
     _refuse_too_large(constants, max_tensor_bytes)
     digest, fingerprint = _write_outputs(
         plan, constants, offsets, pairs, bin_path, json_path, reader, max_tensor_bytes, checksum, progress, fsync,
-        lines,
+        lines, scan,
     )
     return replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint, bin_path=bin_path, manifest_path=json_path)
 
@@ -564,18 +596,23 @@ class _HashingWriter:
     def place_many(self, offsets: list[int], pieces: list[bytes]) -> None:
         """Zeros and ``pieces`` (small bytes), each at its offset (ascending, from ``position`` on, spanning at
         most the gather buffer): the batch of many small constants, placed by a few numpy steps."""
-        start, end = self.position, offsets[-1] + len(pieces[-1])
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        self.place(np.asarray(offsets, dtype=np.int64), lengths, np.frombuffer(b"".join(pieces), dtype=np.uint8),
+                   np.cumsum(lengths) - lengths)
+
+    def place(self, offsets: np.ndarray, lengths: np.ndarray, source: np.ndarray, starts: np.ndarray) -> None:
+        """Zeros and, at each of ``offsets`` (ascending, from ``position`` on, spanning at most the gather buffer),
+        ``lengths[i]`` bytes of ``source`` from ``starts[i]``: many small constants placed by a few numpy steps."""
+        start, end = self.position, int(offsets[-1] + lengths[-1])
         if end - start > self._GATHER:
             raise DmlBridgeError(f"internal error: a batch of small constants spans {end - start} bytes")
         if self._used + end - start > self._GATHER:
             self.flush()
         region = self._array[self._used : self._used + end - start]
         region.fill(0)
-        lengths = np.fromiter(map(len, pieces), dtype=np.intp, count=len(pieces))
-        data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
-        # Byte j of piece i goes to offsets[i] - start + j: each piece's shift from its place in ``data``.
-        shift = np.asarray(offsets, dtype=np.intp) - start - (np.cumsum(lengths) - lengths)
-        region[np.repeat(shift, lengths) + np.arange(len(data))] = data
+        # Byte j of piece i is source[starts[i] + j] and goes to region[offsets[i] - start + j].
+        within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        region[np.repeat(offsets - start, lengths) + within] = source[np.repeat(starts, lengths) + within]
         self._used += end - start
         self.position = end
 
@@ -630,9 +667,11 @@ def _write_outputs(
     progress: bool | None,
     fsync: bool = True,
     entry_lines: list[str] | None = None,
+    scan: BytesScan | None = None,
 ) -> tuple[str | None, str]:
     """Write both outputs atomically; returns the .bin's SHA-256 (when ``checksum``) and its fingerprint.
-    ``entry_lines``: the manifest's entry lines, when _plan_entries made them."""
+    ``entry_lines``: the manifest's entry lines, when _plan_entries made them; ``scan``: the byte scan that found
+    ``constants``, if one did."""
     directory = os.path.dirname(os.path.abspath(bin_path))
     _remove_stale_temps(directory, (bin_path, json_path))
     temps: list[str] = []
@@ -642,32 +681,12 @@ def _write_outputs(
         try:
             with _open_temp(tmp_bin) as file:
                 writer = _HashingWriter(file, checksum)
-                small = min(_SMALL, max_tensor_bytes)
-                # Small constants stored in their DirectML bytes are gathered and placed together; the others are
-                # written one by one.
-                placed: list[int] = []
-                pieces: list[bytes] = []
-                batch_end = 0
-                for constant, offset, pair in zip(constants, offsets, pairs, strict=True):
-                    if offset is None:
-                        continue  # skipped
-                    data = _small_stored(constant, pair, small)
-                    if data is not None:
-                        if placed and offset + len(data) > batch_end:
-                            _place_batch(writer, placed, pieces, bar)
-                        if not placed:
-                            batch_end = writer.position + _HashingWriter._GATHER
-                        placed.append(offset)
-                        pieces.append(data)
-                        continue
-                    if placed:
-                        _place_batch(writer, placed, pieces, bar)
-                    before = writer.position
-                    writer.zeros(offset - before)
-                    _write_entry(writer, constant, plan.entries[constant.key], plan, reader, max_tensor_bytes)
-                    bar.update(writer.position - before)
-                if placed:
-                    _place_batch(writer, placed, pieces, bar)
+                for first, stop, as_is in _runs(constants, offsets, pairs, scan):
+                    if as_is:
+                        _place_spans(writer, offsets, first, stop, scan, bar)  # type: ignore[arg-type]
+                    else:
+                        _write_each(writer, plan, constants, offsets, pairs, first, stop, scan, reader,
+                                    max_tensor_bytes, bar)
                 bar.update(plan.total_size - writer.position)
                 writer.zeros(plan.total_size - writer.position)  # the last small constant's padding
                 writer.flush()
@@ -724,8 +743,86 @@ _TYPED_AS_IS = {
     if array.array(code).itemsize == onnx_type.numpy().itemsize
 }
 _FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
+
+
 _SMALL = 1 << 16  # see _small_stored
 _KERNEL_COPY_MIN = 1 << 20  # external tensors from this size are copied by the kernel (when not hashing)
+
+
+_AS_IS = operator.attrgetter("as_is")
+
+
+def _runs(
+    constants: list[_Found], offsets: list[int | None], pairs: list[_Pair], scan: BytesScan | None
+) -> Iterator[tuple[int, int, bool]]:
+    """The constants in runs (first, stop, as_is): as_is when each is a span of the model's bytes (wire_scan) that
+    is its DirectML bytes as stored (_Pair.as_is). Such a run is written by a few numpy steps whatever its
+    length; the others are written one at a time."""
+    if scan is None:
+        yield 0, len(constants), False
+        return
+    # (A constant read from the bytes is at most 64 KiB, and _refuse_too_large has held it to max_tensor_bytes.)
+    as_is = (scan.starts >= 0) & np.fromiter(map(_AS_IS, pairs), dtype=bool, count=len(pairs))
+    edges = np.flatnonzero(as_is[1:] != as_is[:-1]) + 1
+    bounds = [0, *edges.tolist(), len(constants)]
+    for first, stop in itertools.pairwise(bounds):
+        if stop > first:
+            yield first, stop, bool(as_is[first])
+
+
+def _place_spans(
+    writer: _HashingWriter, offsets: list[int | None], first: int, stop: int, scan: BytesScan, bar: _Progress
+) -> None:
+    """Write constants[first:stop], each a span of the model's bytes, with the zeros before and between them."""
+    places = np.array(offsets[first:stop], dtype=np.int64)
+    starts, lengths = scan.starts[first:stop], scan.lengths[first:stop]
+    ends = places + lengths
+    done = 0
+    while done < len(places):
+        # As many as end within one gather buffer from here.
+        more = int(np.searchsorted(ends[done:], writer.position + _HashingWriter._GATHER, side="right"))
+        batch = slice(done, done + max(more, 1))
+        before = writer.position
+        writer.place(places[batch], lengths[batch], scan.source, starts[batch])
+        bar.update(writer.position - before)
+        done = batch.stop
+
+
+def _write_each(
+    writer: _HashingWriter, plan: UploadPlan, constants: list[_Found], offsets: list[int | None], pairs: list[_Pair],
+    first: int, stop: int, scan: BytesScan | None, reader: ExternalDataReader | None, max_tensor_bytes: int,
+    bar: _Progress,
+) -> None:
+    """Write constants[first:stop] one at a time: small ones stored in their DirectML bytes are gathered and
+    placed together, the others decoded (or copied) and written."""
+    small = min(_SMALL, max_tensor_bytes)
+    placed: list[int] = []
+    pieces: list[bytes] = []
+    batch_end = 0
+    for position in range(first, stop):
+        offset = offsets[position]
+        if offset is None:
+            continue  # skipped
+        constant = constants[position]
+        if constant.proto is None:
+            constant = scan.with_tensor(position)  # type: ignore[union-attr]
+        data = _small_stored(constant, pairs[position], small)
+        if data is not None:
+            if placed and offset + len(data) > batch_end:
+                _place_batch(writer, placed, pieces, bar)
+            if not placed:
+                batch_end = writer.position + _HashingWriter._GATHER
+            placed.append(offset)
+            pieces.append(data)
+            continue
+        if placed:
+            _place_batch(writer, placed, pieces, bar)
+        before = writer.position
+        writer.zeros(offset - before)
+        _write_entry(writer, constant, plan.entries[constant.key], plan, reader, max_tensor_bytes)
+        bar.update(writer.position - before)
+    if placed:
+        _place_batch(writer, placed, pieces, bar)
 
 
 def _place_batch(writer: _HashingWriter, offsets: list[int], pieces: list[bytes], bar: _Progress) -> None:
