@@ -69,6 +69,9 @@ WIRE_SCAN_MAX_BYTES = 1 << 26
 """Models up to this size keep their bytes for this scan (they are held in memory while converting)."""
 
 _CHUNK = 1 << 15  # records parsed together: bounds the temporaries
+# More records than this (a hostile model of millions of empty ones) are left to the parsed model: the positions
+# of every field of the graph are held at once, and a few arrays of them would take more memory than is useful.
+_MAX_RECORDS = 1 << 22
 _MAX_DIMS = 8  # a tensor with more dims is left to the parsed model
 _ROUNDS = 24  # fields a record may have here; a record with more is left to the parsed model
 _TEN = np.arange(10, dtype=np.int64)
@@ -116,6 +119,9 @@ class BytesScan:
 def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
     """Every constant of ``model`` (a ModelProto parsed from ``data``), as constants._find finds them; None when
     the bytes are not laid out as this module expects (constants._find then reads the parsed model)."""
+    graph = model.graph
+    if len(graph.initializer) + len(graph.node) > _MAX_RECORDS:
+        return None
     span = _graph_span(data)
     if span is None:
         return None
@@ -123,7 +129,6 @@ def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
     records = _graph_records(data, source, *span)
     if records is None:
         return None
-    graph = model.graph
     init_starts, init_ends, node_starts, node_ends = records
     if len(init_starts) != len(graph.initializer) or len(node_starts) != len(graph.node):
         return None

@@ -455,6 +455,13 @@ def test_chunks_join_up(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 20 < read_from_bytes(scan) < 80
 
 
+def test_a_model_of_millions_of_records_is_left_to_the_parsed_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = model_bytes([usual_tensor(name=b"i%d" % k) for k in range(5)], [])
+    assert read_from_bytes(same_as_parsed(data)) == 5
+    monkeypatch.setattr(wire_scan, "_MAX_RECORDS", 4)
+    assert same_as_parsed(data) is None
+
+
 def test_duplicate_keys_get_the_same_suffixes() -> None:
     nodes = [usual_constant(b"w", usual_tensor()), usual_constant(b"w#2", usual_tensor())]
     scan = same_as_parsed(model_bytes([usual_tensor(name=b"w"), usual_tensor(name=b"w")], nodes))
