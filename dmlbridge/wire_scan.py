@@ -359,6 +359,19 @@ class _Walk:
         self.broken |= pos < ends  # more fields than _ROUNDS
 
 
+def _singular(
+    chosen: np.ndarray, rows: np.ndarray, fields: np.ndarray, values: np.ndarray, payload: np.ndarray,
+    seen: np.ndarray, twice: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``chosen`` fields of a round (singular ones: rows, field numbers, values, payload starts); records
+    that had the field already are marked in ``twice`` (``seen`` keeps a bit per field met)."""
+    r, f, v, p = rows[chosen], fields[chosen], values[chosen], payload[chosen]
+    bit = np.left_shift(1, f)
+    twice[r[(seen[r] & bit) != 0]] = True
+    seen[r] |= bit
+    return r, f, v, p
+
+
 def _span_text(source: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str | None]:
     """The UTF-8 text of each span: "" for a span of -1, None where it is not UTF-8."""
     n = len(starts)
@@ -422,10 +435,7 @@ class _Tensors(_Read):
                 ((fields == 8) | (fields == 9) | (fields == 4) | (fields == 10)) & (wires == 2)
             )
             unusual[rows[~is_dim & ~single]] = True
-            r, f, v, p = rows[single], fields[single], values[single], payload[single]
-            bit = np.left_shift(1, f)
-            unusual[r[(seen[r] & bit) != 0]] = True
-            seen[r] |= bit
+            r, f, v, p = _singular(single, rows, fields, values, payload, seen, unusual)
             m = f == 2
             code[r[m]] = v[m]
             m = f == 8
@@ -515,12 +525,11 @@ class _Nodes(_Read):
             output[0][r[first]] = payload[m][first]
             output[1][r[first]] = payload[m][first] + values[m][first]
             outputs[r] += 1
-            for f in (3, 4, 7):
-                m = (fields == f) & (wires == 2)
-                r = rows[m]
-                odd[r[(seen[r] >> f & 1) == 1]] = True
-                seen[r] |= 1 << f
-                spans[f][0][r], spans[f][1][r] = payload[m], payload[m] + values[m]
+            single = ((fields == 3) | (fields == 4) | (fields == 7)) & (wires == 2)  # name, op_type, domain
+            r, f, v, p = _singular(single, rows, fields, values, payload, seen, odd)
+            for number, (span_start, span_end) in spans.items():
+                m = f == number
+                span_start[r[m]], span_end[r[m]] = p[m], p[m] + v[m]
             m = (fields == 5) & (wires == 2)
             attribute_rows.append(rows[m])
             attribute_starts.append(payload[m])
@@ -595,10 +604,7 @@ def _attributes(
         subgraph[rows[(fields == 6) | (fields == 11)]] = True
         known = ((fields == 1) & (wires == 2)) | ((fields == 5) & (wires == 2)) | ((fields == 20) & (wires == 0))
         other[rows[~known]] = True
-        r, f, v, p = rows[known], fields[known], values[known], payload[known]
-        bit = np.left_shift(1, f)
-        other[r[(seen[r] & bit) != 0]] = True
-        seen[r] |= bit
+        r, f, v, p = _singular(known, rows, fields, values, payload, seen, other)
         m = f == 20
         attribute_type[r[m]] = v[m]
         m = f == 1
