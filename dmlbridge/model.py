@@ -601,8 +601,10 @@ class _HashingWriter:
                    np.cumsum(lengths) - lengths)
 
     def place(self, offsets: np.ndarray, lengths: np.ndarray, source: np.ndarray, starts: np.ndarray) -> None:
-        """Zeros and, at each of ``offsets`` (ascending, from ``position`` on, spanning at most the gather buffer),
-        ``lengths[i]`` bytes of ``source`` from ``starts[i]``: many small constants placed by a few numpy steps."""
+        """Zeros and, at each of ``offsets`` (ascending, from ``position`` on; from the first to the end of the
+        last at most the gather buffer), ``lengths[i]`` bytes of ``source`` from ``starts[i]``: many small
+        constants placed by a few numpy steps."""
+        self.zeros(int(offsets[0]) - self.position)  # (an alignment can be larger than the gather buffer)
         start, end = self.position, int(offsets[-1] + lengths[-1])
         if end - start > self._GATHER:
             raise DmlBridgeError(f"internal error: a batch of small constants spans {end - start} bytes")
@@ -779,8 +781,8 @@ def _place_spans(
     ends = places + lengths
     done = 0
     while done < len(places):
-        # As many as end within one gather buffer from here.
-        more = int(np.searchsorted(ends[done:], writer.position + _HashingWriter._GATHER, side="right"))
+        # As many as end within one gather buffer from the first.
+        more = int(np.searchsorted(ends[done:], places[done] + _HashingWriter._GATHER, side="right"))
         batch = slice(done, done + max(more, 1))
         before = writer.position
         writer.place(places[batch], lengths[batch], scan.source, starts[batch])
@@ -811,7 +813,7 @@ def _write_each(
             if placed and offset + len(data) > batch_end:
                 _place_batch(writer, placed, pieces, bar)
             if not placed:
-                batch_end = writer.position + _HashingWriter._GATHER
+                batch_end = offset + _HashingWriter._GATHER
             placed.append(offset)
             pieces.append(data)
             continue

@@ -288,10 +288,11 @@ def _small_model(count: int, seed: int) -> tuple[Any, dict[str, np.ndarray]]:
     return helper.make_model(helper.make_graph(nodes, "g", [], [], inits)), expected
 
 
-@pytest.mark.parametrize(("count", "alignment"), [(1, 16), (40, 16), (3000, 256), (2500, 1024)])
+@pytest.mark.parametrize(("count", "alignment"), [(1, 16), (40, 16), (3000, 256), (2500, 1024), (9, 1 << 21)])
 def test_many_small_constants_convert_byte_exactly(tmp_path: Path, count: int, alignment: int) -> None:
     """Batches of small constants (up to the writer's 1 MiB gather buffer each) land at their offsets with zero
-    gaps; 2,500 constants at 1 KiB alignment need several batches."""
+    gaps; 2,500 constants at 1 KiB alignment need several batches, and at 2 MiB alignment each gap is larger
+    than the gather buffer."""
     model, expected = _small_model(count, seed=count)
     plan = convert_model(model, tmp_path / "out", alignment=alignment, min_dims=4, progress=False)
     check_independently(tmp_path / "out", expected, Target(), 4, alignment)

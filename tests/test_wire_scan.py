@@ -491,12 +491,12 @@ def test_conversion_writes_the_same_files_with_and_without_the_scan(
     check_independently(tmp_path / "a", expected, target, min_dims, alignment)
 
 
-@pytest.mark.parametrize(("count", "alignment"), [(300, 256), (5000, 16)])
+@pytest.mark.parametrize(("count", "alignment"), [(300, 256), (5000, 16), (9, 1 << 21)])
 def test_many_constants_convert_alike_with_and_without_the_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int, alignment: int
 ) -> None:
     """Many small constants of many types (some read here, some not: 4-bit, empty, bool), over several
-    gather-buffer windows at 16-byte alignment."""
+    gather-buffer windows at 16-byte alignment, and with gaps larger than the gather buffer at 2 MiB."""
     model, expected = _small_model(count, seed=count)
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
