@@ -77,13 +77,9 @@ _ROUNDS = 24  # fields a record may have here; a record with more is left to the
 _TEN = np.arange(10, dtype=np.int64)
 _SHIFTS = _TEN * 7
 _CONSTANT = b"Constant"
-_DOMAINS = (b"", b"ai.onnx")  # the default domain, unnamed or named
 _TENSOR_ATTRIBUTE = 4  # AttributeProto.TENSOR
 _FIELD_NUMBER = {"float_data": 4, "double_data": 10}
 _RAW_DATA = 9
-
-# A node's fate here.
-_NOTHING, _READ, _PARSED_MODEL = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -541,7 +537,7 @@ class _Nodes(_Read):
         usual, subgraph, tensor_start, tensor_end = _attributes(source, a_starts, a_ends)
         left = odd.copy()  # left to the parsed model
         left[a_rows[subgraph]] = True
-        constant = _equals(source, *spans[4], _CONSTANT) & (
+        constant = _equals(source, *spans[4], _CONSTANT) & (  # in the default domain, unnamed or named
             (spans[7][0] < 0) | _equals(source, *spans[7], b"") | _equals(source, *spans[7], b"ai.onnx")
         )
         # The usual Constant: one attribute, the usual value.
