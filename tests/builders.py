@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -35,3 +36,40 @@ def loop_with_if() -> Any:
         [], [numpy_helper.from_array(np.array([3], np.int8), "B")],
     )
     return helper.make_node("Loop", ["", ""], ["lo"], name="loop", body=body)
+
+
+# --- byte-level mutations of serialized messages ----------------------------------------------------------------
+
+EDIT = st.tuples(
+    st.sampled_from(["flip", "set", "delete", "insert", "truncate", "duplicate", "varint"]),
+    st.integers(0, 2**24),
+    st.binary(min_size=1, max_size=8),
+)
+EDITS = st.lists(EDIT, min_size=1, max_size=4)
+
+
+def mutate_bytes(data: bytes, edits: list[tuple[str, int, bytes]]) -> bytes:
+    """``data`` with the ``edits`` (drawn from EDITS) applied in turn: bit flips, set bytes, deletions, insertions,
+    truncations, duplicated chunks and large varints."""
+    out = bytearray(data)
+    for kind, position, value in edits:
+        if not out:
+            break
+        i = position % len(out)
+        if kind == "flip":
+            out[i] ^= 1 << (value[0] % 8)
+        elif kind == "set":
+            out[i] = value[0]
+        elif kind == "delete":
+            del out[i : i + 1 + value[0] % 16]
+        elif kind == "insert":
+            out[i:i] = value
+        elif kind == "truncate":
+            del out[i:]
+        elif kind == "duplicate":
+            chunk = out[i : i + 1 + value[0] % 64]
+            j = (position // 7 + value[-1]) % len(out)
+            out[j:j] = chunk
+        else:  # a large varint where a length, dim or enum was: 0xff bytes then a terminator
+            out[i : i + 1] = b"\xff" * (1 + value[0] % 9) + bytes([value[-1] & 0x7F])
+    return bytes(out)

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from builders import constant_nodes, loop_with_if
+from builders import EDITS, constant_nodes, loop_with_if, mutate_bytes
 
 from dmlbridge import cli
 from dmlbridge.demo import build_sample_model
@@ -194,42 +194,6 @@ def _exercise(seed: Seed, data: bytes) -> None:
 
 
 # --- byte-level mutations of serialized models ----------------------------------------------------------------
-
-EDITS = st.lists(
-    st.tuples(
-        st.sampled_from(["flip", "set", "delete", "insert", "truncate", "duplicate", "varint"]),
-        st.integers(0, 2**24),
-        st.binary(min_size=1, max_size=8),
-    ),
-    min_size=1,
-    max_size=4,
-)
-
-
-def mutate_bytes(data: bytes, edits: list[tuple[str, int, bytes]]) -> bytes:
-    out = bytearray(data)
-    for kind, position, value in edits:
-        if not out:
-            break
-        i = position % len(out)
-        if kind == "flip":
-            out[i] ^= 1 << (value[0] % 8)
-        elif kind == "set":
-            out[i] = value[0]
-        elif kind == "delete":
-            del out[i : i + 1 + value[0] % 16]
-        elif kind == "insert":
-            out[i:i] = value
-        elif kind == "truncate":
-            del out[i:]
-        elif kind == "duplicate":
-            chunk = out[i : i + 1 + value[0] % 64]
-            j = (position // 7 + value[-1]) % len(out)
-            out[j:j] = chunk
-        else:  # a large varint where a length, dim or enum was: 0xff bytes then a terminator
-            out[i : i + 1] = b"\xff" * (1 + value[0] % 9) + bytes([value[-1] & 0x7F])
-    return bytes(out)
-
 
 @FUZZ
 @given(index=st.integers(0, 63), edits=EDITS)

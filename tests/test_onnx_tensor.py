@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from builders import EDITS, mutate_bytes
 from limits import ADDRESS_SPACE_LIMIT
 
 import dmlbridge
@@ -589,27 +590,11 @@ FUZZ_EXAMPLES = os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES")
 
 
 @settings(max_examples=int(FUZZ_EXAMPLES or 400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    seed=st.sampled_from(SEEDS),
-    edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255), st.sampled_from("xdit")), max_size=6),
-)
+@given(seed=st.sampled_from(SEEDS), edits=EDITS)
 def test_fuzz_mutated_tensors(seed, edits):
-    data = bytearray(seed)
-    for position, byte, kind in edits:
-        if not data:
-            break
-        i = position % len(data)
-        if kind == "x":
-            data[i] ^= 1 << (byte % 8)
-        elif kind == "d":
-            del data[i]
-        elif kind == "i":
-            data.insert(i, byte)
-        else:
-            del data[i:]
     tensor = TensorProto()
     try:
-        tensor.ParseFromString(bytes(data))
+        tensor.ParseFromString(mutate_bytes(seed, edits))
     except Exception:  # noqa: BLE001 - not a message at all
         return
     _decode_only_dmlbridge_errors(tensor)
