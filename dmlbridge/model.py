@@ -744,6 +744,7 @@ _TYPED_AS_IS = {
     )
     if array.array(code).itemsize == onnx_type.numpy().itemsize
 }
+_FLOAT_CODES = {"f": np.float32, "d": np.float64}
 _FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
 
 
@@ -853,7 +854,11 @@ def _stored_bytes(constant: _Found) -> bytes | None:
         data = constant.proto.raw_data
     elif storage == "typed" and _LITTLE_ENDIAN and constant.onnx_type in _TYPED_AS_IS:
         field_name, code = _TYPED_AS_IS[constant.onnx_type]
-        data = array.array(code, getattr(constant.proto, field_name)[:]).tobytes()  # a slice: a list, fast to read
+        entries = getattr(constant.proto, field_name)
+        if code in "fd":  # numpy reads the field's own bits: a float passed through Python would quiet a sNaN
+            data = np.array(entries, dtype=_FLOAT_CODES[code]).tobytes()
+        else:
+            data = array.array(code, entries[:]).tobytes()  # a slice: a list, fast to read
     else:
         return None
     return data if len(data) == constant.packed_nbytes else None

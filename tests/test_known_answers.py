@@ -460,3 +460,25 @@ def test_read_only_and_broadcast_sources() -> None:
     # and described as a broadcast: one row in memory
     t = dmlbridge.prepare(rows, strides=[0, 1])
     assert np.asarray(t.data).tobytes() == struct.pack("<3h", 1, -2, 3) + bytes(2)
+
+
+@pytest.mark.parametrize("scan", [True, False], ids=["byte-scan", "parsed-model"])
+def test_signalling_nans_in_typed_fields_keep_their_bits(tmp_path: Path, monkeypatch: Any, scan: bool) -> None:
+    """float_data / double_data holding signalling NaNs: the .bin has their exact bits on either path. (Read
+    through a Python float, 0x7F8F5019 would come out quieted as 0x7FCF5019.)"""
+    from onnx import TensorProto, helper
+
+    import dmlbridge.model as model_module
+
+    if not scan:
+        monkeypatch.setattr(model_module, "scan_bytes", lambda *args: None)
+    head = TensorProto(name="f", data_type=TensorProto.FLOAT, dims=[2]).SerializeToString()
+    f = TensorProto.FromString(head + bytes([0x22, 8]) + struct.pack("<II", 0x7F8F5019, 0xFF800001))
+    head = TensorProto(name="d", data_type=TensorProto.DOUBLE, dims=[1]).SerializeToString()
+    d = TensorProto.FromString(head + bytes([0x52, 8]) + struct.pack("<Q", 0x7FF4000000000001))
+    graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("f", TensorProto.FLOAT, [2])], [f, d])
+    plan = dmlbridge.convert_model(helper.make_model(graph), tmp_path / "w", progress=False, alignment=16)
+    data = (tmp_path / "w.bin").read_bytes()
+    assert plan.entries["f"].offset == 0 and plan.entries["d"].offset == 16
+    assert data[:8] == struct.pack("<II", 0x7F8F5019, 0xFF800001)
+    assert data[16:24] == struct.pack("<Q", 0x7FF4000000000001)
