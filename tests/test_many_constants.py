@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from models import check_independently, small_model
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
-from test_model import check_independently
 
 from dmlbridge import Target, constants, convert_model, onnx_tensor
 from dmlbridge.constants import find_constants
@@ -255,37 +255,6 @@ def test_the_usual_constant_is_found_quickly(monkeypatch: pytest.MonkeyPatch) ->
 # --- whole models: bytes ---------------------------------------------------------------------------------------
 
 
-def _small_model(count: int, seed: int) -> tuple[Any, dict[str, np.ndarray]]:
-    """``count`` small constants of many types and forms, in initializers and Constant nodes."""
-    rng = np.random.default_rng(seed)
-    kinds = [
-        lambda: rng.standard_normal(rng.integers(1, 9)).astype(np.float32),
-        lambda: rng.standard_normal((2, 3)).astype(np.float16),
-        lambda: rng.integers(-128, 128, 5).astype(np.int8),
-        lambda: rng.integers(-(2**40), 2**40, 3).astype(np.int64),
-        lambda: rng.standard_normal(2),
-        lambda: rng.integers(0, 2, 7).astype(bool),
-        lambda: np.array(rng.standard_normal(), np.float32),
-        lambda: np.zeros((0, 2), np.float32),
-        lambda: rng.integers(0, 60000, 4).astype(np.uint16),
-    ]
-    expected: dict[str, np.ndarray] = {}
-    inits, nodes = [], []
-    for i in range(count):
-        array = kinds[int(rng.integers(len(kinds)))]()
-        typed = bool(rng.integers(2))
-        tensor = (helper.make_tensor(f"t{i}", helper.np_dtype_to_tensor_dtype(array.dtype), array.shape,
-                                     array.reshape(-1).tolist())
-                  if typed and array.dtype in (np.float32, np.float64, np.int64) else numpy_helper.from_array(array))
-        tensor.name = f"t{i}"
-        if rng.integers(2):
-            inits.append(tensor)
-            expected[f"t{i}"] = array
-        else:
-            nodes.append(helper.make_node("Constant", [], [f"c{i}"], value=tensor))
-            expected[f"c{i}"] = array
-    expected = {k: expected[k] for k in [t.name for t in inits] + [n.output[0] for n in nodes]}
-    return helper.make_model(helper.make_graph(nodes, "g", [], [], inits)), expected
 
 
 @pytest.mark.parametrize(("count", "alignment"), [(1, 16), (40, 16), (3000, 256), (2500, 1024), (9, 1 << 21)])
@@ -293,7 +262,7 @@ def test_many_small_constants_convert_byte_exactly(tmp_path: Path, count: int, a
     """Batches of small constants (up to the writer's 1 MiB gather buffer each) land at their offsets with zero
     gaps; 2,500 constants at 1 KiB alignment need several batches, and at 2 MiB alignment each gap is larger
     than the gather buffer."""
-    model, expected = _small_model(count, seed=count)
+    model, expected = small_model(count, seed=count)
     plan = convert_model(model, tmp_path / "out", alignment=alignment, min_dims=4, progress=False)
     check_independently(tmp_path / "out", expected, Target(), 4, alignment)
     assert len(plan.entries) == count
@@ -316,7 +285,7 @@ def test_progress_counts_every_byte_of_small_constants(tmp_path: Path, monkeypat
             pass
 
     monkeypatch.setattr(tqdm, "tqdm", Bar)
-    model, _ = _small_model(500, seed=5)
+    model, _ = small_model(500, seed=5)
     plan = convert_model(model, tmp_path / "out", progress=True)
     (bar,) = seen
     assert bar.total == plan.total_size
@@ -379,7 +348,7 @@ def test_plan_entries_read_like_the_loaded_ones(tmp_path: Path) -> None:
     """convert_model's entries are made when first read; they equal load_plan's and stay the same objects."""
     from dmlbridge import load_plan, plan_model
 
-    model, expected = _small_model(300, seed=9)
+    model, expected = small_model(300, seed=9)
     plan = convert_model(model, tmp_path / "out", progress=False)
     loaded = load_plan(tmp_path / "out.json")
     assert plan.entries == loaded.entries and loaded.entries == plan.entries

@@ -30,9 +30,8 @@ import pytest
 from builders import EDIT, mutate_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from models import TARGETS, build_model, check_independently, small_model
 from onnx import TensorProto, helper, numpy_helper
-from test_many_constants import _small_model
-from test_model import TARGETS, build_model, check_independently
 
 import dmlbridge.model as model_module
 from dmlbridge import Target, convert_model, plan_model, wire_scan
@@ -366,7 +365,7 @@ def test_the_byte_scan_finds_what_the_parsed_model_finds(data: st.DataObject) ->
 def test_mutated_bytes_find_what_the_parsed_model_finds(seed: int, edits: list[tuple[str, int, bytes]]) -> None:
     """A valid model's bytes with a few edits (builders.mutate_bytes): where protobuf still parses them, the byte
     scan agrees or gives up."""
-    model, _ = _small_model(12, seed=seed)
+    model, _ = small_model(12, seed=seed)
     same_as_parsed(mutate_bytes(model.SerializeToString(), edits))
 
 
@@ -504,7 +503,7 @@ def test_many_constants_convert_alike_with_and_without_the_scan(
 ) -> None:
     """Many small constants of many types (some read here, some not: 4-bit, empty, bool), over several
     gather-buffer windows at 16-byte alignment, and with gaps larger than the gather buffer at 2 MiB."""
-    model, expected = _small_model(count, seed=count)
+    model, expected = small_model(count, seed=count)
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     same_files(tmp_path, path, {"min_dims": 4, "alignment": alignment}, monkeypatch)
@@ -524,7 +523,7 @@ def same_files(tmp_path: Path, path: Path, options: dict[str, Any], monkeypatch:
 
 
 def test_read_model_keeps_the_bytes_of_binary_models_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    model, _ = _small_model(20, seed=4)
+    model, _ = small_model(20, seed=4)
     binary, text = tmp_path / "m.onnx", tmp_path / "m.textproto"
     onnx.save(model, binary)
     onnx.save(model, text, format="textproto")
