@@ -5,13 +5,13 @@
     >>> t.dml_type.name, t.sizes, t.total_tensor_size_in_bytes
     ('FLOAT32', (1, 1, 2, 3), 24)
 
-See README.md for the mapping table and the layout rules.
+See README.md for the mapping table and the layout rules. Only the names exported here are the public API: the
+submodules (``dmlbridge.plan``, ``dmlbridge.convert``, ...) are the library's own layout and may change.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
+from dmlbridge.convert import convert_model
 from dmlbridge.decode import decode
 from dmlbridge.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.errors import (
@@ -27,18 +27,15 @@ from dmlbridge.errors import (
     ValueRangeError,
 )
 from dmlbridge.layout import calc_buffer_tensor_size
-from dmlbridge.manifest import PlanEntry, UploadPlan, load_plan
 from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
-from dmlbridge.model import convert_model, plan_model
-from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
+from dmlbridge.onnx_tensor import TensorInfo, tensor_info, tensor_to_array
+from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.packing import pack_4bit, unpack_4bit
+from dmlbridge.plan import UploadPlan, load_plan, plan_model
+from dmlbridge.planning import PlanEntry
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
-
-try:
-    __version__ = version("dmlbridge")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.0.0+unknown"
+from dmlbridge.version import __version__ as __version__
 
 __all__ = [
     "DEFAULT_MAX_TENSOR_BYTES",

@@ -14,15 +14,18 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from dmlbridge.convert import convert_model
+from dmlbridge.demo import run_demo
 from dmlbridge.errors import DmlBridgeError
-from dmlbridge.manifest import UploadPlan, _load_plan
-from dmlbridge.mapping import MappingRow, mapping_table
-from dmlbridge.model import convert_model, find_mismatches, plan_model
-from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.mapping import mapping_table
+from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.plan import plan_model, read_plan
+from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
+from dmlbridge.verify import find_mismatches
 
-__all__ = ["build_parser", "format_plan", "format_table", "main"]
+__all__ = ["build_parser", "main"]
 
 
 def _target_from(args: argparse.Namespace) -> Target:
@@ -47,25 +50,6 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-lossy", action="store_true", help="round DOUBLE to FLOAT32 without FLOAT64")
 
 
-def format_table(rows: Sequence[MappingRow], markdown: bool) -> str:
-    """The mapping table as aligned text, or as a markdown table (the README carries the default one)."""
-    header = ("ONNX", "#", "DML", "conversion", "lossless", "reason")
-    body = [
-        (r.onnx_name, str(r.onnx_type), r.dml_type.name if r.dml_type else "—", r.conversion,
-         "yes" if r.lossless else "no", r.reason)
-        for r in rows
-    ]
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in body]
-        return "\n".join(lines)
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header) - 1)]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
-        for row in [header, *body]
-    )
-
-
 def _cmd_table(args: argparse.Namespace) -> int:
     print(format_table(mapping_table(_target_from(args)), args.markdown))
     return 0
@@ -75,37 +59,6 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     _add_target_options(parser)
     parser.add_argument("--alignment", type=int, default=256, help="offset alignment in bytes, a power of two >= 16")
     parser.add_argument("--min-dims", type=int, default=1, metavar="N", help="pad sizes with leading 1s to N dims")
-
-
-def _human(size: int) -> str:
-    if size < 1 << 20:
-        return f"{size:,} bytes"
-    scaled = size / (1 << 20)
-    return f"{scaled:.1f} MiB" if scaled < 1024 else f"{scaled / 1024:.2f} GiB"
-
-
-def format_plan(plan: UploadPlan) -> str:
-    """An upload plan as an aligned text table (one row per constant) followed by a totals line."""
-    header = ("key", "origin", "ONNX", "shape", "DML", "conversion", "offset", "bytes")
-    rows = []
-    for e in plan.entries.values():
-        rows.append((
-            e.key, e.origin, e.onnx_type.name, "x".join(map(str, e.shape)) or "scalar",
-            e.dml_type.name if e.dml_type else "—", e.conversion or "skipped",
-            "" if e.offset is None else str(e.offset),
-            "" if e.total_tensor_size_in_bytes is None else str(e.total_tensor_size_in_bytes),
-        ))
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
-    for e in plan.skipped:
-        lines.append(f"skipped {e.key!r}: {e.skipped}")
-    converted = plan.converted
-    data = sum(e.total_tensor_size_in_bytes or 0 for e in converted)
-    lines.append(
-        f"{len(plan.entries)} constants: {len(converted)} converted ({_human(data)} of tensor data in a "
-        f"{_human(plan.total_size)} buffer, alignment {plan.alignment}), {len(plan.skipped)} skipped"
-    )
-    return "\n".join(lines)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -142,7 +95,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         for entry in plan.skipped:
             print(f"dmlbridge convert: skipped {entry.key!r} ({entry.origin}): {entry.skipped}", file=sys.stderr)
         print(
-            f"wrote {plan.bin_path} ({_human(plan.total_size)}, {len(plan.converted)} tensors) and "
+            f"wrote {plan.bin_path} ({human_size(plan.total_size)}, {len(plan.converted)} tensors) and "
             f"{plan.manifest_path} ({len(plan.entries)} entries, {len(plan.skipped)} skipped)"
         )
     return 0
@@ -150,9 +103,9 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     # A .bin that fails its fingerprint is reported by find_mismatches, with the constants that differ (exit 1).
-    plan = _load_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False)
+    plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False)
     if plan.bin_sha256 is not None:
-        plan = _load_plan(args.manifest, verify=True, bin_path=None, check_fingerprint=False)
+        plan = read_plan(args.manifest, verify=True, bin_path=None, check_fingerprint=False)
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes
     )
@@ -171,8 +124,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dmlbridge.demo import run_demo
-
     return run_demo(keep=args.keep)
 
 

@@ -21,33 +21,33 @@ Finding constants reads only the protobuf: no value is decoded and no external f
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import math
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
-from dmlbridge.onnx_tensor import (
-    DEFAULT_MAX_TENSOR_BYTES,
-    Summary,
-    TensorInfo,
-    _common_form,
-    _decode_known,
-    _make_info,
-    _summary,
-    _varint_size,
-    tensor_info,
-    tensor_to_array,
-)
+from dmlbridge.onnx_tensor import TensorInfo, decode_examined, examine_tensor, tensor_info, tensor_to_array
+from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.types import OnnxDataType
 
-__all__ = ["ConstantKind", "ModelConstant", "densify_sparse", "find_constants", "iter_external_tensors"]
+__all__ = [
+    "ConstantKind",
+    "ModelConstant",
+    "collector_paused",
+    "densify_sparse",
+    "find_constants",
+    "function_constants",
+    "initializer_constant",
+    "iter_external_tensors",
+    "make_keys_unique",
+    "node_constants",
+    "sparse_constants",
+]
 
 ConstantKind = Literal[
     "initializer",
@@ -108,9 +108,8 @@ _INTEGER_TYPES = frozenset(
 )
 
 
-@dataclass(frozen=True, eq=False)
-class ModelConstant:
-    """One constant of a model, found but not decoded.
+class ModelConstant(NamedTuple):
+    """One constant of a model, found but not decoded (a tuple: a model can hold 100,000 constants).
 
     Attributes:
         key: unique within the model (see the module docstring).
@@ -119,10 +118,18 @@ class ModelConstant:
         kind: where the value lives: ``initializer``, ``sparse_initializer`` or the Constant attribute name.
         origin: a readable description, e.g. ``initializer in If_0/then_branch`` or
             ``Constant node 'c0' (value_floats)``.
+        proto: the TensorProto (``initializer``, ``value``), SparseTensorProto or AttributeProto holding it;
+            None for a constant the byte scan read from the model's bytes (it fetches the proto when needed).
+        tensor_name: the TensorProto's own name ("" for the other kinds).
         onnx_type: the element type.
         shape: the ONNX shape (dense shape for sparse tensors).
         nbytes: bytes of the decoded numpy array (one per element for sub-byte types).
         storage: ``raw``, ``typed``, ``external`` (a TensorProto's storage), ``sparse`` or ``attribute``.
+        size: the number of elements.
+        packed_nbytes: the bytes ONNX stores for a TensorProto (``ceil(size * bits / 8)``); 0 for the other kinds.
+
+    The fields from ``tensor_name`` on are tensor_info's, in TensorInfo's order: a TensorProto is examined once,
+    when it is found, and decoding does not check it again.
     """
 
     key: str
@@ -130,19 +137,14 @@ class ModelConstant:
     scope: str
     kind: ConstantKind
     origin: str
+    proto: Any
+    tensor_name: str
     onnx_type: OnnxDataType
     shape: tuple[int, ...]
     nbytes: int
     storage: str
-    proto: Any = field(repr=False)
-    # The TensorInfo found by the scan (initializers and Constant ``value`` tensors): decoding does not redo
-    # the checks. None for other kinds, and for constants made by hand.
-    _info: TensorInfo | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def size(self) -> int:
-        """The number of elements."""
-        return math.prod(self.shape)
+    size: int
+    packed_nbytes: int
 
     def tensors(self) -> list[Any]:
         """The TensorProtos holding this constant's data (two for a sparse tensor, none for scalar attributes)."""
@@ -165,9 +167,8 @@ class ModelConstant:
         """
         kind = self.kind
         if kind in ("initializer", "value"):
-            if self._info is not None:
-                return _decode_known(self.proto, self._info, reader=reader, max_tensor_bytes=max_tensor_bytes)
-            return tensor_to_array(self.proto, reader=reader, max_tensor_bytes=max_tensor_bytes)
+            info = TensorInfo(*self[6:])  # type: ignore[arg-type]  # (storage: one of the TensorProto forms)
+            return decode_examined(self.proto, info, reader=reader, max_tensor_bytes=max_tensor_bytes)
         if kind in ("sparse_initializer", "sparse_value"):
             return _densify_proto(self.proto, self.onnx_type, self.shape, reader, max_tensor_bytes, self.key)
         attr = self.proto
@@ -188,49 +189,17 @@ class ModelConstant:
         return values.reshape(self.shape)
 
 
-class _Found(NamedTuple):
-    """A constant as the scan finds it: ModelConstant's fields in a tuple (a model can hold 100,000 constants; a
-    tuple costs a fraction of an object), the last seven being tensor_info's fields in TensorInfo's order (for a
-    constant that is not a TensorProto: its own type, shape and size, storage ``sparse`` or ``attribute``)."""
-
-    key: str
-    name: str
-    scope: str
-    kind: ConstantKind
-    origin: str
-    proto: Any
-    tensor_name: str
-    onnx_type: OnnxDataType
-    shape: tuple[int, ...]
-    nbytes: int
-    storage: str
-    size: int
-    packed_nbytes: int
-
-    def constant(self) -> ModelConstant:
-        """The public form."""
-        info = None
-        if self.kind in ("initializer", "value"):  # TensorProtos the scan examined: decoding skips the checks
-            info = _make_info(*self[6:])  # type: ignore[arg-type]
-        # ModelConstant(...) without the frozen dataclass's per-field object.__setattr__ (2x faster, same object).
-        made = _new(ModelConstant)
-        _set(made, "__dict__", {
-            "key": self.key, "name": self.name, "scope": self.scope, "kind": self.kind, "origin": self.origin,
-            "onnx_type": self.onnx_type, "shape": self.shape, "nbytes": self.nbytes, "storage": self.storage,
-            "proto": self.proto, "_info": info,
-        })
-        return made
+_make = ModelConstant._make
 
 
-_new = object.__new__
-_set = object.__setattr__
-
-
-_found = functools.partial(tuple.__new__, _Found)  # _Found from one tuple, without NamedTuple's Python __new__
+def _tensor_facts(tensor: Any) -> tuple[Any, ...]:
+    """tensor_info's fields of a TensorProto, in ModelConstant's order (its last seven fields)."""
+    info = examine_tensor(tensor)[0]
+    return info.name, info.onnx_type, info.shape, info.nbytes, info.storage, info.size, info.packed_nbytes
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (as timeit does): finding 100,000 constants makes a few hundred
     thousand objects and no cycle, and the collector would walk all of them again and again."""
     was_enabled = gc.isenabled()
@@ -245,22 +214,21 @@ def _collector_paused() -> Iterator[None]:
 def find_constants(model: Any) -> list[ModelConstant]:
     """Every constant of an ``onnx.ModelProto``, in model order (main graph first, subgraphs where their node
     is, then functions). Reads only the protobuf; raises TensorProtoError for malformed constants."""
-    with _collector_paused():
-        return [found.constant() for found in _find(model)]
+    with collector_paused():
+        return _find(model)
 
 
-def _find(model: Any) -> list[_Found]:
-    """find_constants, as tuples."""
+def _find(model: Any) -> list[ModelConstant]:
     if getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) != "onnx.ModelProto":
         raise InvalidArgumentError(f"expected an onnx.ModelProto, got {type(model).__name__}")
-    found: list[_Found] = []
+    found: list[ModelConstant] = []
     _scan_graph(model.graph, "", found, 0)
-    _scan_functions(model, found)
-    _make_keys_unique(found)
+    function_constants(model, found)
+    make_keys_unique(found)
     return found
 
 
-def _scan_functions(model: Any, found: list[_Found]) -> None:
+def function_constants(model: Any, found: list[ModelConstant]) -> None:
     for function in model.functions:
         scope = f"functions/{_text(function.domain)}/{_text(function.name)}"
         overload = _text(getattr(function, "overload", ""))
@@ -280,51 +248,47 @@ def _where(scope: str) -> str:
     return f" in {scope}" if scope else ""
 
 
-def _scan_graph(graph: Any, scope: str, found: list[_Found], depth: int) -> None:
+def _scan_graph(graph: Any, scope: str, found: list[ModelConstant], depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise TensorProtoError(f"subgraphs are nested more than {_MAX_DEPTH} deep at {scope!r}")
     append = found.append
     for index, tensor in enumerate(graph.initializer[:]):  # a slice is a list: faster to walk
-        append(_initializer(tensor, index, scope))
-    _scan_sparse(graph, scope, found)
+        append(initializer_constant(tensor, index, scope))
+    sparse_constants(graph, scope, found)
     _scan_nodes(graph.node, scope, found, depth)
 
 
-def _initializer(tensor: Any, index: int, scope: str) -> _Found:
-    summary = _summary(tensor)
-    name = summary[0]  # the tensor's name, decoded as _text does
+def initializer_constant(tensor: Any, index: int, scope: str) -> ModelConstant:
+    """The constant of an initializer (at ``index`` of its graph, in ``scope``)."""
+    facts = _tensor_facts(tensor)
+    name = facts[0]  # the tensor's name, decoded as _text does
     key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
-    return _found((key, name, scope, "initializer", "initializer" + _where(scope), tensor, *summary))
+    return _make((key, name, scope, "initializer", "initializer" + _where(scope), tensor, *facts))
 
 
-def _scan_sparse(graph: Any, scope: str, found: list[_Found]) -> None:
+def sparse_constants(graph: Any, scope: str, found: list[ModelConstant]) -> None:
     where = _where(scope)
     prefix = f"{scope}/" if scope else ""
     for index, sparse in enumerate(graph.sparse_initializer):
         name = _text(sparse.values.name)
         label = f"sparse initializer {name!r}" if name else f"sparse initializer #{index}"
         onnx_type, shape, nbytes = _sparse_info(sparse, label + where)
-        found.append(_found((f"{prefix}{name or f'<unnamed sparse {index}>'}", name, scope, "sparse_initializer",
+        found.append(_make((f"{prefix}{name or f'<unnamed sparse {index}>'}", name, scope, "sparse_initializer",
                              "sparse_initializer" + where, sparse, "", onnx_type, shape, nbytes, "sparse",
                              math.prod(shape), 0)))
 
 
-def _scan_nodes(nodes: Any, scope: str, found: list[_Found], depth: int) -> None:
+def _scan_nodes(nodes: Any, scope: str, found: list[ModelConstant], depth: int) -> None:
     for index, node in enumerate(nodes[:]):  # a slice is a list: faster to walk
-        _scan_node(node, index, scope, found, depth)
+        node_constants(node, index, scope, found, depth)
 
 
-def _scan_node(node: Any, index: int, scope: str, found: list[_Found], depth: int) -> None:
+def node_constants(node: Any, index: int, scope: str, found: list[ModelConstant], depth: int) -> None:
     """The constants of one node: its own (a Constant node) and those of its subgraphs."""
     values: list[tuple[str, Any]] | None = None
     op_type = node.op_type
     attributes = node.attribute[:]
     if op_type == "Constant" and node.domain in ("", "ai.onnx"):
-        if len(attributes) == 1:
-            usual = _usual_constant(node, attributes[0], index, scope)
-            if usual is not None:
-                found.append(usual)
-                return
         values = []
     subgraphs: list[tuple[Any, Any]] | None = None
     for attr in attributes:  # one pass: the Constant's value attributes and any subgraphs
@@ -354,42 +318,13 @@ def _scan_node(node: Any, index: int, scope: str, found: list[_Found], depth: in
                     _scan_graph(graph, f"{prefix}/{attr_name}[{k}]", found, depth + 1)
 
 
-# The serialized size of a Constant's ``value`` attribute without its tensor: the name (a tag, a length and "value")
-# and, when present, the type (field 20: a two-byte tag and the value 4).
-_VALUE_ATTRIBUTE_SIZE = {0: 2 + len("value"), 4: 2 + len("value") + 3}
-
-
-def _usual_constant(node: Any, attr: Any, index: int, scope: str) -> _Found | None:
-    """The constant of a Constant node in the usual form, found in a few steps, or None (not known to be usual).
-
-    The usual form: the only attribute is ``value`` (type TENSOR or unstated) and holds a tensor in a common form
-    (see onnx_tensor._common_form). ByteSize() of the attribute equals the size of those fields only if it has no
-    other field (ref_attr_name, g, graphs, ...) and the tensor none either: every present field takes a byte or more.
-    """
-    attr_type = attr.type
-    if attr.name != "value" or attr_type not in _VALUE_ATTRIBUTE_SIZE:
-        return None
-    tensor = attr.t
-    try:
-        common = _common_form(tensor)
-    except Exception:  # noqa: BLE001 - not what a TensorProto gives: the usual path names the problem
-        return None
-    if common is None:
-        return None
-    summary, tensor_size = common
-    length_size = 1 if tensor_size < 0x80 else _varint_size(tensor_size)
-    if attr.ByteSize() != _VALUE_ATTRIBUTE_SIZE[attr_type] + 1 + length_size + tensor_size:
-        return None
-    return _constant_of(node, "value", attr, index, scope, tensor, summary)
-
-
 def _node_path(node: Any, op_type: str, index: int, scope: str) -> str:
     """The scope of a node's subgraphs: the node's name (or ``{op_type}_{index}``) under the enclosing scope."""
     segment = _text(node.name) or f"{op_type}_{index}"
     return f"{scope}/{segment}" if scope else segment
 
 
-def _constant_node(node: Any, values: list[tuple[str, Any]], index: int, scope: str) -> _Found | None:
+def _constant_node(node: Any, values: list[tuple[str, Any]], index: int, scope: str) -> ModelConstant | None:
     """The constant of a Constant node, from its attributes named like a value (``values``, in node order)."""
     present = []
     references = 0
@@ -419,12 +354,8 @@ def _constant_node(node: Any, values: list[tuple[str, Any]], index: int, scope: 
     return _constant_of(node, kind, attr, index, scope)  # type: ignore[arg-type]  # kind is a key of _ATTR_TYPES
 
 
-def _constant_of(
-    node: Any, kind: ConstantKind, attr: Any, index: int, scope: str, tensor: Any = None,
-    summary: Summary | None = None,
-) -> _Found:
-    """The constant of a Constant node whose value is the attribute ``attr``, named ``kind`` (``tensor`` and
-    ``summary``: its TensorProto and that tensor's summary, when known)."""
+def _constant_of(node: Any, kind: ConstantKind, attr: Any, index: int, scope: str) -> ModelConstant:
+    """The constant of a Constant node whose value is the attribute ``attr``, named ``kind``."""
     node_name = node.name
     if type(node_name) is not str:
         node_name = _text(node_name)
@@ -436,18 +367,17 @@ def _constant_of(
     origin = f"{label} ({kind}) in {scope}" if scope else f"{label} ({kind})"
     key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
     if kind == "value":
-        proto = attr.t if tensor is None else tensor
-        return _found((key, name, scope, kind, origin, proto, *(summary or _summary(proto))))
+        return _make((key, name, scope, kind, origin, attr.t, *_tensor_facts(attr.t)))
     if kind == "sparse_value":
         proto = attr.sparse_tensor
         onnx_type, shape, nbytes = _sparse_info(proto, label + _where(scope))
-        return _found((key, name, scope, kind, origin, proto, "", onnx_type, shape, nbytes, "sparse",
+        return _make((key, name, scope, kind, origin, proto, "", onnx_type, shape, nbytes, "sparse",
                        math.prod(shape), 0))
     # The list and scalar forms: the attribute itself holds the values.
     onnx_type = _ATTR_ONNX_TYPE[kind]
     shape = (len(getattr(attr, _ATTR_FIELD[kind])),) if kind.endswith("s") else ()
     size = math.prod(shape)
-    return _found((key, name, scope, kind, origin, attr, "", onnx_type, shape, size * onnx_type.numpy().itemsize,
+    return _make((key, name, scope, kind, origin, attr, "", onnx_type, shape, size * onnx_type.numpy().itemsize,
                    "attribute", size, 0))
 
 
@@ -568,33 +498,35 @@ def densify_sparse(values: np.ndarray, indices: np.ndarray, dims: tuple[int, ...
     return dense.reshape(shape)
 
 
-def _make_keys_unique(found: list[_Found]) -> None:
+def make_keys_unique(found: list[ModelConstant]) -> None:
+    """Give every repeated key ``#2``, ``#3``, ... in order, never a key that occurs elsewhere in the model (the
+    next number to try is kept per key: 16,000 constants of one name take one pass)."""
     keys = [item[0] for item in found]
     if len(set(keys)) == len(keys):
         return
-    # A key made for a duplicate must not take one that occurs elsewhere in the model.
     taken = set(keys)
     seen: set[str] = set()
+    next_number: dict[str, int] = {}
     for position, item in enumerate(found):
         key = item[0]
         if key in seen:
-            n = 2
+            n = next_number.get(key, 2)
             while f"{key}#{n}" in taken:
                 n += 1
-            key = f"{key}#{n}"
-            taken.add(key)
-            found[position] = item._replace(key=key)
+            next_number[key] = n + 1
+            found[position] = item._replace(key=f"{key}#{n}")
+            taken.add(f"{key}#{n}")
+            continue
         seen.add(key)
 
 
-def iter_external_tensors(constants: list[ModelConstant] | list[_Found]) -> Iterator[Any]:
+def iter_external_tensors(constants: list[ModelConstant]) -> Iterator[Any]:
     """The TensorProtos among ``constants`` that keep their data in external files."""
     for constant in constants:
         kind = constant.kind
         if kind in ("initializer", "value"):
-            examined = isinstance(constant, _Found) or constant._info is not None
-            if examined and constant.storage != "external":
-                continue  # the scan found it in raw_data or a typed field
+            if constant.storage != "external":
+                continue  # examined when found: in raw_data or a typed field
             tensors: tuple[Any, ...] = (constant.proto,)
         elif kind in ("sparse_initializer", "sparse_value"):
             tensors = (constant.proto.values, constant.proto.indices)

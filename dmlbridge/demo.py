@@ -14,6 +14,12 @@ from typing import TextIO
 
 import ml_dtypes
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from dmlbridge.convert import convert_model
+from dmlbridge.plan import load_plan
+from dmlbridge.report import format_plan
 
 __all__ = ["build_sample_model", "run_demo", "sample_arrays"]
 
@@ -56,9 +62,6 @@ def sample_arrays() -> dict[str, np.ndarray]:
 def build_sample_model(directory: str | os.PathLike[str]) -> str:
     """Write ``sample.onnx`` and its external data file ``sample.weights`` into ``directory``; return the model's
     path."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
     initializers = [numpy_helper.from_array(a, name) for name, a in sample_arrays().items()]
     initializers.append(numpy_helper.from_array(np.array(True), "cond"))
     initializers.append(numpy_helper.from_array(np.array(["cat", "dog"], dtype=object), "labels"))
@@ -113,9 +116,6 @@ def run_demo(keep: str | os.PathLike[str] | None = None, out: TextIO | None = No
     """Build the sample model, convert it, load the plan back (checking the SHA-256), verify it against the model
     and print a summary. Works in a temporary folder that is removed afterwards, unless ``keep`` names a folder.
     Returns 0 (errors raise DmlBridgeError)."""
-    from dmlbridge.cli import format_plan
-    from dmlbridge.model import convert_model, load_plan
-
     out = sys.stdout if out is None else out
     with tempfile.TemporaryDirectory(prefix="dmlbridge-demo-") as scratch:
         folder = scratch

@@ -1,20 +1,28 @@
-"""The DirectML descriptor structs as ctypes, laid out as DirectML.h declares them.
+"""DML_BUFFER_TENSOR_DESC as a value (:class:`BufferTensorDesc`) and the DirectML descriptor structs as ctypes.
 
-On 64-bit Windows and Linux, ``DML_BUFFER_TENSOR_DESC`` is 48 bytes and ``DML_TENSOR_DESC`` 16 (FACTS.md).
-The ``Sizes`` and ``Strides`` arrays are assigned to pointer fields, which makes ctypes keep them alive for as
-long as the struct lives.
+:class:`BufferTensorDesc` is the one record of the seven DML_BUFFER_TENSOR_DESC fields; ``PreparedTensor``,
+``PlanEntry`` and the manifest all give theirs through it, as a dict by the DirectML names (``as_dict``) or as a
+ctypes struct (``as_ctypes``). The structs are laid out as DirectML.h declares them: on 64-bit Windows and
+Linux, ``DML_BUFFER_TENSOR_DESC`` is 48 bytes and ``DML_TENSOR_DESC`` 16 (docs/directml-facts.md). The ``Sizes``
+and ``Strides`` arrays are assigned to pointer fields, which makes ctypes keep them alive for as long as the
+struct lives.
+
+    >>> desc = BufferTensorDesc(1, 0, (2, 3), None, 24, 256)
+    >>> desc.as_dict()["DimensionCount"], ctypes.sizeof(desc.as_ctypes())
+    (2, 48)
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "DML_BUFFER_TENSOR_DESC",
     "DML_TENSOR_DESC",
     "DML_TENSOR_TYPE_BUFFER",
+    "BufferTensorDesc",
     "buffer_tensor_desc_fields",
     "make_buffer_tensor_desc",
 ]
@@ -91,3 +99,22 @@ def make_buffer_tensor_desc(
     desc.TotalTensorSizeInBytes = total_tensor_size_in_bytes
     desc.GuaranteedBaseOffsetAlignment = guaranteed_base_offset_alignment
     return desc
+
+
+class BufferTensorDesc(NamedTuple):
+    """The seven DML_BUFFER_TENSOR_DESC fields (DimensionCount is ``len(sizes)``); ``strides`` None is NULL."""
+
+    data_type: int
+    flags: int
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    total_tensor_size_in_bytes: int
+    guaranteed_base_offset_alignment: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields by their DirectML names, JSON-friendly (the manifest's ``desc``)."""
+        return buffer_tensor_desc_fields(*self)
+
+    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
+        """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit) that keeps its Sizes and Strides arrays alive."""
+        return make_buffer_tensor_desc(int(self.data_type), *self[1:])

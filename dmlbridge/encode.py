@@ -16,12 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from dmlbridge.buffers import as_writable_bytes
 from dmlbridge.decode import decode, read_elements, restore_values
-from dmlbridge.descs import (
-    DML_BUFFER_TENSOR_DESC,
-    DML_TENSOR_DESC,
-    buffer_tensor_desc_fields,
-    make_buffer_tensor_desc,
-)
+from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.errors import (
     DestinationError,
     ExternalDataError,
@@ -77,27 +72,19 @@ class PreparedTensor:
             values = decode(self.data, self.dml_type, self.sizes, self.strides)
         return restore_values(values, target).reshape(self.source_shape)
 
+    @property
+    def buffer_desc(self) -> BufferTensorDesc:
+        """The DML_BUFFER_TENSOR_DESC fields as one value."""
+        return BufferTensorDesc(self.dml_type, self.flags, self.sizes, self.strides, self.total_tensor_size_in_bytes,
+                                self.guaranteed_base_offset_alignment)
+
     def desc(self) -> dict[str, Any]:
         """The DML_BUFFER_TENSOR_DESC fields, by their DirectML names."""
-        return buffer_tensor_desc_fields(
-            self.dml_type,
-            self.flags,
-            self.sizes,
-            self.strides,
-            self.total_tensor_size_in_bytes,
-            self.guaranteed_base_offset_alignment,
-        )
+        return self.buffer_desc.as_dict()
 
     def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
         """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit); it keeps its Sizes and Strides arrays alive."""
-        return make_buffer_tensor_desc(
-            int(self.dml_type),
-            self.flags,
-            self.sizes,
-            self.strides,
-            self.total_tensor_size_in_bytes,
-            self.guaranteed_base_offset_alignment,
-        )
+        return self.buffer_desc.as_ctypes()
 
     def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC:
         """A ctypes DML_TENSOR_DESC (type BUFFER) pointing at a fresh ``as_ctypes()`` struct it keeps alive."""

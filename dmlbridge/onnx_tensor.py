@@ -42,13 +42,13 @@ from dmlbridge.errors import (
     UnsupportedTypeError,
 )
 from dmlbridge.external_data import ExternalDataReader, parse_external_data, tensor_label
+from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
 from dmlbridge.packing import unpack_nibbles
 from dmlbridge.types import OnnxDataType
 
-__all__ = ["DEFAULT_MAX_TENSOR_BYTES", "TensorInfo", "tensor_info", "tensor_to_array"]
-
-DEFAULT_MAX_TENSOR_BYTES = 16 << 30
-"""Largest decoded tensor (bytes of the logical numpy array) accepted unless the caller raises the limit."""
+__all__ = [
+    "DEFAULT_MAX_TENSOR_BYTES", "TensorInfo", "decode_examined", "examine_tensor", "tensor_info", "tensor_to_array",
+]
 
 Storage = Literal["raw", "typed", "external"]
 
@@ -148,11 +148,12 @@ def tensor_info(tensor: Any) -> TensorInfo:
     Raises TensorProtoError for malformed tensors (bad dims, wrong byte or entry count, several storage forms,
     ``segment``, bad external_data entries) and UnsupportedTypeError for an unknown data_type. Opens no file.
     """
-    return _examine(tensor)[0]
+    return examine_tensor(tensor)[0]
 
 
-def _examine(tensor: Any) -> tuple[TensorInfo, bytes | None]:
-    """tensor_info's checks, plus the raw_data bytes (protobuf copies them on every access: fetch them once)."""
+def examine_tensor(tensor: Any) -> tuple[TensorInfo, bytes | None]:
+    """tensor_info's checks, plus the raw_data bytes (protobuf copies them on every access: fetch them once).
+    Whole-model conversion examines each tensor when it finds it and decodes it later (:func:`decode_examined`)."""
     _check_proto(tensor)
     try:
         return _info(tensor)
@@ -166,133 +167,10 @@ def _examine(tensor: Any) -> tuple[TensorInfo, bytes | None]:
 _TYPE_OF_CODE = {int(t): t for t in OnnxDataType}
 _ITEMSIZE: dict[OnnxDataType, int] = {t: t.numpy().itemsize for t in OnnxDataType if t is not _T.UNDEFINED}
 _BITS: dict[OnnxDataType, int] = {t: t.bitwidth for t in OnnxDataType}
-_new = object.__new__
 _STRING = _T.STRING
 
 
-def _make_info(
-    name: str, onnx_type: OnnxDataType, shape: tuple[int, ...], nbytes: int, storage: Storage, size: int,
-    packed_nbytes: int,
-) -> TensorInfo:
-    """TensorInfo(...) without the frozen dataclass's per-field object.__setattr__ (3x faster; same object)."""
-    info = _new(TensorInfo)
-    info.__dict__.update(
-        name=name, onnx_type=onnx_type, shape=shape, nbytes=nbytes, storage=storage, size=size,
-        packed_nbytes=packed_nbytes,
-    )
-    return info
-
-
-# --- the common forms, checked in a few steps ------------------------------------------------------------------
-# A model can hold 100,000 tiny constants, so examining one must cost about a microsecond, and each field read
-# costs a tenth of one. The common forms are dims, data_type, a name and one data field: raw_data, or float_data
-# / double_data for FLOAT / DOUBLE. Such a tensor is recognised from four reads and ByteSize(): protobuf's
-# serialized size of the fields present equals the size of the fields expected only if no other field (a second
-# data field, external_data, data_location, segment, ...) is present, since every present field takes at least
-# one byte. The facts of a (data_type, dims) pair are computed once. Every other tensor, and every tensor that
-# does not match, goes through _info_checked, which makes each check and writes the message: the quick path never
-# raises, it accepts or hands over. Tensors above _QUICK_MAX bytes always go the checked way (ByteSize()
-# serializes; a few more field reads do not matter next to their bytes).
-
-_QUICK_MAX = 1 << 16
-
-
-def _varint_size(value: int) -> int:
-    return max(1, -(-value.bit_length() // 7))
-
-
-_QUICK_TYPED = {_T.FLOAT: 4, _T.COMPLEX64: 4, _T.DOUBLE: 8, _T.COMPLEX128: 8}  # fixed-width packed typed fields
-# (data_type, dims) -> (type, size, nbytes, packed bytes, serialized size with raw_data, with the typed field or
-# -1, the typed field, its entries), the serialized sizes without the name; only valid pairs of quick size.
-# Cleared past _SHAPES_MAX: a hostile model can have any number of shapes.
-_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[OnnxDataType, int, int, int, int, int, str, int]] = {}
-_SHAPES_MAX = 4096
-
-
-def _shape_facts(code: int, shape: tuple[int, ...]) -> tuple[OnnxDataType, int, int, int, int, int, str, int] | None:
-    onnx_type = _TYPE_OF_CODE.get(code)
-    if onnx_type is None or onnx_type is _T.UNDEFINED or onnx_type is _STRING or (shape and min(shape) < 0):
-        return None
-    itemsize = _ITEMSIZE[onnx_type]
-    size = math.prod(shape)
-    if size * itemsize > _QUICK_MAX:
-        return None
-    packed = -(-size * _BITS[onnx_type] // 8)
-    # dims (field 1, not packed in ONNX's proto2: a tag byte and a varint each) and data_type (field 2).
-    head = sum(1 + _varint_size(d) for d in shape) + 1 + _varint_size(code)
-    with_raw = head + 1 + _varint_size(packed) + packed  # raw_data: field 9
-    with_typed, entries = -1, 0
-    width = _QUICK_TYPED.get(onnx_type)
-    if width is not None and size:  # float_data (4) / double_data (10), declared [packed = true]
-        entries = _entries_expected(onnx_type, size)
-        with_typed = head + 1 + _varint_size(entries * width) + entries * width
-    facts = (onnx_type, size, size * itemsize, packed, with_raw, with_typed, _FIELD_OF.get(onnx_type, ""), entries)
-    if len(_SHAPES) >= _SHAPES_MAX:
-        _SHAPES.clear()
-    _SHAPES[code, shape] = facts
-    return facts
-
-
-# What the scan of a model keeps of each tensor: tensor_info's fields, in TensorInfo's order, as a plain tuple.
-Summary = tuple[str, OnnxDataType, tuple[int, ...], int, Storage, int, int]
-
-
-def _common_form(tensor: Any) -> tuple[Summary, int] | None:
-    """The summary of a TensorProto in a common form and its serialized size if it holds nothing else (the caller
-    compares that with ByteSize()), or None: it may not be in one, so examine it the checked way."""
-    code = tensor.data_type
-    shape = tuple(tensor.dims[:])  # a slice is a list: faster to copy than protobuf's own container
-    facts = _SHAPES.get((code, shape)) or _shape_facts(code, shape)
-    if facts is None:
-        return None
-    name = tensor.name
-    if type(name) is not str:
-        return None
-    onnx_type, size, nbytes, packed, with_raw, with_typed, typed_field, entries = facts
-    # The name (field 8) is absent, or a tag, a length and the bytes (an empty name may be either).
-    if name:
-        named = len(name.encode())
-        named += 2 if named < 128 else 1 + _varint_size(named)
-    else:
-        named = 2 if tensor.HasField("name") else 0
-    raw = tensor.raw_data  # b"" when absent
-    if len(raw) == packed and (packed or tensor.HasField("raw_data")):
-        return (name, onnx_type, shape, nbytes, "raw", size, packed), with_raw + named
-    # The typed field's entries are counted: its size alone could be another field's (16 bytes of int32_data
-    # varints weigh as much as four floats). (An empty raw_data that is present makes ByteSize() differ.)
-    if not raw and with_typed >= 0 and len(getattr(tensor, typed_field)) == entries:
-        return (name, onnx_type, shape, nbytes, "typed", size, packed), with_typed + named
-    return None
-
-
-def _quick(tensor: Any) -> Summary | None:
-    """The summary of a TensorProto in a common form, or None."""
-    common = _common_form(tensor)
-    if common is not None and tensor.ByteSize() == common[1]:
-        return common[0]
-    return None
-
-
-def _summary(tensor: Any) -> Summary:
-    """tensor_info's fields as a tuple (no object: a model can hold 100,000 constants), with every check."""
-    try:
-        quick = _quick(tensor)
-    except Exception:  # noqa: BLE001 - not what a TensorProto gives: the checked way names the problem
-        quick = None
-    if quick is not None:
-        return quick
-    info = _examine(tensor)[0]
-    return info.name, info.onnx_type, info.shape, info.nbytes, info.storage, info.size, info.packed_nbytes
-
-
 def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
-    quick = _quick(tensor)
-    if quick is not None:
-        return _make_info(*quick), (tensor.raw_data if quick[4] == "raw" else None)
-    return _info_checked(tensor)
-
-
-def _info_checked(tensor: Any) -> tuple[TensorInfo, bytes | None]:
     # The label (for messages) is computed only when a check fails.
     if tensor.HasField("segment"):
         raise TensorProtoError(
@@ -385,7 +263,7 @@ def _info_checked(tensor: Any) -> tuple[TensorInfo, bytes | None]:
     name = tensor.name
     if isinstance(name, bytes):  # proto2 returns bytes for a name that is not valid UTF-8
         name = name.decode("utf-8", "backslashreplace")
-    return _make_info(name, onnx_type, shape, nbytes, storage, size, packed), raw
+    return TensorInfo(name, onnx_type, shape, nbytes, storage, size, packed), raw
 
 
 def tensor_to_array(
@@ -403,21 +281,19 @@ def tensor_to_array(
     :class:`~dmlbridge.external_data.ExternalDataReader`, and its checksum cache, across a model's tensors.
     A tensor larger than ``max_tensor_bytes`` raises TensorTooLargeError before anything is read.
     """
-    if isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, int) or max_tensor_bytes < 0:
-        raise InvalidArgumentError(f"max_tensor_bytes must be a non-negative integer, got {max_tensor_bytes!r}")
+    check_max_tensor_bytes(max_tensor_bytes)
     if reader is not None and (base_dir is not None or external_data_root is not None):
         raise InvalidArgumentError("pass either reader= or base_dir=/external_data_root=, not both")
-    info, raw = _examine(tensor)
+    info, raw = examine_tensor(tensor)
     return _decode(tensor, info, raw, reader, max_tensor_bytes, base_dir, external_data_root)
 
 
-def _decode_known(
+def decode_examined(
     tensor: Any, info: TensorInfo, *, reader: ExternalDataReader | None, max_tensor_bytes: int
 ) -> np.ndarray:
     """tensor_to_array(tensor, reader=reader, max_tensor_bytes=...) for a tensor whose ``info`` tensor_info already
     gave (the checks are not redone; raw_data, copied by protobuf on every access, is fetched again)."""
-    if isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, int) or max_tensor_bytes < 0:
-        raise InvalidArgumentError(f"max_tensor_bytes must be a non-negative integer, got {max_tensor_bytes!r}")
+    check_max_tensor_bytes(max_tensor_bytes)
     raw = None
     if info.storage == "raw":
         raw = tensor.raw_data
@@ -435,7 +311,7 @@ def _decode(
     base_dir: str | os.PathLike[str] | None = None,
     external_data_root: str | os.PathLike[str] | None = None,
 ) -> np.ndarray:
-    """tensor_to_array after the checks of :func:`_examine`: ``info`` and ``raw`` are what it returned for
+    """tensor_to_array after the checks of :func:`examine_tensor`: ``info`` and ``raw`` are what it returned for
     ``tensor`` (whole-model conversion examines each tensor once, when it finds it, and decodes it later)."""
     if info.nbytes > max_tensor_bytes:
         raise TensorTooLargeError(

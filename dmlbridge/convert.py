@@ -1,0 +1,212 @@
+"""Whole-model conversion: every constant of an ONNX model in one DirectML upload buffer, plus its manifest.
+
+:func:`convert_model` writes ``PREFIX.bin`` (the upload buffer image: each tensor's bytes at an offset that is a
+multiple of ``alignment``, zero bytes between; :mod:`dmlbridge.image_writer`) and ``PREFIX.json`` (the manifest,
+:mod:`dmlbridge.manifest`), published together (:mod:`dmlbridge.commit`). Everything that can be refused is
+refused before any file is created: bad options, constants over ``max_tensor_bytes``, strict skips, external
+data without a directory, outputs that would overwrite the model's own files. On any error or Ctrl-C the
+temporary files are removed and the previous outputs are untouched.
+
+External data of a model given as a path is resolved against the model's directory. A model given as bytes or as
+a ModelProto has no directory: its external data is refused unless the caller passes ``base_dir=``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from dmlbridge.byte_scan import BytesScan
+from dmlbridge.commit import commit_pair, copy_mode, fsync_directory, open_temp, remove_stale_temps, temp_file
+from dmlbridge.constants import ModelConstant, collector_paused, iter_external_tensors
+from dmlbridge.errors import DestinationError, InvalidArgumentError, TensorTooLargeError
+from dmlbridge.external_data import ExternalDataReader, check_location
+from dmlbridge.fingerprint import bin_fingerprint
+from dmlbridge.image_writer import Progress, write_image
+from dmlbridge.manifest import manifest_text
+from dmlbridge.model_file import LoadedModel, external_data_reader, model_constants, need_reader, read_model
+from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, DEFAULT_TARGET, ConvertOptions, PlanOptions
+from dmlbridge.plan import UploadPlan, raise_if_skipped
+from dmlbridge.planning import Planned, plan_constants
+from dmlbridge.target import Target
+from dmlbridge.version import __version__
+
+__all__ = ["convert_model"]
+
+
+def convert_model(
+    model: Any,
+    out_prefix: str | os.PathLike[str],
+    *,
+    target: Target = DEFAULT_TARGET,
+    alignment: int = 256,
+    min_dims: int = 1,
+    progress: bool | None = None,
+    strict: bool = False,
+    external_data_root: str | os.PathLike[str] | None = None,
+    checksum: bool = False,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    base_dir: str | os.PathLike[str] | None = None,
+    fsync: bool = True,
+) -> UploadPlan:
+    """Convert every constant of an ONNX model into one DirectML upload buffer: ``out_prefix.bin`` and its
+    manifest ``out_prefix.json``.
+
+    Args:
+        model: a path to a .onnx file, its bytes, or an ``onnx.ModelProto``.
+        out_prefix: the output path without extension.
+        target: the DirectML target (feature level, supported types, int64 and lossy policy).
+        alignment: each tensor's offset is a multiple of this (a power of two >= 16); it is also every desc's
+            GuaranteedBaseOffsetAlignment.
+        min_dims: pad sizes with leading 1s to at least this many dimensions (most operators want 4).
+        progress: a progress bar (tqdm) on stderr: None shows it when stderr is a terminal, True always,
+            False never.
+        strict: raise instead of skipping constants that cannot be converted (empty, strings, complex,
+            types the target cannot hold, tensors DirectML's layout rules refuse).
+        external_data_root: widen the directory external data files may resolve into (the model's directory
+            by default), e.g. to a Hugging Face cache whose files are symlinks into a blobs folder.
+        checksum: record the SHA-256 of the .bin (computed while writing) as the manifest's ``bin_sha256``.
+        max_tensor_bytes: refuse (TensorTooLargeError) a model with a constant whose decoded array would be
+            larger (checked from the model's dims before any file is created, and again as each is decoded).
+        base_dir: the directory external data locations are relative to; default: the model file's directory.
+            Needed for external data when ``model`` is bytes or a ModelProto.
+        fsync: True (the default) flushes both files to the disk before they are renamed into place, and the
+            directory after, so that even a power loss or an operating system crash leaves each output absent,
+            whole-previous or whole-new. False skips those flushes (``--no-fsync``): faster (the disk writes
+            happen later, in the background), and the outputs are still replaced atomically if the process
+            fails, is interrupted or is killed, but after a power loss or a crash of the operating system a
+            renamed output may be empty or incomplete.
+
+    Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
+    """
+    layout = PlanOptions.check(target, alignment, min_dims)
+    options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
+                                   checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync)
+    bin_path, json_path = _output_paths(out_prefix)
+    loaded = read_model(model, base_dir)
+    with collector_paused():
+        return _convert(loaded, bin_path, json_path, options)
+
+
+def _convert(loaded: LoadedModel, bin_path: str, json_path: str, options: ConvertOptions) -> UploadPlan:
+    layout = options.layout
+    constants, scan = model_constants(loaded)
+    planned = plan_constants(constants, layout)
+    if options.strict:
+        raise_if_skipped(constants, planned.pairs)
+    reader = external_data_reader(loaded, options.external_data_root)
+    # (What the byte scan read is stored in the model: only the others may use external data.)
+    stored_elsewhere = constants if scan is None else [constants[i] for i in np.flatnonzero(scan.starts < 0).tolist()]
+    need_reader(stored_elsewhere, reader)
+    _refuse_overwriting_inputs((bin_path, json_path), loaded, stored_elsewhere, reader)
+    plan = UploadPlan(planned.entries, layout.target, layout.alignment, layout.min_dims, planned.total, loaded.name,
+                      loaded.size, __version__)
+    _refuse_too_large(constants, options.max_tensor_bytes)
+    digest, fingerprint = _write_outputs(plan, constants, planned, scan, bin_path, json_path, reader, options)
+    return replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint, bin_path=bin_path, manifest_path=json_path)
+
+
+def _refuse_too_large(constants: list[ModelConstant], max_tensor_bytes: int) -> None:
+    """Refuse, before any output exists, a model with a constant whose decoded array would exceed the limit
+    (even one that would be skipped: a claim that large is a broken or hostile model, e.g. a sparse tensor of
+    2^40 elements)."""
+    for constant in constants:
+        if constant.nbytes > max_tensor_bytes:
+            raise TensorTooLargeError(
+                f"constant {constant.key!r} ({constant.origin}) claims {constant.nbytes} bytes "
+                f"({constant.onnx_type.name} {list(constant.shape)}), more than max_tensor_bytes={max_tensor_bytes} "
+                f"({max_tensor_bytes / 2**30:.3g} GiB; --max-tensor-bytes on the command line); raise the limit if "
+                "you trust this model and have the memory"
+            )
+
+
+def _output_paths(out_prefix: Any) -> tuple[str, str]:
+    if not isinstance(out_prefix, (str, os.PathLike)):
+        raise InvalidArgumentError(f"out_prefix must be a path, not {type(out_prefix).__name__}")
+    prefix = os.fspath(out_prefix)
+    if not isinstance(prefix, str):
+        prefix = os.fsdecode(prefix)
+    if not prefix or prefix.endswith(("/", os.sep)) or "\x00" in prefix:
+        raise InvalidArgumentError(f"out_prefix {prefix!r} must name a file (without extension), e.g. 'out/model'")
+    directory = os.path.dirname(os.path.abspath(prefix))
+    if not os.path.isdir(directory):
+        raise DestinationError(f"the output directory {directory!r} does not exist")
+    return prefix + ".bin", prefix + ".json"
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _refuse_overwriting_inputs(
+    outputs: tuple[str, ...], loaded: LoadedModel, constants: list[ModelConstant], reader: ExternalDataReader | None
+) -> None:
+    inputs = [loaded.path] if loaded.path else []
+    if reader is not None:
+        for tensor in iter_external_tensors(constants):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            inputs.append(os.path.join(reader.base_dir, *check_location(location, f"tensor {tensor.name!r}")))
+    for output in outputs:
+        for source in dict.fromkeys(inputs):  # once per file, however many tensors it holds
+            if _same_file(output, source):
+                raise InvalidArgumentError(
+                    f"the output {output!r} would overwrite the model's own file {source!r}; choose another prefix"
+                )
+
+
+def _write_outputs(
+    plan: UploadPlan, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None, bin_path: str,
+    json_path: str, reader: ExternalDataReader | None, options: ConvertOptions,
+) -> tuple[str | None, str]:
+    """Write both outputs atomically (dmlbridge.commit); returns the .bin's SHA-256 (when ``checksum``) and its
+    fingerprint."""
+    directory = os.path.dirname(os.path.abspath(bin_path))
+    remove_stale_temps(directory, (bin_path, json_path))
+    temps: list[str] = []
+    bar = Progress(options.progress, plan.total_size, os.path.basename(bin_path))
+    try:
+        tmp_bin = temp_file(directory, bin_path, temps)
+        try:
+            with open_temp(tmp_bin) as file:
+                digest = write_image(file, constants, planned, scan, reader, options.layout, options.max_tensor_bytes,
+                                     options.checksum, bar)
+                if options.fsync:
+                    os.fsync(file.fileno())
+            # Sampled from the finished file as it is on disk, just before the renames.
+            fingerprint = bin_fingerprint(tmp_bin, plan.total_size, [o for o in planned.offsets if o is not None],
+                                          [pair.total for pair in planned.pairs if pair.total >= 0])
+            text = manifest_text(replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint).contents())
+            tmp_json = temp_file(directory, json_path, temps)
+            with open_temp(tmp_json) as file:
+                file.write(text.encode("ascii"))
+                file.flush()
+                if options.fsync:
+                    os.fsync(file.fileno())
+            copy_mode(tmp_bin, bin_path)
+            copy_mode(tmp_json, json_path)
+            commit_pair(tmp_bin, bin_path, tmp_json, json_path, temps)
+        except OSError as exc:
+            raise DestinationError(
+                f"cannot write {bin_path!r} / {json_path!r}: {exc.strerror or exc}"
+                + (" (the disk is full)" if getattr(exc, "errno", None) in (28, 27) else "")
+            ) from exc
+        if options.fsync:
+            fsync_directory(directory)
+        return digest, fingerprint
+    except BaseException:
+        # Failure or Ctrl-C: remove what this call created; the previous outputs were never touched.
+        for path in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+    finally:
+        bar.close()

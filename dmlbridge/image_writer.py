@@ -1,0 +1,386 @@
+"""Writing the upload image (the .bin): every converted constant's bytes at its planned offset, zeros between.
+
+Tensors are written one at a time, so the memory conversion needs is bounded by the largest tensor, not by the
+model. A constant whose stored bytes already are its DirectML bytes (a "native" type such as FLOAT, FLOAT16,
+INT64 or INT4 in raw_data or external data) is written without being decoded; large external ones are copied
+from their file by the kernel (``copy_file_range``/``sendfile``, after the same checks as any external read)
+when no checksum is computed. Runs of constants the byte scan read are placed by a few numpy steps, straight
+from the model's bytes. Everything else is decoded and converted by ``prepare``, as DMLBRIDGE_CHECKED_PATH_ONLY
+makes every constant go.
+
+    >>> import io, numpy as np
+    >>> from onnx import helper, numpy_helper
+    >>> from dmlbridge.constants import find_constants
+    >>> from dmlbridge.options import PlanOptions
+    >>> from dmlbridge.planning import plan_constants
+    >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(2, np.float32))]))
+    >>> constants, options = find_constants(model), PlanOptions.check(alignment=16)
+    >>> planned, out = plan_constants(constants, options), io.BytesIO()
+    >>> write_image(out, constants, planned, None, None, options, 1 << 20, False, Progress(False, 0, ""))
+    >>> out.getvalue().hex()
+    '0000803f0000803f'
+"""
+
+from __future__ import annotations
+
+import array
+import hashlib
+import itertools
+import operator
+import sys
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from dmlbridge.byte_scan import BytesScan
+from dmlbridge.constants import ModelConstant
+from dmlbridge.encode import prepare
+from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, TensorTooLargeError
+from dmlbridge.external_data import ExternalDataReader
+from dmlbridge.options import PlanOptions, checked_path_only
+from dmlbridge.planning import FOUR_BIT, Pair, PlanEntry, Planned
+from dmlbridge.types import OnnxDataType
+
+__all__ = ["ImageWriter", "Progress", "write_image"]
+
+_ZEROS = bytes(1 << 16)
+_ZERO_VIEW = memoryview(_ZEROS)
+
+
+class Progress:
+    """A tqdm bar of bytes on stderr, or nothing."""
+
+    def __init__(self, wanted: bool | None, total: int, label: str) -> None:
+        self._bar: Any = None
+        if wanted is False:
+            return
+        if wanted is None:
+            try:
+                if not (sys.stderr is not None and sys.stderr.isatty()):
+                    return
+            except (AttributeError, ValueError):
+                return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            if wanted:
+                raise InvalidArgumentError("progress=True needs the tqdm package (pip install tqdm)") from None
+            return
+        self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, desc=label,
+                         leave=False, dynamic_ncols=True)
+
+    @property
+    def active(self) -> bool:
+        return self._bar is not None
+
+    def update(self, n: int) -> None:
+        if self._bar is not None and n:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class ImageWriter:
+    """Writes the .bin and, when asked, feeds the same bytes to SHA-256 (the .bin is hashed while written).
+
+    ``file`` is unbuffered: small writes (a model can hold 100,000 tiny constants) are gathered here and written
+    in large pieces; large ones go straight to the file, and :meth:`copy_external` lets the kernel copy a
+    tensor's external data without passing it through this process.
+    """
+
+    GATHER = 1 << 20  # writes below this size are gathered; the gathered bytes are written at this size
+
+    def __init__(self, file: BinaryIO, hashing: bool) -> None:
+        self._file = file
+        self._hash = hashlib.sha256() if hashing else None
+        self._buffer = memoryview(bytearray(self.GATHER))  # reused: no fresh pages to fault in
+        self._array = np.frombuffer(self._buffer, dtype=np.uint8)
+        self._used = 0
+        self.position = 0
+
+    def write(self, data: Any) -> None:
+        view = data if type(data) is bytes else memoryview(data).cast("B")
+        n = len(view)
+        if n < self.GATHER:
+            end = self._used + n
+            if end > self.GATHER:
+                self.flush()
+                end = n
+            self._buffer[end - n : end] = view
+            self._used = end
+        else:
+            self.flush()
+            self._out(memoryview(view))
+        self.position += n
+
+    def place(self, offsets: np.ndarray, lengths: np.ndarray, source: np.ndarray, starts: np.ndarray) -> None:
+        """Zeros and, at each of ``offsets`` (ascending, from ``position`` on; from the first to the end of the
+        last at most the gather buffer), ``lengths[i]`` bytes of ``source`` from ``starts[i]``: many small
+        constants placed by a few numpy steps."""
+        self.zeros(int(offsets[0]) - self.position)  # (an alignment can be larger than the gather buffer)
+        start, end = self.position, int(offsets[-1] + lengths[-1])
+        if end - start > self.GATHER:
+            raise DmlBridgeError(f"internal error: a batch of small constants spans {end - start} bytes")
+        if self._used + end - start > self.GATHER:
+            self.flush()
+        region = self._array[self._used : self._used + end - start]
+        region.fill(0)
+        # Byte j of piece i is source[starts[i] + j] and goes to region[offsets[i] - start + j].
+        within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        region[np.repeat(offsets - start, lengths) + within] = source[np.repeat(starts, lengths) + within]
+        self._used += end - start
+        self.position = end
+
+    def zeros(self, count: int) -> None:
+        end = self._used + count
+        if 0 < count <= len(_ZEROS) and end <= self.GATHER:  # the usual gap or padding: straight into the buffer
+            self._buffer[self._used : end] = _ZERO_VIEW[:count]
+            self._used = end
+            self.position += count
+            return
+        while count > 0:
+            chunk = min(count, len(_ZEROS))
+            self.write(_ZERO_VIEW[:chunk])
+            count -= chunk
+
+    def copy_external(self, reader: ExternalDataReader, tensor: Any, nbytes: int, count: int) -> int:
+        """Copy the first ``count`` bytes of a tensor's external data into the file in the kernel; returns how
+        many were copied (0 when hashing, which needs the bytes here, or when the kernel cannot copy them)."""
+        if self._hash is not None:
+            return 0
+        self.flush()
+        done = reader.copy_to(tensor, nbytes, self._file.fileno(), count)
+        self.position += done
+        return done
+
+    def flush(self) -> None:
+        if self._used:
+            self._out(self._buffer[: self._used])
+            self._used = 0
+
+    def _out(self, view: memoryview) -> None:
+        if self._hash is not None:
+            self._hash.update(view)
+        while len(view):
+            written = self._file.write(view)
+            view = view[written:]
+
+    def hexdigest(self) -> str | None:
+        return None if self._hash is None else self._hash.hexdigest()
+
+
+
+
+def write_image(
+    file: BinaryIO, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
+    reader: ExternalDataReader | None, options: PlanOptions, max_tensor_bytes: int, checksum: bool, bar: Progress,
+) -> str | None:
+    """Write the image of ``planned`` into ``file`` (unbuffered, empty); returns its SHA-256 when ``checksum``.
+    ``scan``: the byte scan that found ``constants``, if one did."""
+    writer = ImageWriter(file, checksum)
+    for first, stop, as_is in _runs(constants, planned.pairs, scan):
+        if as_is:
+            _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
+        else:
+            _write_each(writer, constants, planned, first, stop, scan, reader, options, max_tensor_bytes, bar)
+    bar.update(planned.total - writer.position)
+    writer.zeros(planned.total - writer.position)  # the last constant's padding
+    writer.flush()
+    if writer.position != planned.total:
+        raise DmlBridgeError(f"internal error: wrote {writer.position} bytes but planned {planned.total}")
+    return writer.hexdigest()
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+# Typed fields whose entries are the values themselves, with no range to check (tensor_to_array makes them an
+# array of the type as they are): array.array of the same width writes the same native bytes.
+_TYPED_AS_IS = {
+    onnx_type: (field_name, code)
+    for onnx_type, field_name, code in (
+        (OnnxDataType.FLOAT, "float_data", "f"),
+        (OnnxDataType.DOUBLE, "double_data", "d"),
+        (OnnxDataType.INT32, "int32_data", "i"),
+        (OnnxDataType.INT64, "int64_data", "q"),
+        (OnnxDataType.UINT64, "uint64_data", "Q"),
+    )
+    if array.array(code).itemsize == onnx_type.numpy().itemsize
+}
+_FLOAT_CODES = {"f": np.float32, "d": np.float64}
+
+
+_KERNEL_COPY_MIN = 1 << 20  # external tensors from this size are copied by the kernel (when not hashing)
+
+
+_AS_IS = operator.attrgetter("as_is")
+
+
+def _runs(constants: list[ModelConstant], pairs: list[Pair], scan: BytesScan | None) -> Iterator[tuple[int, int, bool]]:
+    """The constants in runs (first, stop, as_is): as_is when each is a span of the model's bytes (byte scan) that
+    is its DirectML bytes as stored (Pair.as_is). Such a run is written by a few numpy steps whatever its
+    length; the others are written one at a time."""
+    if scan is None:
+        yield 0, len(constants), False
+        return
+    # (A constant read from the bytes is at most 64 KiB, and conversion has held it to max_tensor_bytes.)
+    as_is = (scan.starts >= 0) & np.fromiter(map(_AS_IS, pairs), dtype=bool, count=len(pairs))
+    edges = np.flatnonzero(as_is[1:] != as_is[:-1]) + 1
+    bounds = [0, *edges.tolist(), len(constants)]
+    for first, stop in itertools.pairwise(bounds):
+        if stop > first:
+            yield first, stop, bool(as_is[first])
+
+
+def _place_spans(
+    writer: ImageWriter, offsets: list[int | None], first: int, stop: int, scan: BytesScan, bar: Progress
+) -> None:
+    """Write constants[first:stop], each a span of the model's bytes, with the zeros before and between them."""
+    places = np.array(offsets[first:stop], dtype=np.int64)
+    starts, lengths = scan.starts[first:stop], scan.lengths[first:stop]
+    ends = places + lengths
+    done = 0
+    while done < len(places):
+        # As many as end within one gather buffer from the first.
+        more = int(np.searchsorted(ends[done:], places[done] + ImageWriter.GATHER, side="right"))
+        batch = slice(done, done + max(more, 1))
+        before = writer.position
+        writer.place(places[batch], lengths[batch], scan.source, starts[batch])
+        bar.update(writer.position - before)
+        done = batch.stop
+
+
+def _write_each(
+    writer: ImageWriter, constants: list[ModelConstant], planned: Planned, first: int, stop: int,
+    scan: BytesScan | None, reader: ExternalDataReader | None, options: PlanOptions, max_tensor_bytes: int,
+    bar: Progress,
+) -> None:
+    """Write constants[first:stop] one at a time: the stored bytes as they are where they already are the
+    DirectML bytes, else decoded, converted by ``prepare`` and written."""
+    stored = not checked_path_only()
+    for position in range(first, stop):
+        offset = planned.offsets[position]
+        if offset is None:
+            continue  # skipped
+        constant = constants[position]
+        if constant.proto is None:
+            constant = scan.with_tensor(position)  # type: ignore[union-attr]
+        before = writer.position
+        writer.zeros(offset - before)
+        entry = planned.entries[constant.key]
+        if not (stored and _write_stored(writer, constant, entry, reader, max_tensor_bytes)):
+            _write_prepared(writer, constant, entry, reader, options, max_tensor_bytes)
+        bar.update(writer.position - before)
+
+
+def _stored_bytes(constant: ModelConstant) -> bytes | None:
+    """What a TensorProto stores, as bytes: its raw_data, or the entries of a typed field that are the values
+    themselves (FLOAT float_data, ...; through array.array, on little-endian hosts). None for any other storage,
+    or when the count no longer matches what was found (the usual path checks it again)."""
+    storage = constant.storage
+    if storage == "raw":
+        data = constant.proto.raw_data
+    elif storage == "typed" and _LITTLE_ENDIAN and constant.onnx_type in _TYPED_AS_IS:
+        field_name, code = _TYPED_AS_IS[constant.onnx_type]
+        entries = getattr(constant.proto, field_name)
+        if code in "fd":  # numpy reads the field's own bits: a float passed through Python would quiet a sNaN
+            data = np.array(entries, dtype=_FLOAT_CODES[code]).tobytes()
+        else:
+            data = array.array(code, entries[:]).tobytes()  # a slice: a list, fast to read
+    else:
+        return None
+    return data if len(data) == constant.packed_nbytes else None
+
+
+def _write_prepared(
+    writer: ImageWriter,
+    constant: ModelConstant,
+    entry: PlanEntry,
+    reader: ExternalDataReader | None,
+    options: PlanOptions,
+    max_tensor_bytes: int,
+) -> None:
+    """Decode the constant, convert it with ``prepare`` and write the result (checked against the plan)."""
+    try:
+        values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+        prepared = prepare(values, target=options.target, min_dims=options.min_dims,
+                           guaranteed_base_offset_alignment=options.alignment)
+    except DmlBridgeError as exc:
+        # Name the constant: messages from the value checks (ValueRangeError, ...) do not know it.
+        raise type(exc)(f"constant {constant.key!r} ({constant.origin}): {exc}") from exc
+    except MemoryError:
+        raise TensorTooLargeError(
+            f"constant {constant.key!r} ({constant.origin}) needs {constant.nbytes} bytes "
+            f"({constant.onnx_type.name} {list(constant.shape)}) and the allocation failed; free memory, or set "
+            "max_tensor_bytes (--max-tensor-bytes) below this size to refuse such constants up front"
+        ) from None
+    if (
+        prepared.dml_type is not entry.dml_type
+        or prepared.sizes != entry.sizes
+        or prepared.strides != entry.strides
+        or prepared.total_tensor_size_in_bytes != entry.total_tensor_size_in_bytes
+    ):
+        raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
+    writer.write(prepared.data)
+
+
+def _write_stored(
+    writer: ImageWriter,
+    constant: ModelConstant,
+    entry: PlanEntry,
+    reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+) -> bool:
+    """Write a tensor whose stored bytes are already its DirectML bytes, without decoding and preparing it;
+    False (nothing written) for every other constant.
+
+    That is a "native" TensorProto (the DML type is its own type; a packed layout: whole-model entries have no
+    strides): its raw_data or external bytes are little-endian elements in C order, exactly what ``prepare``
+    writes, followed by the zero padding up to TotalTensorSizeInBytes. For INT4/UINT4 they are nibbles in
+    DirectML's order; only the spare high nibble of an odd count must be zeroed. A typed field (float_data, ...)
+    is decoded as ``tensor_to_array`` does (with its checks) and written as is; the fields whose entries are the
+    values themselves (float_data of FLOAT, int64_data of INT64, ...) go through ``array.array``, which is faster
+    for small tensors and writes the same bytes. Every check ``tensor_to_array`` makes on these bytes was made when
+    the constant was found (exact byte and entry counts) or is made here by the same code (the external data
+    reader, the typed-field decoder).
+    """
+    if constant.kind not in ("initializer", "value") or entry.conversion != "native":
+        return False
+    if constant.nbytes > max_tensor_bytes:
+        return False  # the usual path raises the usual error
+    assert entry.dml_type is not None and entry.total_tensor_size_in_bytes is not None
+    tensor, storage, packed = constant.proto, constant.storage, constant.packed_nbytes
+    padding = entry.total_tensor_size_in_bytes - packed
+    odd_nibble = entry.dml_type in FOUR_BIT and constant.size % 2 == 1
+    data: Any
+    if storage == "typed":
+        if entry.dml_type in FOUR_BIT or not _LITTLE_ENDIAN:
+            return False  # packed bytes in int32_data, or a big-endian host: the usual path
+        if constant.onnx_type in _TYPED_AS_IS:  # entries that are the values themselves: no numpy array
+            data = _stored_bytes(constant)
+            if data is None:
+                return False
+        else:
+            data = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+            if not data.flags.c_contiguous or data.nbytes != packed:
+                return False
+    elif storage == "raw":
+        data = _stored_bytes(constant)
+        if data is None:
+            return False
+    else:
+        if reader is None:
+            return False  # the usual path names the problem
+        whole = packed - odd_nibble  # the bytes that are copied unchanged
+        copied = writer.copy_external(reader, tensor, packed, whole) if whole >= _KERNEL_COPY_MIN else 0
+        data = reader.read(tensor, packed)[copied:] if copied < packed else b""
+    if odd_nibble:
+        writer.write(data[:-1])
+        writer.write(bytes((data[-1] & 0x0F,)))  # the spare high nibble is zero
+    else:
+        writer.write(data)
+    writer.zeros(padding)
+    return True
+
+

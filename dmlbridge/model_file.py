@@ -1,0 +1,138 @@
+"""Reading a model for whole-model conversion: the protobuf, where it came from, and its constants.
+
+A model is a path, the bytes of a .onnx file or an ``onnx.ModelProto``. External data is never loaded here; it
+is read one tensor at a time when converted, resolved against the model's directory (a path's folder, or the
+caller's ``base_dir``). A binary model of at most BYTE_SCAN_MAX_BYTES keeps its bytes, so that the byte scan can
+read its constants straight from them (:func:`model_constants`).
+
+    >>> from onnx import helper, numpy_helper
+    >>> import numpy as np
+    >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    >>> constants, _ = model_constants(read_model(helper.make_model(graph)))
+    >>> [c.key for c in constants]
+    ['w']
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+from onnx.serialization import registry
+
+from dmlbridge.byte_scan import BYTE_SCAN_MAX_BYTES, BytesScan, scan_bytes
+from dmlbridge.constants import ModelConstant, find_constants, iter_external_tensors
+from dmlbridge.errors import ExternalDataError, InvalidArgumentError
+from dmlbridge.external_data import ExternalDataReader
+from dmlbridge.options import checked_path_only
+
+__all__ = ["LoadedModel", "external_data_reader", "model_constants", "need_reader", "read_model"]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model as conversion reads it: the protobuf (external data not loaded) and where it came from."""
+
+    proto: Any
+    name: str | None
+    size: int
+    path: str | None
+    base_dir: str | None
+    serialized: bytes | None = field(default=None, repr=False, compare=False)
+    """The model's bytes, kept when the model is at most BYTE_SCAN_MAX_BYTES (for the byte scan); else None."""
+
+
+def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> LoadedModel:
+    """Read a model (a path, serialized bytes or an ``onnx.ModelProto``) without loading external data.
+
+    Unreadable files and data that is not an ONNX model raise InvalidArgumentError (never DecodeError/OSError).
+    """
+    path = None
+    serialized: bytes | None = None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not isinstance(path, str):
+            path = os.fsdecode(path)
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError) as exc:
+            raise InvalidArgumentError(f"cannot read model {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArgumentError(f"model {path!r} is not a regular file")
+        try:
+            if _protobuf_file(path) and st.st_size <= BYTE_SCAN_MAX_BYTES:
+                with open(path, "rb") as file:  # read here, as onnx.load does, to keep the bytes
+                    serialized = file.read()
+                proto = onnx.load_model_from_string(serialized)
+            else:
+                proto = onnx.load(path, load_external_data=False)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read model {path!r}: {exc.strerror or exc}") from None
+        except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise many types for garbage input
+            raise InvalidArgumentError(f"{path!r} is not a valid ONNX model ({type(exc).__name__}: {exc})") from None
+        name: str | None = os.path.basename(path)
+        size = st.st_size
+        if base_dir is None:
+            base_dir = os.path.dirname(os.path.abspath(path))
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        try:
+            proto = onnx.load_model_from_string(data)
+        except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeError, ...
+            raise InvalidArgumentError(f"the bytes are not a valid ONNX model ({type(exc).__name__}: {exc})") from None
+        name, size = None, len(data)
+        serialized = data if size <= BYTE_SCAN_MAX_BYTES else None
+    elif getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) == "onnx.ModelProto":
+        proto, name, size = model, None, model.ByteSize()
+        # (Serializing it costs a tenth of what the byte scan saves on a model of many small constants.)
+        serialized = model.SerializeToString() if size <= BYTE_SCAN_MAX_BYTES else None
+    else:
+        raise InvalidArgumentError(
+            f"model must be a path, the bytes of a .onnx file or an onnx.ModelProto, not {type(model).__name__}"
+        )
+    if not proto.HasField("graph"):
+        what = repr(path) if path else "the model"
+        raise InvalidArgumentError(f"{what} has no graph: it is not an ONNX model (or an empty one)")
+    directory = None if base_dir is None else os.fspath(base_dir)
+    return LoadedModel(proto, name, size, path, None if directory is None else str(directory), serialized)
+
+
+def _protobuf_file(path: str) -> bool:
+    """Whether onnx.load reads ``path`` as binary protobuf (it picks a text format by the file's extension)."""
+    return registry.get_format_from_file_extension(os.path.splitext(path)[1]) in (None, "protobuf")
+
+
+def model_constants(loaded: LoadedModel) -> tuple[list[ModelConstant], BytesScan | None]:
+    """The model's constants, and the byte scan that found them when it could read the model's bytes (never
+    under DMLBRIDGE_CHECKED_PATH_ONLY)."""
+    scan = None
+    if loaded.serialized is not None and not checked_path_only():
+        scan = scan_bytes(loaded.proto, loaded.serialized)
+    return (find_constants(loaded.proto), None) if scan is None else (scan.found, scan)
+
+
+def external_data_reader(
+    loaded: LoadedModel, external_data_root: str | os.PathLike[str] | None
+) -> ExternalDataReader | None:
+    """The reader of the model's external data, or None when the model has no directory (bytes or a ModelProto
+    without ``base_dir``): tensor_to_array then refuses external data, naming the tensor."""
+    if loaded.base_dir is None:
+        if external_data_root is not None:
+            raise InvalidArgumentError(
+                "external_data_root= needs base_dir= when the model is given as bytes or a ModelProto"
+            )
+        return None
+    return ExternalDataReader(loaded.base_dir, external_data_root)
+
+
+def need_reader(constants: list[ModelConstant], reader: ExternalDataReader | None) -> None:
+    """Refuse external data up front (before any output exists) when there is no directory to resolve it in."""
+    if reader is None:
+        for tensor in iter_external_tensors(constants):
+            raise ExternalDataError(
+                f"tensor {tensor.name!r} uses external data, but the model was given as bytes or a ModelProto, "
+                "which has no directory; pass base_dir= (the directory of the model file)"
+            )

@@ -1,0 +1,111 @@
+"""The options of whole-model conversion, checked once where a public function takes them.
+
+Each public function (``plan_model``, ``convert_model``, ``UploadPlan.verify``, ``tensor_to_array``) checks the
+keywords it was given with the helpers here and passes the result on as one record (:class:`PlanOptions`,
+:class:`ConvertOptions`), never as a dozen positional parameters.
+
+    >>> from dmlbridge.options import PlanOptions
+    >>> PlanOptions.check(alignment=16).alignment
+    16
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.target import Target
+
+__all__ = [
+    "DEFAULT_MAX_TENSOR_BYTES",
+    "DEFAULT_TARGET",
+    "MAX_ALIGNMENT",
+    "ConvertOptions",
+    "PlanOptions",
+    "check_flag",
+    "check_max_tensor_bytes",
+    "checked_path_only",
+]
+
+DEFAULT_MAX_TENSOR_BYTES = 16 << 30
+"""Largest decoded tensor (bytes of the logical numpy array) accepted unless the caller raises the limit."""
+
+MAX_ALIGNMENT = 2**31  # GuaranteedBaseOffsetAlignment is a UINT: the largest power of two it holds
+DEFAULT_TARGET = Target()
+
+
+def checked_path_only() -> bool:
+    """True when the environment sets DMLBRIDGE_CHECKED_PATH_ONLY (to anything but "" or "0"): every fast path is
+    off (no byte scan, every tensor decoded and converted by ``prepare``), for the tests that hold the fast paths
+    to the checked path's outputs. A private switch for tests and measurements, not an option for users."""
+    return os.environ.get("DMLBRIDGE_CHECKED_PATH_ONLY", "") not in ("", "0")
+
+
+def check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def check_max_tensor_bytes(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"max_tensor_bytes must be a non-negative integer, got {value!r}")
+    return value
+
+
+class PlanOptions(NamedTuple):
+    """How constants are laid out: the target, every offset's alignment and the least number of dimensions."""
+
+    target: Target
+    alignment: int
+    min_dims: int
+
+    @classmethod
+    def check(cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = 1) -> PlanOptions:
+        """The options, each checked (InvalidArgumentError names the keyword)."""
+        if not isinstance(target, Target):
+            raise InvalidArgumentError(f"target must be a dmlbridge.Target, got {type(target).__name__}")
+        if (
+            isinstance(alignment, bool)
+            or not isinstance(alignment, int)
+            or alignment < 16
+            or alignment > MAX_ALIGNMENT
+            or alignment & (alignment - 1)
+        ):
+            raise InvalidArgumentError(
+                f"alignment must be a power of two from 16 (DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT) to 2^31, got "
+                f"{alignment!r}; 256 suits most uses"
+            )
+        most = target.max_dimension_count
+        if isinstance(min_dims, bool) or not isinstance(min_dims, int) or not 0 <= min_dims <= most:
+            raise InvalidArgumentError(
+                f"min_dims must be a whole number from 0 to {most} (the most dimensions feature "
+                f"level {target.feature_level.dotted} allows), got {min_dims!r}"
+            )
+        return cls(target, alignment, min_dims)
+
+
+class ConvertOptions(NamedTuple):
+    """What ``convert_model`` does besides the layout (see its docstring for each)."""
+
+    layout: PlanOptions
+    progress: bool | None
+    strict: bool
+    external_data_root: str | os.PathLike[str] | None
+    checksum: bool
+    max_tensor_bytes: int
+    fsync: bool
+
+    @classmethod
+    def check(
+        cls, layout: PlanOptions, *, progress: Any, strict: Any, external_data_root: Any, checksum: Any,
+        max_tensor_bytes: Any, fsync: Any,
+    ) -> ConvertOptions:
+        """The options, each checked (InvalidArgumentError names the keyword)."""
+        strict, checksum = check_flag("strict", strict), check_flag("checksum", checksum)
+        fsync = check_flag("fsync", fsync)
+        if progress is not None and not isinstance(progress, bool):
+            raise InvalidArgumentError(f"progress must be None, True or False, not {progress!r}")
+        max_tensor_bytes = check_max_tensor_bytes(max_tensor_bytes)
+        return cls(layout, progress, strict, external_data_root, checksum, max_tensor_bytes, fsync)

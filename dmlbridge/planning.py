@@ -1,0 +1,245 @@
+"""Planning: where each constant of a model goes in the upload image and how DirectML sees it.
+
+:func:`plan_constants` gives every constant a :class:`PlanEntry`: its DirectML type and conversion (the target's
+mapping), its DML_BUFFER_TENSOR_DESC (the layout rules) and its offset (the end of the previous converted entry,
+rounded up to the alignment). A constant DirectML cannot hold (an empty tensor, a string, a type the target
+lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has no bytes. Entries of one
+(ONNX type, shape) share everything but key, origin and offset, so each pair is planned once (:class:`Pair`).
+
+    >>> from dmlbridge.constants import find_constants
+    >>> from dmlbridge.options import PlanOptions
+    >>> from onnx import helper, numpy_helper
+    >>> import numpy as np
+    >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3, np.float32), "w")])
+    >>> planned = plan_constants(find_constants(helper.make_model(graph)), PlanOptions.check())
+    >>> planned.entries["w"].desc()["Sizes"], planned.total
+    ([3], 12)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from dmlbridge.constants import ModelConstant
+from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, BufferTensorDesc
+from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, UnsupportedTypeError
+from dmlbridge.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
+from dmlbridge.mapping import Conversion, MappingRow, resolve
+from dmlbridge.options import PlanOptions
+from dmlbridge.types import DmlDataType, OnnxDataType
+
+__all__ = ["FOUR_BIT", "Pair", "PlanEntries", "PlanEntry", "Planned", "entry_layout", "plan_constants"]
+
+FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
+
+
+def entry_layout(
+    onnx_type: OnnxDataType, shape: tuple[int, ...], dml: DmlDataType, conversion: str, min_dims: int, max_dims: int
+) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
+    """(sizes, desc strides, TotalTensorSizeInBytes) of a packed entry; LayoutError when DirectML cannot hold it."""
+    layout = plan_layout(shape, None, min_dims, max_dims)
+    if conversion == "emulate":
+        # INT64 emulated as INT32 pairs (docs/directml-facts.md): 8-byte elements read through doubled strides.
+        strides = check_strides([2 * s for s in packed_strides(layout.sizes)], layout.sizes)
+        return layout.sizes, strides, 8 * layout.span
+    return layout.sizes, None, calc_buffer_tensor_size(dml, layout.sizes)
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One constant of an upload plan.
+
+    Converted entries have an ``offset`` in the .bin, a ``dml_type`` and the DML_BUFFER_TENSOR_DESC fields
+    (``sizes``, ``strides`` — None when packed —, ``total_tensor_size_in_bytes``,
+    ``guaranteed_base_offset_alignment``; Flags is always 0). Skipped entries (empty tensors, strings, complex,
+    types the target cannot hold) have all of those None and say why in ``skipped``.
+
+    Example:
+        >>> import dmlbridge
+        >>> entry = dmlbridge.PlanEntry("w", "initializer", dmlbridge.OnnxDataType.FLOAT, (2,), "native", 0,
+        ...                             dmlbridge.DmlDataType.FLOAT32, (2,), None, 8, 256, None)
+        >>> entry.end, entry.desc()["TotalTensorSizeInBytes"]
+        (8, 8)
+    """
+
+    key: str
+    origin: str
+    onnx_type: OnnxDataType
+    shape: tuple[int, ...]
+    conversion: Conversion | None
+    offset: int | None
+    dml_type: DmlDataType | None
+    sizes: tuple[int, ...] | None
+    strides: tuple[int, ...] | None
+    total_tensor_size_in_bytes: int | None
+    guaranteed_base_offset_alignment: int | None
+    skipped: str | None
+
+    @property
+    def end(self) -> int | None:
+        """The offset just past this entry's bytes (None when skipped)."""
+        if self.offset is None or self.total_tensor_size_in_bytes is None:
+            return None
+        return self.offset + self.total_tensor_size_in_bytes
+
+    @property
+    def buffer_desc(self) -> BufferTensorDesc | None:
+        """The DML_BUFFER_TENSOR_DESC fields as one value (None when skipped)."""
+        if self.dml_type is None or self.sizes is None:
+            return None
+        assert self.total_tensor_size_in_bytes is not None and self.guaranteed_base_offset_alignment is not None
+        return BufferTensorDesc(self.dml_type, 0, self.sizes, self.strides, self.total_tensor_size_in_bytes,
+                                self.guaranteed_base_offset_alignment)
+
+    def desc(self) -> dict[str, Any] | None:
+        """The DML_BUFFER_TENSOR_DESC fields by their DirectML names (as PreparedTensor.desc()), None if skipped."""
+        desc = self.buffer_desc
+        return None if desc is None else desc.as_dict()
+
+    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
+        """A ctypes DML_BUFFER_TENSOR_DESC for this entry (InvalidArgumentError when it was skipped)."""
+        desc = self.buffer_desc
+        if desc is None:
+            raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no desc")
+        return desc.as_ctypes()
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest form of this entry."""
+        return {
+            "key": self.key,
+            "origin": self.origin,
+            "onnx_type": self.onnx_type.name,
+            "shape": list(self.shape),
+            "conversion": self.conversion,
+            "offset": self.offset,
+            "dml_type": None if self.dml_type is None else self.dml_type.name,
+            "desc": self.desc(),
+            "skipped": self.skipped,
+        }
+
+
+class PlanEntries(Mapping[str, PlanEntry]):
+    """A plan's entries by key, in model order, each made on first access from the fields it shares with the
+    entries of its (type, shape) and its own key, origin and offset: a model can hold 100,000 constants and a
+    caller usually reads a few. Read-only, like the MappingProxyType of a plan read by load_plan."""
+
+    def __init__(self, keys: list[str], origins: list[str], offsets: list[int | None], pairs: list[Pair]) -> None:
+        self._keys, self._origins, self._offsets, self._pairs = keys, origins, offsets, pairs
+        self._positions: dict[str, int] | None = None  # made on first lookup
+        self._made: list[PlanEntry | None] = [None] * len(keys)
+
+    @property
+    def _index(self) -> dict[str, int]:
+        if self._positions is None:
+            self._positions = {key: i for i, key in enumerate(self._keys)}
+        return self._positions
+
+    def __getitem__(self, key: str) -> PlanEntry:
+        i = self._index[key]
+        entry = self._made[i]
+        if entry is None:
+            entry = self._made[i] = PlanEntry(
+                **{**self._pairs[i].fields, "key": key, "origin": self._origins[i], "offset": self._offsets[i]}
+            )
+        return entry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} plan entries>"
+
+    def columns(self) -> tuple[list[str], list[str], list[int | None], list[Pair]]:
+        """Every entry's key, origin, offset and pair, without making the entries (the manifest writer's input)."""
+        return self._keys, self._origins, self._offsets, self._pairs
+
+
+_ENTRY_FIELDS = (
+    "key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "sizes", "strides",
+    "total_tensor_size_in_bytes", "guaranteed_base_offset_alignment", "skipped",
+)
+
+
+class Pair(NamedTuple):
+    """What the entries of one (ONNX type, shape) share: a model repeats both, so each pair is planned once.
+
+    ``fields``: a PlanEntry's fields with key, origin and offset None; ``total``: TotalTensorSizeInBytes, -1 when
+    the pair is skipped; ``error``: the error class a skip raises under strict=True; ``as_is``: its stored bytes
+    are its DirectML bytes (a "native" conversion; 4-bit types aside: their spare nibble must be zeroed).
+    """
+
+    fields: dict[str, Any]
+    total: int
+    error: type[DmlBridgeError]
+    conversion: Conversion | None
+    dml_type: DmlDataType | None
+    as_is: bool
+
+
+class Planned(NamedTuple):
+    """The plan of a model's constants: the entries, each constant's offset (None when skipped) and pair, in the
+    constants' order, and the size of the image."""
+
+    entries: PlanEntries
+    offsets: list[int | None]
+    pairs: list[Pair]
+    total: int
+
+
+def plan_constants(constants: list[ModelConstant], options: PlanOptions) -> Planned:
+    """Plan every constant, in order (see the module docstring)."""
+    alignment = options.alignment
+    keys: list[str] = []
+    origins: list[str] = []
+    offsets: list[int | None] = []
+    pairs: list[Pair] = []
+    end = 0
+    planned: dict[tuple[OnnxDataType, tuple[int, ...]], Pair] = {}
+    rows: dict[OnnxDataType, MappingRow] = {}
+    for constant in constants:
+        onnx_type, shape = constant.onnx_type, constant.shape
+        pair = planned.get((onnx_type, shape))
+        if pair is None:
+            row = rows.get(onnx_type)
+            if row is None:
+                row = rows[onnx_type] = resolve(onnx_type, options.target)
+            pair = planned[onnx_type, shape] = _plan_pair(onnx_type, shape, row, options)
+        keys.append(constant.key)
+        origins.append(constant.origin)
+        pairs.append(pair)
+        if pair.total >= 0:
+            offset = -(-end // alignment) * alignment
+            offsets.append(offset)
+            end = offset + pair.total
+        else:
+            offsets.append(None)
+    return Planned(PlanEntries(keys, origins, offsets, pairs), offsets, pairs, end)
+
+
+def _plan_pair(onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions) -> Pair:
+    fields: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
+    fields["onnx_type"], fields["shape"] = onnx_type, shape
+    if row.dml_type is None:
+        fields["skipped"] = f"{onnx_type.name}: {row.reason}"
+        return Pair(fields, -1, UnsupportedTypeError, None, None, False)
+    if 0 in shape:
+        fields["skipped"] = f"empty tensor (shape {list(shape)}): DirectML has no empty tensors"
+        return Pair(fields, -1, LayoutError, None, None, False)
+    try:
+        sizes, strides, total = entry_layout(onnx_type, shape, row.dml_type, row.conversion, options.min_dims,
+                                             options.target.max_dimension_count)
+    except LayoutError as exc:
+        fields["skipped"] = str(exc)
+        return Pair(fields, -1, LayoutError, None, None, False)
+    fields.update(conversion=row.conversion, dml_type=row.dml_type, sizes=sizes, strides=strides,
+                  total_tensor_size_in_bytes=total, guaranteed_base_offset_alignment=options.alignment)
+    as_is = row.conversion == "native" and row.dml_type not in FOUR_BIT
+    return Pair(fields, total, DmlBridgeError, row.conversion, row.dml_type, as_is)

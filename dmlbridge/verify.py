@@ -1,0 +1,154 @@
+"""Verification: whether a written plan is exactly a model's constants, one message per difference.
+
+A plan and a model agree when they hold the same keys, each with the same ONNX type and shape, each converted or
+skipped alike, each entry's bytes in the .bin equal to what a fresh conversion of the model's value gives, and
+the values read back from the .bin equal to the model's bit for bit (a NaN of a widened float equals any NaN).
+The model is read one constant at a time; the .bin one entry at a time.
+
+    >>> import tempfile, os, numpy as np, dmlbridge
+    >>> from onnx import helper, numpy_helper
+    >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    >>> model = helper.make_model(graph)
+    >>> plan = dmlbridge.convert_model(model, os.path.join(tempfile.mkdtemp(), "w"), progress=False)
+    >>> find_mismatches(plan, model)
+    []
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from dmlbridge.constants import ModelConstant, find_constants
+from dmlbridge.encode import prepare
+from dmlbridge.errors import DmlBridgeError, InvalidArgumentError
+from dmlbridge.external_data import ExternalDataReader
+from dmlbridge.fingerprint import fingerprint_problem
+from dmlbridge.model_file import external_data_reader, need_reader, read_model
+from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
+from dmlbridge.planning import PlanEntry, plan_constants
+from dmlbridge.target import Target
+
+__all__ = ["WrittenPlan", "find_mismatches"]
+
+
+class WrittenPlan(Protocol):
+    """What verification needs of an UploadPlan whose .bin was written."""
+
+    @property
+    def entries(self) -> Mapping[str, PlanEntry]: ...
+    @property
+    def target(self) -> Target: ...
+    @property
+    def alignment(self) -> int: ...
+    @property
+    def min_dims(self) -> int: ...
+    @property
+    def total_size(self) -> int: ...
+    @property
+    def bin_path(self) -> str | None: ...
+    @property
+    def bin_fingerprint(self) -> str | None: ...
+    @property
+    def converted(self) -> list[PlanEntry]: ...
+    def read(self, key: str) -> np.ndarray: ...
+    def array(self, key: str) -> np.ndarray: ...
+
+
+def find_mismatches(
+    plan: WrittenPlan,
+    model: Any,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+    external_data_root: str | os.PathLike[str] | None = None,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    limit: int = 1000,
+) -> list[str]:
+    """Where a written plan and a model's constants differ, one message each (empty when they agree); the
+    first says so when the .bin no longer matches the manifest's bin_fingerprint.
+
+    The engine of :meth:`UploadPlan.verify` and ``dmlbridge verify``.
+    """
+    if plan.bin_path is None:
+        raise InvalidArgumentError("this plan was not written (plan_model); there is no .bin to verify")
+    loaded = read_model(model, base_dir)
+    reader = external_data_reader(loaded, external_data_root)
+    constants = find_constants(loaded.proto)
+    need_reader(constants, reader)
+    problems: list[str] = []
+    converted = plan.converted  # (converted entries have an offset and a total)
+    fingerprint = fingerprint_problem(plan.bin_path, plan.bin_fingerprint, plan.total_size,
+                                      [e.offset or 0 for e in converted],
+                                      [e.total_tensor_size_in_bytes or 0 for e in converted])
+    if fingerprint is not None:
+        problems.append(fingerprint)
+    keys = {c.key for c in constants}
+    for key in plan.entries:
+        if key not in keys:
+            problems.append(f"{key!r} is in the plan but not in the model")
+    for constant in constants:
+        if len(problems) >= limit:
+            break
+        entry = plan.entries.get(constant.key)
+        if entry is None:
+            problems.append(f"{constant.key!r} ({constant.origin}) is in the model but not in the plan")
+            continue
+        problem = _compare(plan, constant, entry, reader, max_tensor_bytes)
+        if problem:
+            problems.append(f"{constant.key!r}: {problem}")
+    return problems
+
+
+def _compare(
+    plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+) -> str | None:
+    if constant.onnx_type is not entry.onnx_type or constant.shape != entry.shape:
+        return (f"the model has {constant.onnx_type.name} {list(constant.shape)}, the plan "
+                f"{entry.onnx_type.name} {list(entry.shape)}")
+    replanned = plan_constants([constant], PlanOptions(plan.target, plan.alignment, plan.min_dims)).pairs
+    if (replanned[0].total >= 0) != (entry.skipped is None):
+        return f"skipped in {'the plan' if entry.skipped else 'a fresh conversion'} but not in the other"
+    if entry.skipped is not None:
+        return None
+    try:
+        values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+        expected = prepare(values, target=plan.target, min_dims=plan.min_dims,
+                           guaranteed_base_offset_alignment=plan.alignment)
+    except DmlBridgeError as exc:
+        return f"the model's value cannot be converted: {exc}"
+    actual = plan.read(entry.key)
+    if expected.data.shape != actual.shape or not np.array_equal(expected.data, actual):
+        differ = np.flatnonzero(expected.data != actual) if expected.data.shape == actual.shape else np.array([0])
+        first = int(differ[0])
+        assert entry.offset is not None
+        return (f"{len(differ)} byte(s) differ from a fresh conversion, the first at .bin offset "
+                f"{entry.offset + first}")
+    back = plan.array(entry.key)
+    if entry.conversion == "lossy":
+        with np.errstate(over="ignore"):  # out of FLOAT32 range becomes inf, as in the conversion
+            values = values.astype(np.float32).astype(values.dtype)
+    if not _same_values(back, values, widened_float=entry.conversion == "widen" and constant.onnx_type.is_float):
+        return "the values read back from the .bin differ from the model's"
+    return None
+
+
+def _same_values(a: np.ndarray, b: np.ndarray, *, widened_float: bool) -> bool:
+    """Bit-for-bit equality of two arrays of one dtype (NaN vs NaN of any payload allowed when widened_float)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype == np.bool_:
+        return bool(np.array_equal(a, b))
+    if a.dtype.kind == "V":  # ml_dtypes sub-byte types, one byte per element
+        if a.dtype.name.startswith(("int", "uint")):
+            return bool(np.array_equal(a.astype(np.int64), b.astype(np.int64)))
+        # float4/float6: float32 holds every value exactly and keeps -0 apart from +0.
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    same = a.view(bits) == b.view(bits)
+    if widened_float:
+        same |= np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
+    return bool(same.all())
