@@ -23,8 +23,8 @@ from onnx import helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from limits import ADDRESS_SPACE_LIMIT
 
+from dmlbridge import convert_model
 from dmlbridge.errors import TensorTooLargeError
-from dmlbridge.model import convert_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ CHILD = ADDRESS_SPACE_LIMIT + textwrap.dedent(
     from onnx import TensorProto, helper, numpy_helper
     from dmlbridge import cli
     from dmlbridge.errors import DmlBridgeError
-    from dmlbridge.model import convert_model
+    from dmlbridge import convert_model
 
     base = sys.argv[1]
 
@@ -152,14 +152,14 @@ def test_whole_model_claims_fail_before_allocating_under_rlimit_as(tmp_path: Pat
 def test_max_tensor_bytes_is_checked_before_any_file_is_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dmlbridge import model as model_module
+    import dmlbridge.convert as convert_module
 
     m = helper.make_model(helper.make_graph([], "g", [], [], [
         numpy_helper.from_array(np.ones(4, np.float32), "small"),
         numpy_helper.from_array(np.ones(1000, np.float32), "big"),
     ]))
     created: list[str] = []
-    monkeypatch.setattr(model_module, "_temp_file", lambda *a: created.append(a[1]) or pytest.fail("file made"))
+    monkeypatch.setattr(convert_module, "temp_file", lambda *a: created.append(a[1]) or pytest.fail("file made"))
     with pytest.raises(TensorTooLargeError, match=r"'big'.*4000 bytes.*max_tensor_bytes=3999"):
         convert_model(m, tmp_path / "out", max_tensor_bytes=3999)
     assert created == [] and os.listdir(tmp_path) == []

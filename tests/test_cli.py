@@ -14,8 +14,8 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from dmlbridge import plan_model
 from dmlbridge.demo import build_sample_model
-from dmlbridge.model import plan_model
 
 
 def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -38,10 +38,9 @@ from onnx import TensorProto, external_data_helper, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from builders import EDITS, constant_nodes, loop_with_if, mutate_bytes
 
-from dmlbridge import cli
+from dmlbridge import cli, convert_model, load_plan, plan_model
 from dmlbridge.demo import build_sample_model
 from dmlbridge.errors import DmlBridgeError
-from dmlbridge.model import convert_model, load_plan, plan_model
 
 EXAMPLES = int(os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))

@@ -31,8 +31,9 @@ import onnx
 import pytest
 from onnx import external_data_helper, helper, numpy_helper
 
+from dmlbridge import convert_model, load_plan
+from dmlbridge.commit import TEMP_SUFFIX
 from dmlbridge.errors import ManifestError
-from dmlbridge.model import TEMP_SUFFIX, convert_model, load_plan
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and the stale-file cleanup are POSIX")
 
@@ -44,7 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent(
     """
     import os, sys
-    import dmlbridge.model as m
+    import dmlbridge.commit as commit
+    import dmlbridge.convert as convert
+    import dmlbridge.image_writer as image_writer
 
     model, prefix, mode = sys.argv[1:4]
     step = mode == "step"
@@ -65,20 +68,19 @@ CHILD = textwrap.dedent(
         setattr(module, name, hooked)
 
     base = os.path.basename
-    # Every constant is offered to _small_stored first, but those the byte scan read go by runs to _place_spans.
-    hook(m, "_small_stored", lambda constant, *rest: "small " + constant.key)
-    hook(m, "_place_spans", lambda writer, offsets, first, stop, *rest: "spans %d" % (stop - first))
-    hook(m, "_write_entry", lambda writer, constant, *rest: "entry " + constant.key)
-    hook(m, "_bin_fingerprint", lambda path, *rest: "fingerprint")
-    hook(m, "_temp_file", lambda directory, target, temps: "temp " + base(target))
-    hook(m, "_fsync_directory", lambda directory: "fsync-dir")
+    # Constants the byte scan read go by runs to _place_spans; every other one is offered to _write_stored.
+    hook(image_writer, "_place_spans", lambda writer, offsets, first, stop, *rest: "spans %d" % (stop - first))
+    hook(image_writer, "_write_stored", lambda writer, constant, *rest: "entry " + constant.key)
+    hook(convert, "bin_fingerprint", lambda path, *rest: "fingerprint")
+    hook(convert, "temp_file", lambda directory, target, temps: "temp " + base(target))
+    hook(convert, "fsync_directory", lambda directory: "fsync-dir")
     hook(os, "replace", lambda src, dst: "replace " + base(dst))
     hook(os, "link", lambda src, dst: "link " + base(src))
     # A removed leftover of an earlier (killed) run is "stale"; this run's own files are "own".
     own = ".p%d-" % os.getpid()
     hook(os, "unlink", lambda path: "unlink " + ("own" if own in base(path) else "stale"))
     mark("start")
-    m.convert_model(model, prefix, progress=False)
+    convert.convert_model(model, prefix, progress=False)
     mark("done")
     """
 )
@@ -260,10 +262,9 @@ def test_sigkill_at_random_moments_never_leaves_partial_outputs(versions: Versio
     between = markers["a"].index("after replace out.bin")  # the window between the two renames
     assert markers["a"][between + 1] == "replace out.json"
     assert "link out.bin" in markers["a"] and "link out.bin" not in markers["-"]  # the backup of the previous .bin
-    offered = sum(m.startswith("small ") for m in markers["a"])
+    offered = sum(m.startswith("entry ") for m in markers["a"])
     spans = sum(int(m.split()[1]) for m in markers["a"] if m.startswith("spans "))
-    assert offered + spans == 39 and spans > 0 and duration > 0
-    assert 0 < sum(m.startswith("entry ") for m in markers["a"]) < 39  # small stored constants need no _write_entry
+    assert offered + spans == 39 and spans > 0 and offered > 0 and duration > 0
 
     dead: set[int] = set()
     outcomes: Counter[str] = Counter()
@@ -288,7 +289,7 @@ def test_sigkill_at_random_moments_never_leaves_partial_outputs(versions: Versio
                     break
                 _go(child)
                 index += 1
-            label = re.sub(r"(entry|small) \S+", r"\1", expected[stop]) + (" +delay" if delay else "")
+            label = re.sub(r"entry \S+", "entry", expected[stop]) + (" +delay" if delay else "")
             if delay:
                 # Let it run on its own from here, then kill it.
                 _go(child)
@@ -359,13 +360,13 @@ def test_same_size_bin_of_another_conversion_is_refused(versions: Versions, tmp_
 def test_fingerprint_reads_samples_not_the_whole_file(tmp_path: Path) -> None:
     """The always-on check costs a few reads whatever the size: a 64 GiB (sparse) .bin is fingerprinted at once,
     and a changed byte that no sample covers is left to the opt-in full SHA-256 (checksum=True, verify=True)."""
-    from dmlbridge import model as model_module
+    from dmlbridge.fingerprint import bin_fingerprint
 
     big = tmp_path / "big.bin"
     with open(big, "wb") as file:
         file.truncate(64 << 30)
     start = time.perf_counter()
-    model_module._bin_fingerprint(str(big), 64 << 30, [], [])
+    bin_fingerprint(str(big), 64 << 30, [], [])
     assert time.perf_counter() - start < 2.0
 
     array = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: most of it is not sampled
@@ -386,9 +387,9 @@ def _dead_pid() -> int:
 
 
 def test_next_conversion_removes_only_dead_writers_temporary_files(tmp_path: Path) -> None:
-    from dmlbridge import model as model_module
+    from dmlbridge.commit import owner_tag
 
-    host = model_module._host_tag()
+    host = owner_tag().split("-h")[1]
     other_host = "0" * 8 if host != "0" * 8 else "1" * 8
     dead, alive = _dead_pid(), os.getppid()
     names = {
@@ -414,8 +415,6 @@ def test_next_conversion_removes_only_dead_writers_temporary_files(tmp_path: Pat
 
 
 def test_temporary_files_name_their_writer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dmlbridge import model as model_module
-
     seen: list[str] = []
     real_replace = os.replace
 
@@ -425,7 +424,7 @@ def test_temporary_files_name_their_writer(tmp_path: Path, monkeypatch: pytest.M
 
     m = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3), "w")]))
     convert_model(m, tmp_path / "out")
-    monkeypatch.setattr(model_module.os, "replace", spying)
+    monkeypatch.setattr(os, "replace", spying)
     convert_model(m, tmp_path / "out")  # over previous outputs: a backup link is made too
     monkeypatch.undo()
     assert len(seen) == 2

@@ -1,12 +1,9 @@
-"""Models of many small constants take quick paths: each must give exactly what the checked path gives.
+"""Models of many small constants: the fast paths give exactly what the checked path gives.
 
-- A TensorProto in a common form (dims, data_type, name and one data field) is recognised from a few field reads
-  and its serialized size (``onnx_tensor._quick``); anything else, and anything that fails a check, goes the
-  checked way. Here random tensors with random extra fields must give the checked result or be handed over.
-- A Constant node of the usual form (one ``value`` attribute) is found the same way (``constants._usual_constant``);
-  whole models must give the same constants with the quick paths switched off.
-- Small constants whose stored bytes are their DirectML bytes are placed in the .bin in batches; the bytes,
-  offsets and descs are recomputed here from the rules (``test_model.check_independently``).
+- Whole models of small constants, some in the usual forms the byte scan reads and some edited so that it must
+  hand them to the parsed model, convert to the same .bin and manifest (or the same error) with the fast paths on
+  and with DMLBRIDGE_CHECKED_PATH_ONLY.
+- The bytes, offsets and descs of many small constants are recomputed from the rules (``models.check_independently``).
 - The .bin fingerprint hashes runs of ranges as array rows; a per-range reference here recomputes it.
 """
 
@@ -16,7 +13,6 @@ import hashlib
 import os
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -25,10 +21,10 @@ from hypothesis import strategies as st
 from models import check_independently, small_model
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-from dmlbridge import Target, constants, convert_model, onnx_tensor
+from dmlbridge import Target, convert_model
 from dmlbridge.constants import find_constants
 from dmlbridge.errors import DmlBridgeError
-from dmlbridge.manifest import _bin_fingerprint
+from dmlbridge.fingerprint import bin_fingerprint
 
 EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
 
@@ -120,57 +116,7 @@ def _values(code: int, dims: list[int], rng: np.random.Generator) -> Any:
     return rng.integers(0, 100, n).tolist()
 
 
-def _checked(tensor: TensorProto) -> Any:
-    """tensor_info's fields (or the error class) the checked way."""
-    try:
-        return _summary_checked(tensor)
-    except DmlBridgeError as exc:
-        return type(exc)
-
-
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(code=st.sampled_from(TYPES), dims=st.lists(st.integers(1, 5), max_size=3),
-       storage=st.sampled_from(["raw", "typed"]), edits=FIELD_EDITS, seed=st.integers(0, 2**32 - 1))
-def test_quick_tensor_summary_is_the_checked_one_or_hands_over(
-    code: int, dims: list[int], storage: str, edits: list[str], seed: int
-) -> None:
-    tensor = _tensor(code, dims, storage, edits, np.random.default_rng(seed))
-    before = tensor.SerializeToString()
-    expected = _checked(tensor)
-    quick = onnx_tensor._quick(tensor)
-    if quick is not None:
-        assert quick == expected
-    if isinstance(expected, type):
-        assert quick is None
-        with pytest.raises(expected):
-            onnx_tensor._summary(tensor)
-    else:
-        assert onnx_tensor._summary(tensor) == expected
-        info, raw = onnx_tensor._info(tensor)
-        assert (info.name, info.onnx_type, info.shape, info.nbytes, info.storage, info.size,
-                info.packed_nbytes) == expected
-        assert raw == (tensor.raw_data if expected[4] == "raw" else None)
-    assert tensor.SerializeToString() == before
-
-
-@pytest.mark.parametrize("code", [TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8,
-                                  TensorProto.INT64, TensorProto.INT4, TensorProto.BOOL, TensorProto.UINT64])
-@pytest.mark.parametrize("name", ["", "w", "n" * 200, "wé"])
-@pytest.mark.parametrize("dims", [[], [3], [2, 300], [1, 1, 1, 130]])
-def test_common_forms_take_the_quick_path(code: int, name: str, dims: list[int]) -> None:
-    """raw_data always, and float_data / double_data for FLOAT / DOUBLE: a protobuf that changed how it sizes
-    messages would send every tensor the slow way, and this test would say so."""
-    rng = np.random.default_rng(0)
-    raw = _tensor(code, dims, "raw", [], rng)
-    raw.name = name
-    assert onnx_tensor._quick(raw) == _checked(raw)
-    if code in (TensorProto.FLOAT, TensorProto.DOUBLE):
-        typed = _tensor(code, dims, "typed", [], rng)
-        typed.name = name
-        assert onnx_tensor._quick(typed) == _checked(typed)
-
-
-# --- whole models: quick == checked --------------------------------------------------------------------------
+# --- whole models: fast paths == checked path -----------------------------------------------------------------
 
 
 def _edited_constant(index: int, kind: str, rng: np.random.Generator) -> Any:
@@ -206,50 +152,34 @@ CONSTANT_EDITS = ["plain", "type_unstated", "type_wrong", "reference", "graph", 
                   "domain", "no_output", "tensor_extra"]
 
 
-def _slow(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(constants, "_usual_constant", lambda *args: None)
-    monkeypatch.setattr(onnx_tensor, "_quick", lambda tensor: None)
-
-
-def _summary_checked(tensor: TensorProto) -> Any:
-    with mock.patch.object(onnx_tensor, "_quick", lambda tensor: None):
-        info = onnx_tensor._examine(tensor)[0]
-    return info.name, info.onnx_type, info.shape, info.nbytes, info.storage, info.size, info.packed_nbytes
-
-
-def _found(model: Any) -> Any:
+def _outputs(model: Any, prefix: Path) -> Any:
+    """The .bin and manifest a conversion writes, or the error it raises."""
     try:
-        return [(c.key, c.name, c.scope, c.kind, c.origin, c.onnx_type, c.shape, c.nbytes, c.storage, c._info)
-                for c in find_constants(model)]
+        convert_model(model, prefix, progress=False, alignment=16)
     except DmlBridgeError as exc:
         return type(exc), str(exc)
+    return prefix.with_suffix(".bin").read_bytes(), prefix.with_suffix(".json").read_bytes()
 
 
 @settings(max_examples=max(20, EXAMPLES // 5), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(kinds=st.lists(st.sampled_from(CONSTANT_EDITS), min_size=1, max_size=12), seed=st.integers(0, 2**32 - 1))
-def test_models_find_the_same_constants_with_the_quick_paths_off(
-    monkeypatch: pytest.MonkeyPatch, kinds: list[str], seed: int
+@given(kinds=st.lists(st.sampled_from(CONSTANT_EDITS), min_size=1, max_size=12),
+       edits=st.lists(FIELD_EDITS, min_size=2, max_size=2), seed=st.integers(0, 2**32 - 1))
+def test_models_convert_the_same_with_the_fast_paths_off(
+    tmp_path_factory: Any, monkeypatch: pytest.MonkeyPatch, kinds: list[str], edits: list[list[str]], seed: int
 ) -> None:
     rng = np.random.default_rng(seed)
     nodes = [_edited_constant(i, kind, rng) for i, kind in enumerate(kinds)]
-    inits = [_tensor(TensorProto.FLOAT, [3], "raw", [], rng), _tensor(TensorProto.INT64, [2], "typed", [], rng)]
-    inits[1].name = "i64"
+    inits = [_tensor(code, [3], storage, edit, rng)
+             for code, storage, edit in zip(TYPES[:2], ("raw", "typed"), edits, strict=True)]
+    for i, tensor in enumerate(inits):
+        tensor.name = tensor.name or f"i{i}"
     model = helper.make_model(helper.make_graph(nodes, "g", [], [], inits))
-    quick = _found(model)
+    folder = tmp_path_factory.mktemp("same")
+    fast = _outputs(model, folder / "fast")
     with monkeypatch.context() as patched:
-        _slow(patched)
-        assert _found(model) == quick
-
-
-def test_the_usual_constant_is_found_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    real = constants._constant_node
-    monkeypatch.setattr(constants, "_constant_node", lambda *args: calls.append(1) or real(*args))
-    rng = np.random.default_rng(1)
-    nodes = [_edited_constant(i, kind, rng) for i, kind in enumerate(["plain", "type_unstated", "plain"])]
-    find_constants(helper.make_model(helper.make_graph(nodes, "g", [], [])))
-    assert calls == []
+        patched.setenv("DMLBRIDGE_CHECKED_PATH_ONLY", "1")
+        assert _outputs(model, folder / "checked") == fast
 
 
 # --- whole models: bytes ---------------------------------------------------------------------------------------
@@ -296,7 +226,7 @@ def test_progress_counts_every_byte_of_small_constants(tmp_path: Path, monkeypat
 
 
 def reference_fingerprint(path: Path, size: int, entries: list[tuple[int, int]]) -> str:
-    """The .bin fingerprint as manifest.py's docstring defines it, one range at a time."""
+    """The .bin fingerprint as fingerprint.py's docstring defines it, one range at a time."""
     ranges = [(0, min(64 << 10, size)), (max(0, size - (64 << 10)), size)]
     ranges += [(offset, offset + min(total, 64)) for offset, total in entries]
     ranges += [(i * size // 1024, min(i * size // 1024 + 64, size)) for i in range(1024)]
@@ -325,20 +255,17 @@ def test_fingerprint_matches_a_per_range_reference(tmp_path_factory: Any, length
     size = position + 7
     path = tmp_path_factory.mktemp("fp") / "x.bin"
     path.write_bytes(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes())
-    got = _bin_fingerprint(str(path), size, [o for o, _ in entries], [t for _, t in entries])
+    got = bin_fingerprint(str(path), size, [o for o, _ in entries], [t for _, t in entries])
     assert got == reference_fingerprint(path, size, entries)
 
 
 def test_a_field_of_the_same_size_in_place_of_the_typed_one_is_not_taken_for_it() -> None:
-    """16 bytes of int32_data varints weigh exactly what four floats of float_data weigh: ByteSize() alone cannot
-    tell them apart, so the typed field's entries are counted too."""
+    """16 bytes of int32_data varints weigh exactly what four floats of float_data weigh: a reader that went by
+    sizes alone could not tell them apart."""
     for entries in ([5] * 16, [1 << 21] * 4):
         tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4])
         tensor.int32_data.extend(entries)
         assert tensor.ByteSize() == helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0] * 4).ByteSize()
-        assert onnx_tensor._quick(tensor) is None
-        with pytest.raises(DmlBridgeError, match="int32_data"):
-            onnx_tensor._summary(tensor)
         node = helper.make_node("Constant", [], ["c"], value=tensor)
         with pytest.raises(DmlBridgeError, match="int32_data"):
             find_constants(helper.make_model(helper.make_graph([node], "g", [], [], [tensor])))

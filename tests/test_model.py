@@ -1,4 +1,4 @@
-"""Whole-model conversion (dmlbridge.model): round trips, the manifest and .bin against an independent
+"""Whole-model conversion (dmlbridge.convert_model): round trips, the manifest and .bin against an independent
 recomputation, atomic outputs under failures and Ctrl-C, and load_plan refusing every kind of corruption."""
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from models import (
 from onnx import external_data_helper, helper, numpy_helper
 
 import dmlbridge
-import dmlbridge.model as model_module
+import dmlbridge.image_writer as image_writer
+from dmlbridge import PlanEntry, UploadPlan, convert_model, load_plan, plan_model
 from dmlbridge.errors import (
     DestinationError,
     DmlBridgeError,
@@ -47,7 +48,6 @@ from dmlbridge.errors import (
     UnsupportedTypeError,
     ValueRangeError,
 )
-from dmlbridge.model import PlanEntry, UploadPlan, convert_model, load_plan, plan_model
 from dmlbridge.target import Target
 
 
@@ -321,9 +321,9 @@ def test_bad_tensor_halfway_leaves_previous_outputs(tmp_path: Path, monkeypatch:
     bad.raw_data = b"\x01\x02"  # a BOOL byte that is not 0 or 1: only found when the values are decoded
     path, _ = build_model(tmp_path, bad=bad)
     written: list[int] = []
-    # Counts the constants handed to the writer (tensors whose stored bytes are already DirectML's skip prepare).
-    real_write_entry = model_module._write_entry
-    monkeypatch.setattr(model_module, "_write_entry", lambda *a, **k: written.append(1) or real_write_entry(*a, **k))
+    # Counts the constants written one at a time (the others are runs of the model's own bytes).
+    real_write_stored = image_writer._write_stored
+    monkeypatch.setattr(image_writer, "_write_stored", lambda *a, **k: written.append(1) or real_write_stored(*a, **k))
     with pytest.raises(TensorProtoError, match="t_bad_bool"):
         convert_model(path, tmp_path / "out")
     assert len(written) > 20  # it failed halfway, after writing many tensors
@@ -345,15 +345,15 @@ def test_keyboard_interrupt_while_writing(tmp_path: Path, monkeypatch: pytest.Mo
     before = _previous_outputs(tmp_path)
     path, _ = build_model(tmp_path)
     calls: list[int] = []
-    real_write_entry = model_module._write_entry  # called once per constant written
+    real_write_stored = image_writer._write_stored  # called once per constant written one at a time
 
     def interrupting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == at_call:
             raise KeyboardInterrupt
-        return real_write_entry(*args, **kwargs)
+        return real_write_stored(*args, **kwargs)
 
-    monkeypatch.setattr(model_module, "_write_entry", interrupting)
+    monkeypatch.setattr(image_writer, "_write_stored", interrupting)
     with pytest.raises(KeyboardInterrupt):
         convert_model(path, tmp_path / "out", checksum=True)
     assert _unchanged(tmp_path, before) and no_temp_files(tmp_path)
@@ -372,13 +372,13 @@ def test_failure_between_the_two_renames_restores_the_previous_bin(
             raise failure("injected")
         real_replace(src, dst)
 
-    monkeypatch.setattr(model_module.os, "replace", failing_json_replace)
+    monkeypatch.setattr(os, "replace", failing_json_replace)
     with pytest.raises(KeyboardInterrupt if failure is KeyboardInterrupt else DestinationError):
         convert_model(path, tmp_path / "out", alignment=64)
     monkeypatch.undo()
     assert _unchanged(tmp_path, before) and no_temp_files(tmp_path)
     # Without previous outputs, nothing is left at all.
-    monkeypatch.setattr(model_module.os, "replace", failing_json_replace)
+    monkeypatch.setattr(os, "replace", failing_json_replace)
     with pytest.raises(BaseException):  # noqa: B017 - whichever of the two was injected
         convert_model(path, tmp_path / "fresh")
     assert not (tmp_path / "fresh.bin").exists() and not (tmp_path / "fresh.json").exists()
@@ -389,7 +389,7 @@ def test_fsync_false_skips_the_flushes_and_same_files(tmp_path: Path, monkeypatc
     path, _ = build_model(tmp_path)
     convert_model(path, tmp_path / "a")
     flushed: list[int] = []
-    monkeypatch.setattr(model_module.os, "fsync", lambda fd: flushed.append(fd))
+    monkeypatch.setattr(os, "fsync", lambda fd: flushed.append(fd))
     convert_model(path, tmp_path / "b", fsync=False)
     assert flushed == []
     convert_model(path, tmp_path / "c")
@@ -456,7 +456,7 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
     before = _previous_outputs(tmp_path)
     script = textwrap.dedent(f"""
         import resource, sys
-        import dmlbridge.model as m
+        import dmlbridge as m
         resource.setrlimit(resource.RLIMIT_FSIZE, (600, 600))  # Python ignores SIGXFSZ: writes fail with EFBIG
         try:
             m.convert_model({str(path)!r}, {str(tmp_path / "out")!r})

@@ -1,7 +1,7 @@
-"""The byte scan (dmlbridge.wire_scan) against the parsed model (constants._find).
+"""The byte scan (dmlbridge.byte_scan) against the parsed model (constants.find_constants).
 
 The byte scan reads the main graph's common constants from the protobuf wire format and leaves every other
-record to the parsed model. Either it gives up on a model (None), or it finds exactly what ``_find`` finds:
+record to the parsed model. Either it gives up on a model (None), or it finds exactly what ``find_constants`` finds:
 - the same constants, in the same order, with the same errors;
 - where it read a constant from the bytes, a span holding exactly the constant's stored bytes, checked here
   against ``struct``.
@@ -33,11 +33,11 @@ from hypothesis import strategies as st
 from models import TARGETS, build_model, check_independently, small_model
 from onnx import TensorProto, helper, numpy_helper
 
-import dmlbridge.model as model_module
-from dmlbridge import Target, convert_model, plan_model, wire_scan
-from dmlbridge.constants import _find
+import dmlbridge.model_file as model_file
+from dmlbridge import Target, byte_scan, convert_model, plan_model
+from dmlbridge.constants import find_constants
 from dmlbridge.errors import DmlBridgeError
-from dmlbridge.model import read_model
+from dmlbridge.model_file import read_model
 
 EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
 
@@ -320,15 +320,15 @@ def stored_bytes(tensor: TensorProto, storage: str, onnx_type: Any) -> bytes:
 
 
 def same_as_parsed(data: bytes) -> Any:
-    """Check the byte scan of ``data`` against _find of its parsed model; returns the scan (None: gave up),
+    """Check the byte scan of ``data`` against find_constants of its parsed model; returns the scan (None: gave up),
     or "unparsable"."""
     try:
         model = onnx.ModelProto.FromString(data)
     except Exception:  # noqa: BLE001 - protobuf refused the bytes: nothing to compare
         return "unparsable"
     before = model.SerializeToString()
-    expected = _outcome(lambda: [tuple(found) for found in _find(model)])
-    scan = _outcome(lambda: wire_scan.scan_bytes(model, data))
+    expected = _outcome(lambda: [tuple(found) for found in find_constants(model)])
+    scan = _outcome(lambda: byte_scan.scan_bytes(model, data))
     assert model.SerializeToString() == before  # nothing the caller passed in is modified
     if scan is None:
         return None
@@ -420,7 +420,7 @@ def test_a_second_graph_field_is_merged_by_protobuf_so_the_scan_gives_up() -> No
     first = model_bytes([usual_tensor(name=b"a")], [])
     second = field(7, 2, field(5, 2, usual_tensor(name=b"b")))
     assert same_as_parsed(first + second) is None
-    assert [c.key for c in _find(onnx.ModelProto.FromString(first + second))] == ["a", "b"]
+    assert [c.key for c in find_constants(onnx.ModelProto.FromString(first + second))] == ["a", "b"]
 
 
 def test_functions_sparse_initializers_and_subgraphs_come_from_the_parsed_model() -> None:
@@ -451,7 +451,7 @@ def test_functions_sparse_initializers_and_subgraphs_come_from_the_parsed_model(
 def test_chunks_join_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """Records are parsed in chunks; with chunks of 7, constants read here and handed over interleave across the
     chunk boundaries."""
-    monkeypatch.setattr(wire_scan, "_CHUNK", 7)
+    monkeypatch.setattr(byte_scan, "_CHUNK", 7)
     rng = random.Random(5)
     inits = [usual_tensor(name=b"i%d" % k) if rng.random() < 0.7 else usual_tensor(name=b"i%d" % k) + field(12, 2, b"d")
              for k in range(40)]
@@ -464,7 +464,7 @@ def test_chunks_join_up(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_model_of_millions_of_records_is_left_to_the_parsed_model(monkeypatch: pytest.MonkeyPatch) -> None:
     data = model_bytes([usual_tensor(name=b"i%d" % k) for k in range(5)], [])
     assert read_from_bytes(same_as_parsed(data)) == 5
-    monkeypatch.setattr(wire_scan, "_MAX_RECORDS", 4)
+    monkeypatch.setattr(byte_scan, "_MAX_RECORDS", 4)
     assert same_as_parsed(data) is None
 
 
@@ -485,13 +485,13 @@ def layout(plan: Any) -> Any:
 def test_conversion_writes_the_same_files_with_and_without_the_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target_name: str
 ) -> None:
-    """test_model's model of every type in every place (external data, sparse, subgraphs, functions) on every
+    """models.py's model of every type in every place (external data, sparse, subgraphs, functions) on every
     target (native, emulated, narrowed and skipped types): the same .bin and manifest either way, and both
-    checked against test_model's independent recomputation."""
+    checked against models.py's independent recomputation."""
     target, min_dims, alignment = TARGETS[target_name]
     path, expected = build_model(tmp_path)
     options: dict[str, Any] = {"target": target, "min_dims": min_dims, "alignment": alignment}
-    scan = wire_scan.scan_bytes(read_model(path).proto, path.read_bytes())
+    scan = byte_scan.scan_bytes(read_model(path).proto, path.read_bytes())
     assert read_from_bytes(scan) > 15  # half the initializers are in raw_data; the others' typed fields
     same_files(tmp_path, path, options, monkeypatch)
     check_independently(tmp_path / "a", expected, target, min_dims, alignment)
@@ -511,10 +511,11 @@ def test_many_constants_convert_alike_with_and_without_the_scan(
 
 
 def same_files(tmp_path: Path, path: Path, options: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Convert ``path`` to a.bin/a.json with the byte scan and to b.bin/b.json without it: the same files."""
+    """Convert ``path`` to a.bin/a.json with the fast paths and to b.bin/b.json with DMLBRIDGE_CHECKED_PATH_ONLY
+    (no byte scan, every constant through prepare): the same files."""
     scanned = convert_model(path, tmp_path / "a", progress=False, checksum=True, **options)
     with monkeypatch.context() as patched:
-        patched.setattr(model_module, "scan_bytes", lambda model, data: None)
+        patched.setenv("DMLBRIDGE_CHECKED_PATH_ONLY", "1")
         parsed = convert_model(path, tmp_path / "b", progress=False, checksum=True, **options)
         assert layout(plan_model(path, **options)) == layout(parsed)
     assert (tmp_path / "a.bin").read_bytes() == (tmp_path / "b.bin").read_bytes()
@@ -532,7 +533,7 @@ def test_read_model_keeps_the_bytes_of_binary_models_only(tmp_path: Path, monkey
     assert read_model(model).serialized == model.SerializeToString()
     assert "serialized" not in repr(read_model(binary))
     assert layout(plan_model(text)) == layout(plan_model(binary))
-    monkeypatch.setattr(model_module, "WIRE_SCAN_MAX_BYTES", 100)
+    monkeypatch.setattr(model_file, "BYTE_SCAN_MAX_BYTES", 100)
     assert read_model(binary).serialized is None and read_model(model).serialized is None
     assert layout(plan_model(binary)) == layout(plan_model(text))
 
@@ -546,3 +547,14 @@ def test_a_signalling_nan_in_float_data_is_read_as_stored() -> None:
              field(1, 0, 1) + field(2, 0, 11) + field(8, 2, b"d") + doubles]
     scan = same_as_parsed(model_bytes(inits, []))
     assert read_from_bytes(scan) == 2
+
+
+def test_the_field_numbers_are_onnx_protos() -> None:
+    """The byte scan's named field numbers are the ones onnx's own descriptors give."""
+    messages = {byte_scan.ModelField: onnx.ModelProto, byte_scan.GraphField: onnx.GraphProto,
+                byte_scan.NodeField: onnx.NodeProto, byte_scan.AttributeField: onnx.AttributeProto,
+                byte_scan.TensorField: TensorProto}
+    for fields, message in messages.items():
+        for field_name in fields:
+            assert message.DESCRIPTOR.fields_by_name[field_name.name.lower()].number == field_name, field_name
+    assert onnx.AttributeProto.TENSOR == byte_scan.ATTRIBUTE_TYPE_TENSOR
