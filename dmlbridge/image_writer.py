@@ -32,11 +32,12 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import numpy as np
+from tqdm import tqdm
 
 from dmlbridge.byte_scan import BytesScan
 from dmlbridge.constants import ModelConstant
 from dmlbridge.encode import prepare
-from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, TensorTooLargeError
+from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import PlanOptions, checked_path_only
 from dmlbridge.planning import FOUR_BIT, Pair, PlanEntry, Planned
@@ -61,12 +62,6 @@ class Progress:
                     return
             except (AttributeError, ValueError):
                 return
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            if wanted:
-                raise InvalidArgumentError("progress=True needs the tqdm package (pip install tqdm)") from None
-            return
         self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, desc=label,
                          leave=False, dynamic_ncols=True)
 

@@ -1,0 +1,289 @@
+"""convert_model and plan_model on whole models: round trips against the independent recomputation
+(tests/models.py), the manifest and plan API, options, inputs that are not models, outputs that cannot be written."""
+
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from models import (
+    DEFAULT_SKIPPED,
+    TARGETS,
+    build_model,
+    check_independently,
+    no_temp_files,
+    same_values,
+)
+from onnx import helper, numpy_helper
+
+import dmlbridge
+from dmlbridge import PlanEntry, UploadPlan, convert_model, load_plan, plan_model
+from dmlbridge.errors import (
+    DestinationError,
+    ExternalDataError,
+    InvalidArgumentError,
+    LayoutError,
+    TensorTooLargeError,
+    UnsupportedTypeError,
+)
+from dmlbridge.target import Target
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_round_trip_agrees_with_independent_recomputation(tmp_path: Path, name: str) -> None:
+    target, min_dims, alignment = TARGETS[name]
+    path, expected = build_model(tmp_path)
+    prefix = tmp_path / "out"
+    plan = convert_model(path, prefix, target=target, min_dims=min_dims, alignment=alignment, checksum=True)
+    check_independently(prefix, expected, target, min_dims, alignment)
+
+    loaded = load_plan(str(prefix) + ".json", verify=True)
+    loaded.verify(path)
+    assert loaded.manifest() == plan.manifest() == json.loads((tmp_path / "out.json").read_text())
+    assert loaded.bin_sha256 == hashlib.sha256((tmp_path / "out.bin").read_bytes()).hexdigest()
+    assert list(loaded.entries) == list(expected)
+    for key, array in expected.items():
+        entry = loaded.entries[key]
+        if entry.skipped is not None:
+            continue
+        back = loaded.array(key)
+        assert back.dtype == array.dtype and back.shape == array.shape, key
+        if entry.conversion == "lossy":
+            with np.errstate(over="ignore"):
+                array = array.astype(np.float32).astype(np.float64)
+        if entry.conversion == "native":
+            assert back.tobytes() == array.tobytes(), key  # bit for bit, NaN payloads included
+        assert same_values(back, array), key
+        dml = loaded.dml_array(key)
+        assert dml.shape == tuple(entry.sizes or ()) and dml.dtype == entry.dml_type.numpy(), key  # type: ignore[union-attr]
+    assert no_temp_files(tmp_path)
+
+
+def test_hand_computed_bytes(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    plan = convert_model(path, tmp_path / "out")
+    data = (tmp_path / "out.bin").read_bytes()
+
+    def at(key: str) -> bytes:
+        e = plan.entries[key]
+        assert e.offset is not None and e.total_tensor_size_in_bytes is not None
+        return data[e.offset : e.offset + e.total_tensor_size_in_bytes]
+
+    assert at("t_int4") == bytes.fromhex("f8100700")  # -8,-1 | 0,1 | 7 ; low nibble first, padded to 4
+    assert at("t_uint2") == bytes.fromhex("03210300")  # 3,0 | 1,2 | 3 widened to UINT4 nibbles
+    assert at("t_bool") == bytes([1, 0, 1, 0])
+    assert at("t_float16") == struct.pack("<3e", 1.0, -2.0, 0.5) + bytes(2)
+    assert at("t_bfloat16")[:8] == struct.pack("<2f", 1.0, -3.0)  # bfloat16 widened to FLOAT32
+    assert at("t_int16") == struct.pack("<3h", -32768, 5, 32767) + bytes(2)
+    assert at("k_float") == struct.pack("<f", -1.25)
+    assert at("k_ints") == struct.pack("<3q", -1, 0, 3)
+    assert at("sp") == struct.pack("<12h", 0, 4, 0, 0, 0, 0, 0, 0, 5, 0, 0, 6)
+    assert at("ext_f32") == (np.arange(256, dtype=np.float32) / 7).tobytes()
+    # INT64 emulated as ONNX Runtime did: 8-byte elements, INT32 desc with doubled strides.
+    emulated = convert_model(path, tmp_path / "emu", target=Target(feature_level="2.0"))
+    e = emulated.entries["t_int64"]
+    assert e.dml_type is dmlbridge.DmlDataType.INT32 and e.strides == (2,) and e.total_tensor_size_in_bytes == 24
+    raw = (tmp_path / "emu.bin").read_bytes()
+    assert e.offset is not None and raw[e.offset : e.offset + 24] == struct.pack("<3q", -5, 7, 2**31 - 1)
+    assert emulated.dml_array("t_int64").tolist() == [-5, 7, 2**31 - 1]
+
+
+def test_manifest_entries_and_plan_api(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    plan = convert_model(path, tmp_path / "out")
+    assert isinstance(plan, UploadPlan) and plan.bin_path == str(tmp_path / "out.bin")
+    assert plan.source_name == "model.onnx" and plan.source_size == path.stat().st_size
+    assert plan.bin_sha256 is None and "bin_sha256" not in json.loads((tmp_path / "out.json").read_text())
+    assert {e.key for e in plan.skipped} == DEFAULT_SKIPPED
+    entry = plan.entries["loop/body/inner/then_branch/T"]
+    assert isinstance(entry, PlanEntry)
+    assert entry.origin == "initializer in loop/body/inner/then_branch"
+    assert plan.entries["k_sparse"].origin.startswith("Constant node") and "sparse_value" in plan.entries[
+        "k_sparse"].origin
+    assert plan.entries["sp"].origin == "sparse_initializer"
+    skipped = plan.entries["t_empty"]
+    assert skipped.offset is None and skipped.dml_type is None and skipped.desc() is None
+    assert "empty" in (skipped.skipped or "")
+    assert "string" in (plan.entries["k_strings"].skipped or "")
+    assert "complex" in (plan.entries["t_complex"].skipped or "")
+    ctypes_desc = plan.entries["t_float"].as_ctypes()
+    assert ctypes_desc.DataType == 1 and ctypes_desc.TotalTensorSizeInBytes == 24
+    assert ctypes_desc.GuaranteedBaseOffsetAlignment == 256 and not ctypes_desc.Strides
+    with pytest.raises(InvalidArgumentError, match="skipped"):
+        plan.array("t_string")
+    with pytest.raises(InvalidArgumentError, match="no entry"):
+        plan.dml_array("nope")
+    assert plan.dml_array("t_bool").dtype == np.uint8
+    assert plan.array("t_bool").dtype == np.bool_
+    # plan_model predicts the same layout without writing anything.
+    predicted = plan_model(path)
+    assert predicted.bin_path is None and predicted.entries == plan.entries
+    assert predicted.total_size == plan.total_size
+    with pytest.raises(InvalidArgumentError, match="not written"):
+        predicted.read("t_float")
+
+
+def test_bytes_and_modelproto_inputs(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    convert_model(path, tmp_path / "from_path")
+    raw = path.read_bytes()
+    with pytest.raises(ExternalDataError, match="base_dir"):
+        convert_model(raw, tmp_path / "from_bytes")
+    assert not (tmp_path / "from_bytes.bin").exists() and no_temp_files(tmp_path)
+    plan = convert_model(raw, tmp_path / "from_bytes", base_dir=tmp_path)
+    assert plan.source_name is None and plan.source_size == len(raw)
+    proto = onnx.load(path, load_external_data=False)
+    convert_model(proto, tmp_path / "from_proto", base_dir=tmp_path)
+    reference_bin = (tmp_path / "from_path.bin").read_bytes()
+    assert (tmp_path / "from_bytes.bin").read_bytes() == reference_bin
+    assert (tmp_path / "from_proto.bin").read_bytes() == reference_bin
+    plan.verify(raw, base_dir=tmp_path)
+    # A model without external data needs no directory.
+    simple = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3), "x")]))
+    assert convert_model(simple, tmp_path / "simple").total_size == 24
+
+
+def test_model_without_constants_gives_an_empty_bin(tmp_path: Path) -> None:
+    empty = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [], []))
+    plan = convert_model(empty, tmp_path / "out", checksum=True)
+    assert plan.total_size == 0 and not plan.entries
+    assert (tmp_path / "out.bin").read_bytes() == b""
+    assert load_plan(tmp_path / "out.json", verify=True).bin_sha256 == hashlib.sha256(b"").hexdigest()
+
+
+def test_alignment_and_min_dims_shape_the_layout(tmp_path: Path) -> None:
+    path, expected = build_model(tmp_path)
+    for alignment in (16, 32, 1024, 65536):
+        plan = convert_model(path, tmp_path / f"a{alignment}", alignment=alignment, min_dims=4)
+        for e in plan.converted:
+            assert e.offset is not None and e.offset % alignment == 0
+            assert e.guaranteed_base_offset_alignment == alignment and len(e.sizes or ()) >= 4
+        check_independently(tmp_path / f"a{alignment}", expected, Target(), 4, alignment)
+
+
+@pytest.mark.parametrize("alignment", [0, 8, 15, 24, 100, 2**32, True, 256.0, "256", -256])
+def test_bad_alignment(tmp_path: Path, alignment: Any) -> None:
+    path, _ = build_model(tmp_path)
+    with pytest.raises(InvalidArgumentError, match="alignment"):
+        convert_model(path, tmp_path / "out", alignment=alignment)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"min_dims": -1}, "min_dims"),
+        ({"min_dims": 9}, "min_dims"),
+        ({"min_dims": 6, "target": Target(feature_level="2.0")}, "min_dims"),
+        ({"min_dims": 1.0}, "min_dims"),
+        ({"target": "6.2"}, "target"),
+        ({"progress": "yes"}, "progress"),
+        ({"checksum": 1}, "checksum"),
+        ({"strict": None}, "strict"),
+        ({"max_tensor_bytes": -1}, "max_tensor_bytes"),
+    ],
+)
+def test_bad_options(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    path, _ = build_model(tmp_path)
+    with pytest.raises(InvalidArgumentError, match=message):
+        convert_model(path, tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out.bin").exists() and no_temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"garbage that is no protobuf \xff\xff\xff", b"", b"\x08\x07"])
+def test_models_that_are_not_models(tmp_path: Path, content: bytes) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(content)
+    with pytest.raises(InvalidArgumentError, match=r"bad\.onnx"):
+        convert_model(bad, tmp_path / "out")
+    with pytest.raises(InvalidArgumentError):
+        convert_model(content, tmp_path / "out")
+    with pytest.raises(InvalidArgumentError, match="cannot read model"):
+        convert_model(tmp_path / "missing.onnx", tmp_path / "out")
+    with pytest.raises(InvalidArgumentError, match="not a regular file"):
+        convert_model(tmp_path, tmp_path / "out")
+    with pytest.raises(InvalidArgumentError, match="model must be"):
+        convert_model(12345, tmp_path / "out")
+
+
+def test_output_problems(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    with pytest.raises(DestinationError, match="does not exist"):
+        convert_model(path, tmp_path / "no" / "such" / "dir" / "out")
+    for prefix in ("", str(tmp_path) + os.sep):
+        with pytest.raises(InvalidArgumentError, match="out_prefix"):
+            convert_model(path, prefix)
+    # Never overwrite the model's own external data, nor the model file.
+    os.rename(tmp_path / "weights.data", tmp_path / "weights.bin")
+    for t in (m := onnx.load(path, load_external_data=False)).graph.initializer:
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = "weights.bin"
+    onnx.save(m, path)
+    before = (tmp_path / "weights.bin").read_bytes()
+    with pytest.raises(InvalidArgumentError, match="overwrite"):
+        convert_model(path, tmp_path / "weights")
+    assert (tmp_path / "weights.bin").read_bytes() == before
+    same_name = tmp_path / "m.bin"
+    same_name.write_bytes(path.read_bytes())
+    with pytest.raises(InvalidArgumentError, match="overwrite"):
+        convert_model(same_name, tmp_path / "m")
+    assert same_name.read_bytes() == path.read_bytes()
+
+
+def test_output_files_get_normal_permissions(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    convert_model(path, tmp_path / "out")
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for name in ("out.bin", "out.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~mask
+    os.chmod(tmp_path / "out.bin", 0o640)
+    convert_model(path, tmp_path / "out")  # a replaced output keeps its mode
+    assert stat.S_IMODE((tmp_path / "out.bin").stat().st_mode) == 0o640
+
+
+def test_strict_turns_skips_into_errors_before_writing(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    with pytest.raises(UnsupportedTypeError, match=r"t_string.*strict"):
+        convert_model(path, tmp_path / "out", strict=True)
+    assert not (tmp_path / "out.bin").exists() and no_temp_files(tmp_path)
+    only_empty = helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.ones(2, np.float32), "ok"), numpy_helper.from_array(np.zeros((2, 0)), "e")]))
+    with pytest.raises(LayoutError, match=r"'e'.*empty"):
+        convert_model(only_empty, tmp_path / "out", strict=True)
+    assert convert_model(only_empty, tmp_path / "out").entries["e"].skipped
+
+
+def test_too_many_dimensions_is_a_skip_with_the_layout_reason(tmp_path: Path) -> None:
+    m = helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.ones((1,) * 6, np.float32), "six")]))
+    plan = convert_model(m, tmp_path / "out", target=Target(feature_level="2.0"))
+    assert "1 to 5 dimensions" in (plan.entries["six"].skipped or "")
+    with pytest.raises(LayoutError):
+        convert_model(m, tmp_path / "out", target=Target(feature_level="2.0"), strict=True)
+
+
+def test_checksum_is_of_the_bin_and_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = build_model(tmp_path)
+    plan = convert_model(path, tmp_path / "out", checksum=True, progress=True)
+    assert plan.bin_sha256 == hashlib.sha256((tmp_path / "out.bin").read_bytes()).hexdigest()
+    assert "B" in capsys.readouterr().err  # tqdm drew a bar of bytes
+    convert_model(path, tmp_path / "out")  # progress=None and stderr is not a terminal: silent
+    convert_model(path, tmp_path / "out", progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_max_tensor_bytes_names_the_constant(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    with pytest.raises(TensorTooLargeError, match="ext_f32"):
+        convert_model(path, tmp_path / "out", max_tensor_bytes=512)
+    assert no_temp_files(tmp_path)

@@ -1,0 +1,51 @@
+"""UploadPlan.verify: a changed byte of the .bin, a changed model, every mismatch named."""
+
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from models import (
+    build_model,
+)
+from onnx import numpy_helper
+
+from dmlbridge import convert_model, load_plan
+from dmlbridge.errors import (
+    ManifestError,
+)
+
+
+def test_verify_finds_a_changed_byte_and_a_changed_model(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    plan = convert_model(path, tmp_path / "out")
+    plan.verify(path)
+    data = bytearray((tmp_path / "out.bin").read_bytes())
+    e = plan.entries["t_float16"]
+    assert e.offset is not None
+    data[e.offset + 7] ^= 0x01  # a padding byte: values read back the same, but the bytes are wrong
+    (tmp_path / "out.bin").write_bytes(bytes(data))
+    with pytest.raises(ManifestError, match="bin_fingerprint"):  # load_plan samples the .bin: refused
+        load_plan(tmp_path / "out.json")
+    with pytest.raises(ManifestError, match=r"2 mismatches.*bin_fingerprint.*'t_float16': 1 byte\(s\) differ"):
+        plan.verify(path)
+    data[e.offset + 7] ^= 0x01
+    data[e.offset + 1] ^= 0x80  # the sign of the first value
+    (tmp_path / "out.bin").write_bytes(bytes(data))
+    with pytest.raises(ManifestError, match="t_float16"):
+        plan.verify(path)
+    data[e.offset + 1] ^= 0x80
+    (tmp_path / "out.bin").write_bytes(bytes(data))
+    plan.verify(path)
+
+    changed = onnx.load(path, load_external_data=False)
+    for t in changed.graph.initializer:
+        if t.name == "t_last":
+            t.CopyFrom(numpy_helper.from_array(np.array([0.5], np.float32), "t_last"))
+    changed.graph.initializer.append(numpy_helper.from_array(np.ones(1, np.int8), "extra"))
+    with pytest.raises(ManifestError, match=r"2 mismatches.*'t_last'.*differ.*'extra'.*not in the plan|"
+                                            r"2 mismatches.*'extra'.*'t_last'"):
+        plan.verify(changed, base_dir=tmp_path)
