@@ -61,8 +61,6 @@ def _peak_kib(method: str) -> int:
 def run(job: dict[str, Any]) -> dict[str, Any]:
     """Run one job (copyfile, copyfile_fsync, dmlbridge, diy_onnx, diy_onnx_ir, onnx_load) and measure it."""
     kind = job["kind"]
-    if kind == "dmlbridge":
-        from dmlbridge.model import convert_model
     method, base = _reset_peak()
     start = time.perf_counter()
     if kind == "copyfile":
@@ -72,9 +70,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         with open(job["dst"], "rb+") as f:
             os.fsync(f.fileno())
     elif kind == "dmlbridge":
-        # "fsync" is passed only when the job sets it (False): older convert_models have no such keyword.
-        options = {"fsync": job["fsync"]} if "fsync" in job else {}
-        convert_model(job["model"], job["out"], progress=False, **options)
+        dmlbridge.convert_model(job["model"], job["out"], progress=False, fsync=job.get("fsync", True))
     elif kind == "diy_onnx":
         diy.convert_with_onnx(job["model"], job["out"])
     elif kind == "diy_onnx_ir":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable
 from functools import partial
@@ -176,20 +177,14 @@ def _unpack(settings: Settings, src4: np.ndarray) -> Result:
             peers[:2],
             repeat,
         ),
+        compare(
+            "2 unpack INT4 tensor_to_array",
+            n,
+            ("tensor_to_array", lambda: dmlbridge.tensor_to_array(proto)),
+            peers,
+            repeat,
+        ),
     ]
-    tensor_to_array = _tensor_to_array()
-    if tensor_to_array is None:
-        rows.append(Skipped("2 unpack INT4 tensor_to_array", "dmlbridge.onnx_tensor.tensor_to_array is not there yet"))
-    else:
-        rows.append(
-            compare(
-                "2 unpack INT4 tensor_to_array",
-                n,
-                ("tensor_to_array", lambda: tensor_to_array(proto)),
-                peers,
-                repeat,
-            )
-        )
     return rows
 
 
@@ -243,14 +238,6 @@ def widening(settings: Settings) -> Result:
     return rows
 
 
-def _tensor_to_array() -> Callable[..., np.ndarray] | None:
-    try:
-        from dmlbridge.onnx_tensor import tensor_to_array
-    except ImportError:
-        return None
-    return tensor_to_array
-
-
 def _owner(array: np.ndarray) -> Any:
     """The object at the end of an array's ``base``/memoryview chain (bytes, mmap, or an array owning its data)."""
     obj: Any = array
@@ -265,11 +252,6 @@ def _owner(array: np.ndarray) -> Any:
 
 def tensors(settings: Settings) -> Result:
     """Case 4: tensor_to_array of raw_data and of external data returns views, not copies."""
-    tensor_to_array = _tensor_to_array()
-    if tensor_to_array is None:
-        return [Skipped("4 tensor_to_array", "dmlbridge.onnx_tensor.tensor_to_array is not there yet")]
-    import mmap
-
     n, repeat = settings.tensor_bytes, settings.repeat
     src = _random_bytes(n, 3).view(np.float32)
     proto = numpy_helper.from_array(src, "w")
@@ -282,12 +264,12 @@ def tensors(settings: Settings) -> Result:
     row = compare(
         "4 tensor_to_array raw_data float32",
         n,
-        ("tensor_to_array", lambda: tensor_to_array(proto)),
+        ("tensor_to_array", lambda: dmlbridge.tensor_to_array(proto)),
         peers,
         repeat,
         notes=["reading proto.raw_data copies the bytes out of the protobuf message: that copy is the floor"],
     )
-    got = tensor_to_array(proto)
+    got = dmlbridge.tensor_to_array(proto)
     row.checks["no copy (view of the bytes)"] = not got.flags.owndata and isinstance(_owner(got), bytes)
     rows: Result = [row]
 
@@ -308,12 +290,12 @@ def tensors(settings: Settings) -> Result:
     row = compare(
         "4 tensor_to_array external float32",
         n,
-        ("tensor_to_array", lambda: tensor_to_array(ext, base)),
+        ("tensor_to_array", lambda: dmlbridge.tensor_to_array(ext, base)),
         peers,
         repeat,
         notes=["a memory map: pages are read when first used"],
     )
-    got = tensor_to_array(ext, base)
+    got = dmlbridge.tensor_to_array(ext, base)
     row.checks["no copy (memory map)"] = isinstance(_owner(got), mmap.mmap)
     rows.append(row)
     buf = np.empty(n, dtype=np.uint8).view(np.float32)
@@ -329,7 +311,7 @@ def tensors(settings: Settings) -> Result:
         compare(
             "4 tensor_to_array external, then copied",
             n,
-            ("tensor_to_array, then copied", lambda: np.copyto(buf, tensor_to_array(ext, base))),
+            ("tensor_to_array, then copied", lambda: np.copyto(buf, dmlbridge.tensor_to_array(ext, base))),
             touch,
             repeat,
             notes=["every byte used once: what a converter pays"],

@@ -14,17 +14,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks import diy
 from benchmarks.harness import MiB, Peer, Row, Settings, Skipped, compare, median, run_child
+from dmlbridge import convert_model
 
 Result = list[Row | Skipped]
 OPSET = 21  # Identity takes INT4 and FLOAT8 from opset 21
-
-
-def _convert_model() -> Callable[..., Any] | None:
-    try:
-        from dmlbridge.model import convert_model
-    except ImportError:
-        return None
-    return convert_model
 
 
 def _external(tensor: TensorProto, location: str, offset: int, length: int) -> None:
@@ -105,7 +98,7 @@ def _contenders(model: Path, out: Path) -> dict[str, dict[str, Any]]:
     """
     data, copy = os.fspath(model.parent / "model.data"), os.fspath(out) + ".copy"
     convert = {"kind": "dmlbridge", "model": os.fspath(model), "out": os.fspath(out)}
-    jobs = {
+    jobs: dict[str, dict[str, Any]] = {
         "shutil.copyfile": {"kind": "copyfile", "src": data, "dst": copy},
         NO_FSYNC: {**convert, "fsync": False},
         # convert_model() fsyncs its outputs before renaming them into place; this floor does the same.
@@ -174,8 +167,6 @@ def _rss_row(case: str, size: int, reports: dict[str, list[dict[str, Any]]], dml
 
 def models(settings: Settings) -> Result:
     """Case 5: convert_model of an external-data model against copyfile and the do-it-yourself converters."""
-    if _convert_model() is None:
-        return [Skipped("5 convert_model", "dmlbridge.model.convert_model is not there yet")]
     folder = settings.workdir / "case5"
     out = folder / "out"
     total = settings.model_tensors * settings.model_tensor_bytes
@@ -239,9 +230,6 @@ def models(settings: Settings) -> Result:
 
 def constants(settings: Settings) -> Result:
     """Case 6: a model of many tiny constants converts in ≤ 3× the time onnx.load takes to parse it."""
-    convert_model = _convert_model()
-    if convert_model is None:
-        return [Skipped("6 many constants", "dmlbridge.model.convert_model is not there yet")]
     folder = settings.workdir / "case6"
     try:
         model = make_constants_model(folder, settings.small_constants)

@@ -33,6 +33,7 @@ from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLa
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.onnx_tensor import TensorInfo, decode_examined, examine_tensor, tensor_info, tensor_to_array
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
 
 __all__ = [
@@ -173,9 +174,9 @@ class ModelConstant(NamedTuple):
             return _densify_proto(self.proto, self.onnx_type, self.shape, reader, max_tensor_bytes, self.key)
         attr = self.proto
         if kind == "value_float":
-            return np.array(attr.f, dtype=np.float32)
+            return float_field(attr, "f").reshape(()).astype(np.float32)  # the stored bits, in native order
         if kind == "value_floats":
-            return np.array(attr.floats, dtype=np.float32).reshape(self.shape)
+            return float_field(attr, "floats").astype(np.float32).reshape(self.shape)
         if kind == "value_int":
             return np.array(attr.i, dtype=np.int64)
         if kind == "value_ints":

@@ -41,6 +41,7 @@ from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import PlanOptions, checked_path_only
 from dmlbridge.planning import FOUR_BIT, Pair, PlanEntry, Planned
+from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
 
 __all__ = ["ImageWriter", "Progress", "write_image"]
@@ -203,7 +204,6 @@ _TYPED_AS_IS = {
     )
     if array.array(code).itemsize == onnx_type.numpy().itemsize
 }
-_FLOAT_CODES = {"f": np.float32, "d": np.float64}
 
 
 _KERNEL_COPY_MIN = 1 << 20  # external tensors from this size are copied by the kernel (when not hashing)
@@ -279,8 +279,8 @@ def _stored_bytes(constant: ModelConstant) -> bytes | None:
     elif storage == "typed" and _LITTLE_ENDIAN and constant.onnx_type in _TYPED_AS_IS:
         field_name, code = _TYPED_AS_IS[constant.onnx_type]
         entries = getattr(constant.proto, field_name)
-        if code in "fd":  # numpy reads the field's own bits: a float passed through Python would quiet a sNaN
-            data = np.array(entries, dtype=_FLOAT_CODES[code]).tobytes()
+        if code in "fd":  # the stored bits: a float passed through Python would quiet a signalling NaN
+            data = float_field(constant.proto, field_name).tobytes()
         else:
             data = array.array(code, entries[:]).tobytes()  # a slice: a list, fast to read
     else:

@@ -44,6 +44,7 @@ from dmlbridge.errors import (
 from dmlbridge.external_data import ExternalDataReader, parse_external_data, tensor_label
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
 from dmlbridge.packing import unpack_nibbles
+from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
 
 __all__ = [
@@ -409,7 +410,10 @@ def _from_typed(tensor: Any, info: TensorInfo) -> np.ndarray:
         except UnicodeDecodeError as exc:
             raise TensorProtoError(f"{tensor_label(tensor)} has a string that is not valid UTF-8: {exc}") from None
         return values.reshape(info.shape)
-    entries = np.array(getattr(tensor, field), dtype=_FIELD_DTYPE[field])
+    if field in ("float_data", "double_data"):
+        entries = float_field(tensor, field).copy()  # the stored bits (a signalling NaN stays signalling)
+    else:
+        entries = np.array(getattr(tensor, field), dtype=_FIELD_DTYPE[field])
     bounds = _ENTRY_RANGE.get(onnx_type)
     if bounds is not None and entries.size:
         low, high = bounds

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import array
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ __all__ = [
     "VARINT",
     "RecordWalk",
     "field_positions",
+    "float_field",
     "once",
     "single_field_span",
     "skip",
@@ -124,6 +126,46 @@ def field_positions(data: bytes, at: int, end: int) -> np.ndarray | None:
     if at != end:
         return None
     return np.frombuffer(positions, dtype=np.int64)
+
+
+def float_field(message: Any, name: str) -> np.ndarray:
+    """The values of a ``float`` or ``double`` field of a parsed protobuf ``message`` (repeated or not), with the
+    bits protobuf stored: read from the field's own serialization, never through Python floats (float -> double
+    -> float quiets a signalling NaN: 0x7F8F5019 becomes 0x7FCF5019). A 1-D little-endian array, read-only.
+    (Protobuf's pure-Python implementation keeps Python floats itself: there the bits are already lost.)
+
+        >>> from onnx import TensorProto
+        >>> t = TensorProto.FromString(bytes([0x22, 4]) + (0x7F8F5019).to_bytes(4, "little"))
+        >>> hex(int(float_field(t, "float_data").view("<u4")[0]))
+        '0x7f8f5019'
+    """
+    field = message.DESCRIPTOR.fields_by_name[name]
+    dtype = np.dtype("<f4" if field.type == field.TYPE_FLOAT else "<f8")
+    only = type(message)()
+    only.CopyFrom(message)  # a copy of the message: its values keep their bits
+    for other, _ in only.ListFields():
+        if other.name != name:
+            only.ClearField(other.name)
+    data = only.SerializeToString()
+    pieces: list[memoryview] = []
+    view = memoryview(data)
+    at, end = 0, len(data)
+    while at < end:  # every field left is ``name``: packed runs (LENGTH) or single values (FIXED32/FIXED64)
+        tag, at = varint(data, at, end)
+        if tag & 7 == LENGTH:
+            length, at = varint(data, at, end)
+        else:
+            length = dtype.itemsize
+        pieces.append(view[at : at + length])
+        at += length
+    if len(pieces) == 1:
+        return np.frombuffer(pieces[0], dtype=dtype)
+    if not pieces:  # unset: an empty repeated field, or a singular one's default
+        repeated = getattr(field, "is_repeated", None)  # (protobuf 7; older ones have only ``label``)
+        if repeated is None:
+            repeated = field.label == field.LABEL_REPEATED
+        return np.zeros(0, dtype) if repeated else np.array([field.default_value], dtype=dtype)
+    return np.frombuffer(b"".join(pieces), dtype=dtype)
 
 
 # --- many records of one message type, a field of each at a time --------------------------------------------------

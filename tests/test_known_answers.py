@@ -480,3 +480,29 @@ def test_signalling_nans_in_typed_fields_keep_their_bits(tmp_path: Path, monkeyp
     assert plan.entries["f"].offset == 0 and plan.entries["d"].offset == 16
     assert data[:8] == struct.pack("<II", 0x7F8F5019, 0xFF800001)
     assert data[16:24] == struct.pack("<Q", 0x7FF4000000000001)
+
+
+def test_signalling_nans_in_float_attributes_and_typed_fields_decode_exactly() -> None:
+    """tensor_to_array and Constant nodes' value_float(s) keep a signalling NaN's bits, whatever protobuf's
+    Python floats would do to them (a float32 read through Python is quieted)."""
+    from onnx import AttributeProto, NodeProto, TensorProto
+
+    from dmlbridge.constants import find_constants
+
+    snan = struct.pack("<I", 0x7F8F5019)
+    head = TensorProto(name="f", data_type=TensorProto.COMPLEX64, dims=[1]).SerializeToString()
+    complex64 = TensorProto.FromString(head + bytes([0x22, 8]) + snan + struct.pack("<I", 0xFF800001))
+    assert dmlbridge.tensor_to_array(complex64).view(np.uint32).tolist() == [0x7F8F5019, 0xFF800001]
+    # AttributeProto: name (1), f (2, fixed32), floats (7, one fixed32 each), type (20).
+    single = AttributeProto.FromString(b"\x0a\x0bvalue_float" + b"\x15" + snan + b"\xa0\x01\x01")
+    many = AttributeProto.FromString(b"\x0a\x0cvalue_floats" + b"\x3d" + snan + b"\x3d" + snan + b"\xa0\x01\x06")
+    nodes = []
+    for name, attribute in (("one", single), ("two", many)):
+        node = NodeProto(op_type="Constant", output=[name])
+        node.attribute.add().CopyFrom(attribute)
+        nodes.append(node)
+    from onnx import helper
+
+    found = {c.key: c for c in find_constants(helper.make_model(helper.make_graph(nodes, "g", [], [])))}
+    assert found["one"].to_array().view(np.uint32).tolist() == 0x7F8F5019
+    assert found["two"].to_array().view(np.uint32).tolist() == [0x7F8F5019, 0x7F8F5019]

@@ -199,7 +199,7 @@ def test_many_small_constants_convert_byte_exactly(tmp_path: Path, count: int, a
 
 
 def test_progress_counts_every_byte_of_small_constants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tqdm
+    import dmlbridge.image_writer as image_writer
 
     seen = []
 
@@ -214,7 +214,7 @@ def test_progress_counts_every_byte_of_small_constants(tmp_path: Path, monkeypat
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    monkeypatch.setattr(image_writer, "tqdm", Bar)
     model, _ = small_model(500, seed=5)
     plan = convert_model(model, tmp_path / "out", progress=True)
     (bar,) = seen
