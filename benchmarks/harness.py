@@ -26,7 +26,7 @@ class Settings:
     """How much work a run does: sizes and repetitions."""
 
     quick: bool
-    tensor_bytes: int  # the "64 MiB tensor" of the issue
+    tensor_bytes: int  # the "64 MiB tensor" of cases 1-4
     repeat: int  # interleaved rounds for in-process timings
     model_tensors: int  # external-data model: tensor count ...
     model_tensor_bytes: int  # ... and bytes per tensor

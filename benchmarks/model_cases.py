@@ -85,7 +85,7 @@ def make_constants_model(folder: Path, count: int, seed: int = 0) -> Path:
     return path
 
 
-# The two ways convert_model runs: without fsync (compared with shutil.copyfile, the floor of the target:
+# The two ways convert_model runs: without fsync (compared with shutil.copyfile, the floor of the target:
 # every byte read once and written once) and with it, the default (compared with copyfile + fsync).
 NO_FSYNC = "convert_model(fsync=False)"
 FSYNC = "convert_model()"

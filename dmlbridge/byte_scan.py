@@ -4,7 +4,7 @@ A model of many tiny constants (50,000 Constant nodes and initializers) spends m
 Python, reading protobuf fields one at a time: a few microseconds a constant. This module reads those constants
 from the protobuf wire format instead, all records of a kind at once, with numpy. Anything it does not
 recognise is left to :mod:`dmlbridge.constants`, which reads the parsed ``ModelProto``. The two must find the
-same constants; ``tests/test_wire_scan.py`` holds them to it.
+same constants; ``tests/test_byte_scan.py`` holds them to it.
 
 What it reads of ONNX's messages
 --------------------------------
@@ -38,6 +38,7 @@ from the parsed model when it is needed (:meth:`BytesScan.with_tensor`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from enum import IntEnum
@@ -165,7 +166,7 @@ class BytesScan:
         return constant._replace(proto=tensor)
 
 
-_make = ModelConstant._make
+_make = functools.partial(tuple.__new__, ModelConstant)  # ModelConstant._make without its length check
 
 
 def scan_bytes(model: Any, data: bytes) -> BytesScan | None:

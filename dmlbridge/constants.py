@@ -21,6 +21,7 @@ Finding constants reads only the protobuf: no value is decoded and no external f
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import math
 import sys
@@ -190,7 +191,7 @@ class ModelConstant(NamedTuple):
         return values.reshape(self.shape)
 
 
-_make = ModelConstant._make
+_make = functools.partial(tuple.__new__, ModelConstant)  # ModelConstant._make without its length check
 
 
 def _tensor_facts(tensor: Any) -> tuple[Any, ...]:

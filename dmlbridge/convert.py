@@ -177,8 +177,7 @@ def _write_outputs(
         tmp_bin = temp_file(directory, bin_path, temps)
         try:
             with open_temp(tmp_bin) as file:
-                digest = write_image(file, constants, planned, scan, reader, options.layout, options.max_tensor_bytes,
-                                     options.checksum, bar)
+                digest = write_image(file, constants, planned, scan, reader, options, bar)
                 if options.fsync:
                     os.fsync(file.fileno())
             # Sampled from the finished file as it is on disk, just before the renames.

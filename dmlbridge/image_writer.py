@@ -11,12 +11,15 @@ makes every constant go.
     >>> import io, numpy as np
     >>> from onnx import helper, numpy_helper
     >>> from dmlbridge.constants import find_constants
-    >>> from dmlbridge.options import PlanOptions
+    >>> from dmlbridge.options import ConvertOptions, PlanOptions
     >>> from dmlbridge.planning import plan_constants
     >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(2, np.float32))]))
-    >>> constants, options = find_constants(model), PlanOptions.check(alignment=16)
-    >>> planned, out = plan_constants(constants, options), io.BytesIO()
-    >>> write_image(out, constants, planned, None, None, options, 1 << 20, False, Progress(False, 0, ""))
+    >>> layout = PlanOptions.check(alignment=16)
+    >>> options = ConvertOptions.check(layout, progress=False, strict=False, external_data_root=None,
+    ...                                checksum=False, max_tensor_bytes=1 << 20, fsync=False)
+    >>> constants = find_constants(model)
+    >>> planned, out = plan_constants(constants, layout), io.BytesIO()
+    >>> write_image(out, constants, planned, None, None, options, Progress(False, 0, ""))
     >>> out.getvalue().hex()
     '0000803f0000803f'
 """
@@ -39,7 +42,7 @@ from dmlbridge.constants import ModelConstant
 from dmlbridge.encode import prepare
 from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
-from dmlbridge.options import PlanOptions, checked_path_only
+from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
 from dmlbridge.planning import FOUR_BIT, Pair, PlanEntry, Planned
 from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
@@ -172,16 +175,16 @@ class ImageWriter:
 
 def write_image(
     file: BinaryIO, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
-    reader: ExternalDataReader | None, options: PlanOptions, max_tensor_bytes: int, checksum: bool, bar: Progress,
+    reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
 ) -> str | None:
-    """Write the image of ``planned`` into ``file`` (unbuffered, empty); returns its SHA-256 when ``checksum``.
-    ``scan``: the byte scan that found ``constants``, if one did."""
-    writer = ImageWriter(file, checksum)
+    """Write the image of ``planned`` into ``file`` (unbuffered, empty); returns its SHA-256 when
+    ``options.checksum``. ``scan``: the byte scan that found ``constants``, if one did."""
+    writer = ImageWriter(file, options.checksum)
     for first, stop, as_is in _runs(constants, planned.pairs, scan):
         if as_is:
             _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
         else:
-            _write_each(writer, constants, planned, first, stop, scan, reader, options, max_tensor_bytes, bar)
+            _write_each(writer, constants, planned, first, stop, scan, reader, options, bar)
     bar.update(planned.total - writer.position)
     writer.zeros(planned.total - writer.position)  # the last constant's padding
     writer.flush()
@@ -248,8 +251,7 @@ def _place_spans(
 
 def _write_each(
     writer: ImageWriter, constants: list[ModelConstant], planned: Planned, first: int, stop: int,
-    scan: BytesScan | None, reader: ExternalDataReader | None, options: PlanOptions, max_tensor_bytes: int,
-    bar: Progress,
+    scan: BytesScan | None, reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
 ) -> None:
     """Write constants[first:stop] one at a time: the stored bytes as they are where they already are the
     DirectML bytes, else decoded, converted by ``prepare`` and written."""
@@ -264,8 +266,8 @@ def _write_each(
         before = writer.position
         writer.zeros(offset - before)
         entry = planned.entries[constant.key]
-        if not (stored and _write_stored(writer, constant, entry, reader, max_tensor_bytes)):
-            _write_prepared(writer, constant, entry, reader, options, max_tensor_bytes)
+        if not (stored and _write_stored(writer, constant, entry, reader, options.max_tensor_bytes)):
+            _write_prepared(writer, constant, entry, reader, options.layout, options.max_tensor_bytes)
         bar.update(writer.position - before)
 
 
@@ -310,12 +312,7 @@ def _write_prepared(
             f"({constant.onnx_type.name} {list(constant.shape)}) and the allocation failed; free memory, or set "
             "max_tensor_bytes (--max-tensor-bytes) below this size to refuse such constants up front"
         ) from None
-    if (
-        prepared.dml_type is not entry.dml_type
-        or prepared.sizes != entry.sizes
-        or prepared.strides != entry.strides
-        or prepared.total_tensor_size_in_bytes != entry.total_tensor_size_in_bytes
-    ):
+    if prepared.buffer_desc != entry.buffer_desc:
         raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
     writer.write(prepared.data)
 

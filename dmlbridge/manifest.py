@@ -49,6 +49,7 @@ import types
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from dmlbridge.descs import BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, LayoutError, ManifestError
 from dmlbridge.mapping import resolve
 from dmlbridge.options import MAX_ALIGNMENT
@@ -70,6 +71,7 @@ MANIFEST_FORMAT_VERSION = 1
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _INT64_MAX = 2**63 - 1
+_DESC_FIELDS = tuple(BufferTensorDesc(0, 0, (), None, 0, 0).as_dict())  # DataType, Flags, DimensionCount, ...
 
 
 class Manifest(NamedTuple):
@@ -122,16 +124,15 @@ def manifest_text(manifest: Manifest) -> str:
     head = [f"  {_json(k)}: {_json(v)}" for k, v in _head(manifest).items()]
     entries = manifest.entries
     if isinstance(entries, PlanEntries):  # planned here: each (type, shape) pair's text is made once
-        shared: dict[int, tuple[str, str]] = {}
-        lines = []
-        for key, origin, offset, pair in zip(*entries.columns(), strict=True):
-            if offset is None:
-                lines.append(_entry_json(entries[key]))
-                continue
-            text = shared.get(id(pair.fields))
-            if text is None:
-                text = shared[id(pair.fields)] = _shared_json(pair.fields)
-            lines.append(f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{offset}{text[1]}')
+        keys, origins, offsets, pairs = entries.columns()
+        unique = {id(pair): pair for pair in pairs}
+        shared = {ident: _shared_json(pair.fields) for ident, pair in unique.items() if pair.total >= 0}
+        texts = [shared.get(id(pair)) for pair in pairs]
+        lines = [
+            f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{offset}{text[1]}'
+            if text is not None else _entry_json(entries[key])
+            for key, origin, offset, text in zip(keys, origins, offsets, texts, strict=True)
+        ]
     else:
         lines = [_entry_json(entry) for entry in entries.values()]
     return _assemble(head, lines)
@@ -155,32 +156,19 @@ def _json(value: Any) -> str:
 _quote = json.encoder.encode_basestring_ascii  # what json.dumps(ensure_ascii=True) uses for every string
 
 
-def _json_ints(values: tuple[int, ...]) -> str:
-    return "[" + ", ".join(map(str, values)) + "]"
+_OFFSET_MARK = 2**62 + 12345  # an offset no plan has: where the entry's own offset goes in its pair's text
 
 
 def _shared_json(fields: Mapping[str, Any]) -> tuple[str, str]:
-    """The text of a converted entry's manifest line around its offset, after its key and origin, from the fields
-    it shares with the entries of its type and shape (json.dumps' text, formatted directly)."""
-    onnx_type, shape, conversion, dml_type, sizes, strides, total, alignment = (
-        fields["onnx_type"], fields["shape"], fields["conversion"], fields["dml_type"], fields["sizes"],
-        fields["strides"], fields["total_tensor_size_in_bytes"], fields["guaranteed_base_offset_alignment"],
-    )
-    json_strides = "null" if strides is None else _json_ints(strides)
-    return (
-        f'"onnx_type": {_quote(onnx_type.name)}, "shape": {_json_ints(shape)}, '
-        f'"conversion": {_quote(conversion)}, "offset": ',
-        f', "dml_type": {_quote(dml_type.name)}, "desc": {{"DataType": {int(dml_type)}, "Flags": 0, '
-        f'"DimensionCount": {len(sizes)}, "Sizes": {_json_ints(sizes)}, "Strides": {json_strides}, '
-        f'"TotalTensorSizeInBytes": {total}, "GuaranteedBaseOffsetAlignment": {alignment}}}, "skipped": null}}',
-    )
+    """The text of a converted entry's manifest line around its offset, after its key and origin: json.dumps of
+    an entry with the fields it shares with the entries of its type and shape, cut at the offset."""
+    text = _json(PlanEntry(**{**fields, "key": "", "origin": "", "offset": _OFFSET_MARK}).to_json())
+    head, tail = text.split(f'"offset": {_OFFSET_MARK}', 1)
+    return head[len('{"key": "", "origin": "", ') :] + '"offset": ', tail
 
 
 def _entry_json(entry: PlanEntry) -> str:
-    """``"    " + json.dumps(entry.to_json())``, the same characters."""
-    if entry.skipped is None and type(entry.offset) is int and entry.dml_type is not None:
-        text = _shared_json(entry.__dict__)
-        return f'    {{"key": {_quote(entry.key)}, "origin": {_quote(entry.origin)}, {text[0]}{entry.offset}{text[1]}'
+    """``"    " + json.dumps(entry.to_json())``."""
     return "    " + _json(entry.to_json())
 
 
@@ -406,18 +394,9 @@ def _entry_from_json(
         raise ManifestError(f"{fields.at('offset')} {offset} is not a multiple of the alignment {alignment}")
     desc = _Fields(
         fields.get("desc"), fields.at("desc"),
-        ("DataType", "Flags", "DimensionCount", "Sizes", "Strides", "TotalTensorSizeInBytes",
-         "GuaranteedBaseOffsetAlignment"),
+        _DESC_FIELDS,
     )
-    expected_desc = {
-        "DataType": int(dml_type),
-        "Flags": 0,
-        "DimensionCount": len(sizes),
-        "Sizes": list(sizes),
-        "Strides": None if strides is None else list(strides),
-        "TotalTensorSizeInBytes": total,
-        "GuaranteedBaseOffsetAlignment": alignment,
-    }
+    expected_desc = BufferTensorDesc(dml_type, 0, sizes, strides, total, alignment).as_dict()
     for name, want in expected_desc.items():
         have = desc.get(name)
         if isinstance(have, bool) or have != want or type(have) is not type(want):

@@ -1,10 +1,10 @@
 """Plans and the mapping table as text: what ``dmlbridge inspect``, ``dmlbridge table`` and the demo print.
 
     >>> import dmlbridge
-    >>> print(format_table(dmlbridge.mapping_table()[:1], markdown=True))
+    >>> print(format_table(dmlbridge.mapping_table()[1:2], markdown=True))
     | ONNX | # | DML | conversion | lossless | reason |
     |---|---|---|---|---|---|
-    | FLOAT | 1 | FLOAT32 | native | yes |  |
+    | FLOAT | 1 | FLOAT32 | native | yes | stored as is |
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each enum carries its own properties (bit width, signedness, numpy dtype, the feature level that introduced
 it), in the style of onnx-ir's ``_enums``: a caller never needs a side table to ask a type about itself.
-Values are from DirectML.h (DirectML 1.15) and onnx.proto (onnx 1.23); see ``shared/FACTS.md``.
+Values are from DirectML.h (DirectML 1.15) and onnx.proto (onnx 1.23); see ``docs/directml-facts.md``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A slow, obviously correct reference encoder for dmlbridge's buffer tensors.
 
 It shares no code with dmlbridge (it must not import it): every rule is re-derived from
-``shared/FACTS.md`` and ``docs/decisions.md`` and applied one element at a time with plain Python ints and
+``docs/directml-facts.md`` and ``docs/decisions.md`` and applied one element at a time with plain Python ints and
 floats, ``struct`` and ``int.to_bytes``. The tests compare the library against it, and ``make_vectors.py``
 freezes its answers into ``tests/vectors/known_answers.json``.
 
@@ -398,7 +398,7 @@ def convert(onnx_name: str, dml: str, conversion: str, bits: int, itemsize: int)
 
 
 def min_buffer_size(bits: int, sizes: Sequence[int], strides: Sequence[int] | None) -> int:
-    """DirectMLX DMLCalcBufferTensorSize, bit-based (FACTS.md): whole bytes, rounded up to 4."""
+    """DirectMLX DMLCalcBufferTensorSize, bit-based (docs/directml-facts.md): whole bytes, rounded up to 4."""
     if strides is None:
         count = math.prod(sizes)
     else:

@@ -1,4 +1,5 @@
-"""The ctypes descriptors, read as raw memory: DML_BUFFER_TENSOR_DESC and DML_TENSOR_DESC as in FACTS.md (x64)."""
+"""The ctypes descriptors, read as raw memory: DML_BUFFER_TENSOR_DESC and DML_TENSOR_DESC as
+docs/directml-facts.md lays them out (x64)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import pytest
 import dmlbridge
 from dmlbridge import DmlDataType, Target
 
-pytestmark = pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8, reason="the FACTS.md layout is the 64-bit one")
+pytestmark = pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8, reason="the documented layout is the 64-bit one")
 
 NO64 = {t for t in DmlDataType if t is not DmlDataType.UNKNOWN} - {DmlDataType.INT64, DmlDataType.UINT64}
 
-# (name, offset, size) from FACTS.md
+# (name, offset, size) from docs/directml-facts.md
 BUFFER_FIELDS = [
     ("DataType", 0, 4),
     ("Flags", 4, 4),

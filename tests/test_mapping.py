@@ -1,4 +1,4 @@
-"""The mapping table: the issue's rule for the default target, fallbacks for smaller ones, the README copy."""
+"""The mapping table: the documented rule for the default target, fallbacks for smaller ones, the README copy."""
 
 from __future__ import annotations
 

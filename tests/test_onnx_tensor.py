@@ -230,7 +230,7 @@ def test_raw_data_is_a_read_only_view(onnx_type):
 
 
 def test_sub_byte_layouts_by_hand():
-    # FACTS.md: 4-bit low nibble first; 2-bit x0 | x1<<2 | x2<<4 | x3<<6; 6-bit an LSB-first stream.
+    # docs/directml-facts.md: 4-bit low nibble first; 2-bit x0 | x1<<2 | x2<<4 | x3<<6; 6-bit an LSB-first stream.
     def raw(t, dims, data):
         return tensor_to_array(helper.make_tensor("s", int(t), dims, bytes(data), raw=True))
 
