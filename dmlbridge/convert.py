@@ -183,7 +183,7 @@ def _write_outputs(
             # Sampled from the finished file as it is on disk, just before the renames.
             fingerprint = bin_fingerprint(tmp_bin, plan.total_size, [o for o in planned.offsets if o is not None],
                                           [pair.total for pair in planned.pairs if pair.total >= 0])
-            text = manifest_text(replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint).contents())
+            text = manifest_text(replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint))
             tmp_json = temp_file(directory, json_path, temps)
             with open_temp(tmp_json) as file:
                 file.write(text.encode("ascii"))

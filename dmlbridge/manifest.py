@@ -47,7 +47,8 @@ import json
 import re
 import types
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from dmlbridge.descs import BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, LayoutError, ManifestError
@@ -74,8 +75,9 @@ _INT64_MAX = 2**63 - 1
 _DESC_FIELDS = tuple(BufferTensorDesc(0, 0, (), None, 0, 0).as_dict())  # DataType, Flags, DimensionCount, ...
 
 
-class Manifest(NamedTuple):
-    """What a manifest holds (an UploadPlan's fields, without its file paths)."""
+@dataclass(frozen=True, eq=False)
+class Manifest:
+    """What a manifest holds: a plan without its file paths (``UploadPlan`` adds them)."""
 
     entries: Mapping[str, PlanEntry]
     target: Target
@@ -85,8 +87,8 @@ class Manifest(NamedTuple):
     source_name: str | None
     source_size: int | None
     dmlbridge_version: str
-    bin_sha256: str | None
-    bin_fingerprint: str | None
+    bin_sha256: str | None = None
+    bin_fingerprint: str | None = None
 
 
 # --- writing -------------------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +35,12 @@ _CHUNK = 4 << 20  # the SHA-256 of a .bin is read in pieces of this size
 
 
 @dataclass(frozen=True, eq=False)
-class UploadPlan:
+class UploadPlan(Manifest):
     """An upload buffer's layout: where each constant of a model sits in the .bin and how DirectML sees it.
 
-    ``entries`` maps each key to its :class:`PlanEntry`, in model order. ``bin_path`` is None for a plan from
-    :func:`plan_model`, which has no bytes.
+    ``entries`` maps each key to its :class:`PlanEntry`, in model order; the fields a manifest holds are
+    :class:`~dmlbridge.manifest.Manifest`'s. ``bin_path`` and ``manifest_path`` are the files of a written plan,
+    None for a plan from :func:`plan_model`, which has no bytes.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -51,18 +51,8 @@ class UploadPlan:
         (12, 'FLOAT32')
     """
 
-    entries: Mapping[str, PlanEntry]
-    target: Target
-    alignment: int
-    min_dims: int
-    total_size: int
-    source_name: str | None
-    source_size: int | None
-    dmlbridge_version: str
-    bin_sha256: str | None = None
     bin_path: str | None = None
     manifest_path: str | None = None
-    bin_fingerprint: str | None = None
 
     @property
     def converted(self) -> list[PlanEntry]:
@@ -74,14 +64,9 @@ class UploadPlan:
         """The entries that could not be converted."""
         return [e for e in self.entries.values() if e.skipped is not None]
 
-    def contents(self) -> Manifest:
-        """The plan's fields as its manifest holds them."""
-        return Manifest(self.entries, self.target, self.alignment, self.min_dims, self.total_size, self.source_name,
-                        self.source_size, self.dmlbridge_version, self.bin_sha256, self.bin_fingerprint)
-
     def manifest(self) -> dict[str, Any]:
         """The manifest (the JSON document of ``PREFIX.json``) as a dict."""
-        return manifest_document(self.contents())
+        return manifest_document(self)
 
     def _entry(self, key: str) -> PlanEntry:
         entry = self.entries.get(key) if isinstance(key, str) else None
@@ -257,7 +242,7 @@ def read_plan(
             raw = file.read()
     except OSError as exc:
         raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
-    plan = UploadPlan(**parse_manifest(raw, path)._asdict(), bin_path=bin_file, manifest_path=path)
+    plan = UploadPlan(**vars(parse_manifest(raw, path)), bin_path=bin_file, manifest_path=path)
     _check_image(plan, bin_file, verify, check_fingerprint)
     return plan
 
