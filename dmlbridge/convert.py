@@ -82,6 +82,17 @@ def convert_model(
             renamed output may be empty or incomplete.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
+
+    Example:
+        >>> import dmlbridge, numpy as np, os, shutil, tempfile
+        >>> from onnx import helper, numpy_helper
+        >>> w = numpy_helper.from_array(np.array([1.5, -2.0], dtype=np.float32), "w")
+        >>> folder = tempfile.mkdtemp()
+        >>> plan = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
+        ...                                os.path.join(folder, "m"), progress=False)
+        >>> sorted(os.listdir(folder)), plan.entries["w"].desc()["DataType"], plan.read("w").tobytes().hex()
+        (['m.bin', 'm.json'], 1, '0000c03f000000c0')
+        >>> shutil.rmtree(folder)
     """
     layout = PlanOptions.check(target, alignment, min_dims)
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,

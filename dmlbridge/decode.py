@@ -44,6 +44,13 @@ def decode(
 
     ``data`` is any bytes-like object or uint8 array (the readback buffer, or ``PreparedTensor.data``); it must
     hold every position the sizes and strides reach. 4-bit tensors come back as ml_dtypes ``uint4``/``int4``.
+
+    Example:
+        >>> import dmlbridge
+        >>> dmlbridge.decode(bytes.fromhex("0100000002000000"), "INT32", [2])
+        array([1, 2], dtype=int32)
+        >>> dmlbridge.decode(bytes.fromhex("21f3"), dmlbridge.DmlDataType.INT4, [3])
+        array([1, 2, 3], dtype=int4)
     """
     dml = DmlDataType.parse(dml_type)
     checked_sizes = check_sizes(sizes)

@@ -46,6 +46,14 @@ class PreparedTensor:
     ``data`` is a uint8 array of ``total_tensor_size_in_bytes`` bytes: every padding byte and unreached position
     is zero. For ``prepare_into`` it is a view into the destination; for a zero-copy ``prepare`` it is a read-only
     view of the source.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> t = dmlbridge.prepare(np.array([1.0, 2.0], dtype=np.float16))
+        >>> t.dml_type.name, t.total_tensor_size_in_bytes, t.data.tobytes().hex()
+        ('FLOAT16', 4, '003c0040')
+        >>> t.to_numpy()
+        array([1., 2.], dtype=float16)
     """
 
     onnx_type: OnnxDataType
@@ -235,6 +243,14 @@ def prepare(
 
     Returns a PreparedTensor whose ``data`` holds exactly ``total_tensor_size_in_bytes`` bytes. When the source's
     bytes already fit, ``data`` is a read-only view of them (no copy).
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> t = dmlbridge.prepare(np.array([True, False, True]))
+        >>> t.dml_type.name, t.conversion, t.data.tobytes().hex()
+        ('UINT8', 'widen', '01000100')
+        >>> t.desc()["Sizes"], t.desc()["TotalTensorSizeInBytes"]
+        ([3], 4)
     """
     plan = _plan(array, target, strides, min_dims, flags, guaranteed_base_offset_alignment)
     if _can_share(plan):
@@ -262,6 +278,13 @@ def prepare_into(
     """Like :func:`prepare`, but write the bytes into ``dst[offset : offset + total]`` (an upload buffer, an mmap,
     a bytearray). ``offset`` must be a multiple of 16, or of ``guaranteed_base_offset_alignment`` when nonzero.
     Bytes outside that range are not touched. The result's ``data`` is a view into ``dst``.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> buffer = bytearray(24)
+        >>> t = dmlbridge.prepare_into(buffer, 16, np.array([1, -2], dtype=np.int16))
+        >>> t.dml_type.name, t.total_tensor_size_in_bytes, buffer[16:].hex()
+        ('INT16', 4, '0100feff00000000')
     """
     plan = _plan(array, target, strides, min_dims, flags, guaranteed_base_offset_alignment)
     out = as_writable_bytes(dst)

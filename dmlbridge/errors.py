@@ -22,40 +22,124 @@ __all__ = [
 
 
 class DmlBridgeError(Exception):
-    """Base class of every error dmlbridge raises."""
+    """Base class of every error dmlbridge raises.
+
+    Example:
+        >>> import dmlbridge
+        >>> try:
+        ...     dmlbridge.dml_type_for("STRING")
+        ... except dmlbridge.DmlBridgeError as exc:
+        ...     print(type(exc).__name__, isinstance(exc, TypeError))
+        UnsupportedTypeError True
+    """
 
 
 class InvalidArgumentError(DmlBridgeError, ValueError):
-    """An argument is malformed: a bad option, a Target that makes no sense, a wrong kind of object."""
+    """An argument is malformed: a bad option, a Target that makes no sense, a wrong kind of object.
+
+    Example:
+        >>> import dmlbridge
+        >>> dmlbridge.Target(int64="wrap")
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.InvalidArgumentError: int64 must be 'emulate' or 'narrow', not 'wrap'
+    """
 
 
 class UnsupportedTypeError(DmlBridgeError, TypeError):
-    """A data type has no DirectML representation for the chosen target."""
+    """A data type has no DirectML representation for the chosen target.
+
+    Example:
+        >>> import dmlbridge
+        >>> dmlbridge.dml_type_for("STRING")
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.UnsupportedTypeError: ONNX STRING cannot be a DirectML tensor: DirectML has no string tensors
+    """
 
 
 class LayoutError(DmlBridgeError, ValueError):
-    """Sizes, strides, dimension count or alignment break a DirectML buffer-tensor rule."""
+    """Sizes, strides, dimension count or alignment break a DirectML buffer-tensor rule.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> dmlbridge.prepare(np.zeros((0, 3), dtype=np.float32))
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.LayoutError: the array has shape (0, 3) and no elements; DirectML has no empty tensors, ...
+    """
 
 
 class ValueRangeError(DmlBridgeError, ValueError):
-    """A value does not fit the DirectML type it must be written as (e.g. 9 as INT4, 2**40 as INT32)."""
+    """A value does not fit the DirectML type it must be written as (e.g. 9 as INT4, 2**40 as INT32).
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> dmlbridge.pack_4bit(np.array([1, 9], dtype=np.int8))
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.ValueRangeError: value 9 at flat index 1 does not fit INT4 (-8..7); 4-bit values are never ...
+    """
 
 
 class DestinationError(DmlBridgeError, ValueError):
-    """The destination buffer of ``prepare_into`` is read-only, too small or wrongly aligned."""
+    """The destination buffer of ``prepare_into`` is read-only, too small or wrongly aligned.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> dmlbridge.prepare_into(bytearray(4), 0, np.zeros(2, dtype=np.float32))
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.DestinationError: the destination holds 4 bytes; this tensor needs 8 at offset 0 (up to byte 8)
+    """
 
 
 class TensorProtoError(DmlBridgeError, ValueError):
-    """An ONNX TensorProto is malformed: wrong byte or entry count, bad dims, unknown data type."""
+    """An ONNX TensorProto is malformed: wrong byte or entry count, bad dims, unknown data type.
+
+    Example:
+        >>> import dmlbridge, onnx
+        >>> tensor = onnx.TensorProto(name="t", data_type=onnx.TensorProto.FLOAT, dims=[2], raw_data=b"ab")
+        >>> dmlbridge.tensor_info(tensor)
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.TensorProtoError: tensor 't' has 2 bytes of raw_data but its type FLOAT and dims [2] need ...
+    """
 
 
 class ExternalDataError(TensorProtoError):
-    """External tensor data is refused: an unsafe location, a range outside the file, a checksum mismatch."""
+    """External tensor data is refused: an unsafe location, a range outside the file, a checksum mismatch.
+
+    Example:
+        >>> import dmlbridge, onnx
+        >>> tensor = onnx.TensorProto(name="w", data_type=onnx.TensorProto.FLOAT, dims=[1], data_location=1)
+        >>> dmlbridge.prepare(tensor)
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.ExternalDataError: tensor 'w' keeps its values in external data; read it with ...
+    """
 
 
 class TensorTooLargeError(DmlBridgeError, ValueError):
-    """A tensor is larger than the caller's ``max_tensor_bytes`` limit (checked before anything is allocated)."""
+    """A tensor is larger than the caller's ``max_tensor_bytes`` limit (checked before anything is allocated).
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import numpy_helper
+        >>> dmlbridge.tensor_to_array(numpy_helper.from_array(np.zeros(4, dtype=np.float32), "w"), max_tensor_bytes=8)
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.TensorTooLargeError: tensor 'w' needs 16 bytes (FLOAT [4]), more than max_tensor_bytes=8 ...
+    """
 
 
 class ManifestError(DmlBridgeError, ValueError):
-    """An upload-plan manifest or its .bin file is malformed or inconsistent."""
+    """An upload-plan manifest or its .bin file is malformed or inconsistent.
+
+    Example:
+        >>> import dmlbridge
+        >>> dmlbridge.load_plan("model.onnx")
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.ManifestError: 'model.onnx' does not end in .json; pass bin_path= to name its .bin
+    """

@@ -105,6 +105,13 @@ def calc_buffer_tensor_size(
 
     bits = span * bit width; bytes = ceil(bits / 8) rounded up to a multiple of 4. Python integers, so huge
     tensors do not overflow as DirectMLX's 32-bit strided path does.
+
+    Example:
+        >>> import dmlbridge
+        >>> dmlbridge.calc_buffer_tensor_size("FLOAT16", [1, 3])  # 6 bytes, rounded up to a multiple of 4
+        8
+        >>> dmlbridge.calc_buffer_tensor_size(dmlbridge.DmlDataType.INT4, [2, 3], strides=[4, 1])  # span 7
+        4
     """
     dtype = DmlDataType.parse(dml_type)
     checked = check_sizes(sizes)

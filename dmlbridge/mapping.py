@@ -73,7 +73,16 @@ _NO_DML_TYPE = {
 
 @dataclass(frozen=True)
 class MappingRow:
-    """How one ONNX data type becomes a DirectML type on a given target."""
+    """How one ONNX data type becomes a DirectML type on a given target.
+
+    Example:
+        >>> import dmlbridge
+        >>> row = dmlbridge.mapping_table()[dmlbridge.OnnxDataType.BOOL]
+        >>> row.dml_type.name, row.conversion, row.lossless
+        ('UINT8', 'widen', True)
+        >>> row.reason
+        'DirectML has no bool: stored as UINT8 0 or 1 (DirectML/ONNX Runtime convention)'
+    """
 
     onnx_type: int
     onnx_name: str
@@ -138,13 +147,28 @@ def _widen_reason(onnx: O, dml: D) -> str:
 
 
 def mapping_table(target: Target | None = None) -> list[MappingRow]:
-    """One MappingRow per ONNX data type 0..28, in order, for ``target`` (default: FL 6_4, every type)."""
+    """One MappingRow per ONNX data type 0..28, in order, for ``target`` (default: FL 6_4, every type).
+
+    Example:
+        >>> import dmlbridge
+        >>> rows = dmlbridge.mapping_table(dmlbridge.Target("2.0"))
+        >>> len(rows), rows[7].onnx_name, rows[7].dml_type.name, rows[7].conversion, rows[7].lossless
+        (29, 'INT64', 'INT32', 'emulate', False)
+    """
     target = Target() if target is None else target
     return [resolve(onnx, target) for onnx in O]
 
 
 def dml_type_for(onnx_type: O | int | str, target: Target | None = None) -> D:
-    """The DML type an ONNX type becomes on ``target``; raises UnsupportedTypeError when there is none."""
+    """The DML type an ONNX type becomes on ``target``; raises UnsupportedTypeError when there is none.
+
+    Example:
+        >>> import dmlbridge
+        >>> dmlbridge.dml_type_for("BFLOAT16")
+        <DmlDataType.FLOAT32: 1>
+        >>> dmlbridge.dml_type_for(dmlbridge.OnnxDataType.FLOAT16, dmlbridge.Target(supported={"FLOAT32"})).name
+        'FLOAT32'
+    """
     row = resolve(O.parse(onnx_type), target)
     if row.dml_type is None:
         raise UnsupportedTypeError(f"ONNX {row.onnx_name} cannot be a DirectML tensor: {row.reason}")

@@ -118,6 +118,13 @@ class TensorInfo:
     ``nbytes`` is the size of the logical numpy array (one byte per element for sub-byte types; 8 per element,
     a pointer, for STRING); ``packed_nbytes`` the size of ONNX's ``raw_data`` / external form
     (``ceil(size * bits / 8)``; 0 for STRING).
+
+    Example:
+        >>> import dmlbridge
+        >>> from onnx import TensorProto, helper
+        >>> info = dmlbridge.tensor_info(helper.make_tensor("q", TensorProto.INT4, [3], [1, -2, 3]))
+        >>> info.onnx_type.name, info.shape, info.storage, info.nbytes, info.packed_nbytes
+        ('INT4', (3,), 'typed', 3, 2)
     """
 
     name: str
@@ -148,6 +155,13 @@ def tensor_info(tensor: Any) -> TensorInfo:
 
     Raises TensorProtoError for malformed tensors (bad dims, wrong byte or entry count, several storage forms,
     ``segment``, bad external_data entries) and UnsupportedTypeError for an unknown data_type. Opens no file.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import numpy_helper
+        >>> dmlbridge.tensor_info(numpy_helper.from_array(np.zeros((2, 3), dtype=np.int8), "w"))
+        TensorInfo(name='w', onnx_type=<OnnxDataType.INT8: 3>, shape=(2, 3), nbytes=6, storage='raw', size=6,
+                   packed_nbytes=6)
     """
     return examine_tensor(tensor)[0]
 
@@ -281,6 +295,13 @@ def tensor_to_array(
     directory external files may resolve into. ``reader`` (instead of those two) shares one
     :class:`~dmlbridge.external_data.ExternalDataReader`, and its checksum cache, across a model's tensors.
     A tensor larger than ``max_tensor_bytes`` raises TensorTooLargeError before anything is read.
+
+    Example:
+        >>> import dmlbridge
+        >>> from onnx import TensorProto, helper
+        >>> dmlbridge.tensor_to_array(helper.make_tensor("h", TensorProto.FLOAT16, [2, 1], [1.0, 2.5]))
+        array([[1. ],
+               [2.5]], dtype=float16)
     """
     check_max_tensor_bytes(max_tensor_bytes)
     if reader is not None and (base_dir is not None or external_data_root is not None):

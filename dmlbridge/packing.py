@@ -101,6 +101,13 @@ def pack_4bit(values: Any) -> np.ndarray:
     Signedness comes from the dtype: signed integers and ml_dtypes int4/int2 give INT4 (-8..7), unsigned
     integers and uint4/uint2 give UINT4 (0..15). Any shape is packed in C order. Values out of range raise
     ValueRangeError, never wrap. Returns a new uint8 array (no padding to 4 bytes: that is the buffer's job).
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> dmlbridge.pack_4bit(np.array([1, 2, 3], dtype=np.uint8)).tobytes().hex()
+        '2103'
+        >>> dmlbridge.pack_4bit(np.array([-1, 7], dtype=np.int8)).tobytes().hex()
+        '7f'
     """
     array = np.asarray(values)
     kind = array.dtype.kind
@@ -163,6 +170,13 @@ def unpack_4bit(data: Any, count: int, signed: bool) -> np.ndarray:
 
     ``data`` is any bytes-like object or uint8 array holding at least ceil(count / 2) bytes; extra bytes (such
     as the padding of a DirectML buffer) are ignored.
+
+    Example:
+        >>> import dmlbridge
+        >>> dmlbridge.unpack_4bit(bytes.fromhex("7f21"), 3, signed=True)
+        array([-1,  7,  1], dtype=int8)
+        >>> dmlbridge.unpack_4bit(bytes.fromhex("7f21"), 3, signed=False)
+        array([15,  7,  1], dtype=uint8)
     """
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
         raise InvalidArgumentError(f"count must be a non-negative whole number, got {count!r}")

@@ -211,6 +211,17 @@ def load_plan(
     and the .bin's real size and ``bin_fingerprint`` (sampled bytes: a .bin from another conversion is refused
     even when its size is the same). ``verify=True`` also checks the .bin's SHA-256 against ``bin_sha256`` (which
     ``convert_model(..., checksum=True)`` records). Any problem raises ManifestError.
+
+    Example:
+        >>> import dmlbridge, numpy as np, os, shutil, tempfile
+        >>> from onnx import helper, numpy_helper
+        >>> w = numpy_helper.from_array(np.array([1.5, -2.0], dtype=np.float32), "w")
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
+        ...                             os.path.join(folder, "m"), progress=False, checksum=True)
+        >>> dmlbridge.load_plan(os.path.join(folder, "m.json"), verify=True).array("w")
+        array([ 1.5, -2. ], dtype=float32)
+        >>> shutil.rmtree(folder)
     """
     return read_plan(manifest_path, verify=verify, bin_path=bin_path, check_fingerprint=True)
 

@@ -26,6 +26,14 @@ class Target:
         int64: what to do with INT64/UINT64 when the target lacks them: ``"emulate"`` keeps 8-byte elements
             described as INT32/UINT32 with doubled strides (ONNX Runtime's way); ``"narrow"`` writes 4-byte values.
         allow_lossy: allow DOUBLE to become FLOAT32 when the target lacks FLOAT64.
+
+    Example:
+        >>> import dmlbridge
+        >>> target = dmlbridge.Target("6.2", supported={"FLOAT32", "INT8"})
+        >>> target.describe()
+        {'feature_level': '6.2', 'supported': ['FLOAT32', 'INT8'], 'int64': 'emulate', 'allow_lossy': False}
+        >>> dmlbridge.dml_type_for("INT4", target).name
+        'INT8'
     """
 
     feature_level: FeatureLevel = FeatureLevel.FL_6_4

@@ -19,7 +19,14 @@ __all__ = ["DmlDataType", "FeatureLevel", "OnnxDataType", "onnx_type_of_dtype"]
 
 
 class FeatureLevel(enum.IntEnum):
-    """A DirectML feature level (equal to its ``DML_TARGET_VERSION``)."""
+    """A DirectML feature level (equal to its ``DML_TARGET_VERSION``).
+
+    Example:
+        >>> import dmlbridge
+        >>> level = dmlbridge.FeatureLevel.parse("6.2")
+        >>> level, hex(level), level.dotted, level.max_dimension_count
+        (<FeatureLevel.FL_6_2: 25088>, '0x6200', '6.2', 8)
+    """
 
     FL_1_0 = 0x1000
     FL_2_0 = 0x2000
@@ -65,7 +72,16 @@ class FeatureLevel(enum.IntEnum):
 
 
 class DmlDataType(enum.IntEnum):
-    """``DML_TENSOR_DATA_TYPE``: the element types a DirectML buffer tensor can have."""
+    """``DML_TENSOR_DATA_TYPE``: the element types a DirectML buffer tensor can have.
+
+    Example:
+        >>> import dmlbridge
+        >>> t = dmlbridge.DmlDataType.parse("float16")
+        >>> t, t.bitwidth, t.numpy(), t.introduced_in.dotted
+        (<DmlDataType.FLOAT16: 2>, 16, dtype('float16'), '1.0')
+        >>> dmlbridge.DmlDataType.INT4.introduced_in
+        <FeatureLevel.FL_6_3: 25344>
+    """
 
     UNKNOWN = 0
     FLOAT32 = 1
@@ -169,7 +185,14 @@ _DML_NUMPY: dict[DmlDataType, Any] = {
 
 
 class OnnxDataType(enum.IntEnum):
-    """``TensorProto.DataType``: the element types of ONNX tensors (onnx 1.23)."""
+    """``TensorProto.DataType``: the element types of ONNX tensors (onnx 1.23).
+
+    Example:
+        >>> import dmlbridge
+        >>> t = dmlbridge.OnnxDataType.parse("bfloat16")
+        >>> t, t.bitwidth, t.is_float, t.numpy()
+        (<OnnxDataType.BFLOAT16: 16>, 16, True, dtype(bfloat16))
+    """
 
     UNDEFINED = 0
     FLOAT = 1
