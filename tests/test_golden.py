@@ -74,8 +74,12 @@ def outcomes() -> dict[str, dict[str, str]]:
     return results
 
 
+@pytest.mark.parametrize("checked_only", ["", "1"], ids=["fast-paths", "checked-path-only"])
 @pytest.mark.parametrize("case", [f"{m} @ {t}" for m in MODELS for t in TARGETS])
-def test_outputs_are_the_golden_ones(case: str, tmp_path: Path) -> None:
+def test_outputs_are_the_golden_ones(case: str, checked_only: str, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same bytes with the fast paths and with DMLBRIDGE_CHECKED_PATH_ONLY=1."""
+    monkeypatch.setenv("DMLBRIDGE_CHECKED_PATH_ONLY", checked_only)
     expected = json.loads(OUTPUTS.read_text())[case]
     model_name, target_name = case.split(" @ ")
     target, options = TARGETS[target_name]
