@@ -1,206 +1,279 @@
-"""Publishing two output files together: temporary files beside the targets, renamed into place as a pair.
+"""Publishing a conversion: its buffer files and its manifest, made visible by one atomic rename.
 
-The protocol: both outputs are written to temporary files beside their targets
-(``.NAME.pPID-hHOST.XXXXXXXX.dmlbridge-tmp``: NAME is the target's name, PID the writing process, HOST a hash of
-its host name), fsync'd when asked, and renamed into place (.bin, then .json) only when both are complete; the
-directory is fsync'd after the renames. Ctrl-C during the two renames is deferred until they are done, and a
-failed .json rename puts the previous .bin back (through a hard link made just before). A process killed outright
-cannot clean up: its temporary files stay behind, and the next conversion into the same prefix removes those
-whose writer, on this host, is no longer running (POSIX; elsewhere they are left for the user to delete).
+The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``N`` a buffer index):
+
+1. ``PREFIX.lock`` is created if missing and locked (``flock``, exclusive, not waiting): a second conversion into
+   the same prefix fails at once with ``DestinationError`` naming the lock and the process that holds it. The
+   lock file stays in place (it is empty but for the holder's name) and is harmless. ``flock`` is unreliable on
+   network filesystems (NFS, SMB): there, do not run two conversions into one prefix at once.
+2. Files that no live writer holds are removed: temporary manifests (``.PREFIX.json.ID.dmlbridge-tmp``) and
+   buffer files (``PREFIX.ID.N.bin``) that the current manifest does not list. A writer holds a ``flock`` on each
+   file it is writing, so a file is known to be abandoned whatever process namespace its writer ran in.
+3. Each buffer file is created under its final, unique name (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600),
+   written, and flushed (unless ``fsync=False``). Nothing reads a buffer file that no manifest lists.
+4. The manifest is written to a temporary file created the same way, every byte checked as written, and
+   flushed; every new file then gets the ordinary mode (0666 less the umask) through its open descriptor.
+5. **The commit point:** the temporary manifest is renamed onto ``PREFIX.json`` (Ctrl-C is held back for that
+   one call). A rename replaces whatever name was there, a symlink included, and never follows it. The directory
+   is flushed after it.
+6. The previous conversion's buffer files are removed, then the lock is released.
+
+Every file is created once, relative to the output directory opened at the start, and everything after
+(writing, hashing, the mode, fsync) goes through its descriptor, never its name. A process killed at any moment
+leaves ``PREFIX.json`` either the previous manifest, with the previous buffer files still in place, or the new
+one with the new buffer files: a manifest is never read with another conversion's buffers. On an error or Ctrl-C
+the files this conversion created are removed (with Ctrl-C held back while they are).
 
     >>> import tempfile, os
     >>> folder = tempfile.mkdtemp()
-    >>> bin_path, json_path = os.path.join(folder, "w.bin"), os.path.join(folder, "w.json")
-    >>> temps: list[str] = []
-    >>> a, b = temp_file(folder, bin_path, temps), temp_file(folder, json_path, temps)
-    >>> commit_pair(a, bin_path, b, json_path, temps)
-    >>> sorted(os.listdir(folder)), temps
-    (['w.bin', 'w.json'], [])
+    >>> with Publication(os.path.join(folder, "w"), fsync=False) as publication:
+    ...     with publication.new_buffer(0) as buffer:
+    ...         _ = buffer.write(b"1234")
+    ...     publication.publish(b"{}")
+    >>> sorted(name for name in os.listdir(folder) if not name.endswith(".bin"))
+    ['w.json', 'w.lock']
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
+import errno
 import os
 import re
 import secrets
 import signal
 import socket
 import stat
-import tempfile
 import threading
 from collections.abc import Iterator
+from types import TracebackType
 from typing import Any, BinaryIO
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; see the README for what that means
+    fcntl = None  # type: ignore[assignment]
 
 from dmlbridge.errors import DestinationError
 
-__all__ = [
-    "TEMP_SUFFIX",
-    "commit_pair",
-    "copy_mode",
-    "fsync_directory",
-    "open_temp",
-    "owner_tag",
-    "remove_stale_temps",
-    "sigint_deferred",
-    "temp_file",
-]
+__all__ = ["LOCK_SUFFIX", "TEMP_SUFFIX", "Publication", "buffer_name", "sigint_deferred", "write_all"]
 
 TEMP_SUFFIX = ".dmlbridge-tmp"
+LOCK_SUFFIX = ".lock"
+_ID_DIGITS = 16  # hex digits of a conversion id: 64 random bits
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_BINARY = getattr(os, "O_BINARY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
+_DIR_FD = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd  # (os.replace takes the same)
+_BUFFER_TAIL = re.compile(rf"([0-9a-f]{{{_ID_DIGITS}}})\.[0-9]{{5}}\.bin")  # after "PREFIX."
 
 
-def commit_pair(tmp_bin: str, bin_path: str, tmp_json: str, json_path: str, temps: list[str]) -> None:
-    """Rename both temporary files into place, .bin first; if the .json rename fails, put the old .bin back.
-    ``temps`` lists the temporary files still to remove on failure; each leaves it as it is renamed."""
-    # A second name for the previous .bin (a hard link: no copy) lets a failed .json rename be undone.
-    backup = _link_backup(bin_path, temps)
-    had_bin = backup is not None or os.path.lexists(bin_path)
-    with sigint_deferred():
-        os.replace(tmp_bin, bin_path)
-        temps.remove(tmp_bin)
+def buffer_name(base: str, conversion_id: str, index: int) -> str:
+    """The file name of buffer ``index`` of a conversion into the prefix whose last component is ``base``."""
+    return f"{base}.{conversion_id}.{index:05d}.bin"
+
+
+def write_all(fd: int, data: Any) -> None:
+    """Write every byte of ``data`` to ``fd``: one ``write`` may write fewer (Linux caps it at 0x7ffff000 bytes; a
+    full disk may take part), so the count is checked and the rest written; a write of nothing is ENOSPC."""
+    view = memoryview(data).cast("B")
+    while len(view):
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "no byte could be written")
+        view = view[written:]
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+class Publication:
+    """One conversion's outputs, from taking the prefix's lock to publishing its manifest (see the module
+    docstring). Use it as a context manager: leaving it by an exception removes what it created."""
+
+    def __init__(self, prefix: str, *, fsync: bool) -> None:
+        self.prefix = prefix
+        self.directory = os.path.dirname(os.path.abspath(prefix))
+        self.base = os.path.basename(prefix)
+        self.fsync = fsync
+        self.conversion_id = secrets.token_hex(_ID_DIGITS // 2)
+        self.manifest_name = self.base + ".json"
+        self._created: list[str] = []  # names this conversion made, to remove if it fails
+        self._open: list[int] = []  # descriptors of files being written (each holds its flock)
+        self._published = False
         try:
-            os.replace(tmp_json, json_path)
-            temps.remove(tmp_json)
+            flags = os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC
+            self._dir_fd: int | None = os.open(self.directory, flags) if _DIR_FD else None
+        except OSError as exc:
+            raise DestinationError(f"cannot open the output directory {self.directory!r}: {exc.strerror}") from None
+        try:
+            self._lock_fd = self._take_lock()
+            self._remove_abandoned(temporary_only=True)
         except BaseException:
-            with contextlib.suppress(OSError):
-                if backup is not None:
-                    os.replace(backup, bin_path)
-                    temps.remove(backup)
-                elif not had_bin:
-                    os.unlink(bin_path)
+            self._close_dir()
             raise
-    if backup is not None:
+
+    # --- names relative to the pinned directory -------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return name if self._dir_fd is not None else os.path.join(self.directory, name)
+
+    def _open_name(self, name: str, flags: int, mode: int = 0o600) -> int:
+        return os.open(self._path(name), flags, mode, dir_fd=self._dir_fd)
+
+    def _unlink(self, name: str) -> None:
         with contextlib.suppress(OSError):
-            os.unlink(backup)
-            temps.remove(backup)
+            os.unlink(self._path(name), dir_fd=self._dir_fd)
 
+    # --- the lock ------------------------------------------------------------------------------------------------
 
-def _link_backup(path: str, temps: list[str]) -> str | None:
-    if not os.path.isfile(path) or os.path.islink(path):
-        return None
-    directory, base = os.path.split(os.path.abspath(path))
-    for _ in range(8):
-        candidate = os.path.join(directory, f".{base}.{owner_tag()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    def _take_lock(self) -> int | None:
+        name = self.base + LOCK_SUFFIX
         try:
-            os.link(path, candidate)
-        except FileExistsError:
-            continue
-        except (OSError, NotImplementedError):
-            return None  # no hard links here (FAT, some network shares): no undo, the window stays tiny
-        temps.append(candidate)
-        return candidate
-    return None
-
-
-@functools.lru_cache(maxsize=1)
-def _host_tag() -> str:
-    try:
-        host = socket.gethostname()
-    except OSError:  # pragma: no cover - gethostname does not fail in practice
-        host = ""
-    return hashlib.sha256(host.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-
-
-def owner_tag() -> str:
-    """``pPID-hHOST``: who writes a temporary file, so that a later run can tell a dead writer's leftovers."""
-    return f"p{os.getpid()}-h{_host_tag()}"
-
-
-def _temp_pattern(target: str) -> re.Pattern[str]:
-    base = re.escape(os.path.basename(target))
-    return re.compile(rf"^\.{base}\.p([0-9]{{1,10}})-h([0-9a-f]{{8}})\.[A-Za-z0-9_]+{re.escape(TEMP_SUFFIX)}$")
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return True  # not a process id we wrote: leave the file alone
-    try:
-        os.kill(pid, 0)  # signal 0: an existence check, nothing is sent (POSIX only: see _remove_stale_temps)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError, ValueError):
-        return True  # EPERM: alive, owned by someone else; anything else: do not guess
-    return True
-
-
-def remove_stale_temps(directory: str, targets: tuple[str, ...]) -> None:
-    """Remove the temporary files a killed convert_model left for these targets: only names this module makes,
-    written on this host by a process that no longer exists. Never fails (leftovers are harmless)."""
-    if os.name != "posix":
-        return  # os.kill(pid, 0) is not an existence check on Windows (it terminates the process)
-    patterns = [_temp_pattern(t) for t in targets]
-    try:
-        with os.scandir(directory) as listing:
-            names = [entry.name for entry in listing if entry.name.endswith(TEMP_SUFFIX)]
-    except OSError:
-        return
-    own = os.getpid()
-    for name in names:
-        for pattern in patterns:
-            match = pattern.match(name)
-            if match is None:
-                continue
-            pid = int(match.group(1))
-            if match.group(2) != _host_tag() or pid == own or _pid_alive(pid):
-                break
-            path = os.path.join(directory, name)
-            with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(path).st_mode):
-                    os.unlink(path)
-            break
-
-
-def temp_file(directory: str, target: str, temps: list[str]) -> str:
-    """A new, empty temporary file for ``target`` in ``directory`` (0600), named for its writer; added to
-    ``temps``."""
-    try:
-        fd, path = tempfile.mkstemp(
-            prefix=f".{os.path.basename(target)}.{owner_tag()}.", suffix=TEMP_SUFFIX, dir=directory
-        )
-    except OSError as exc:
-        raise DestinationError(f"cannot create a file in {directory!r}: {exc.strerror or exc}") from None
-    temps.append(path)
-    os.close(fd)
-    return path
-
-
-def open_temp(path: str) -> BinaryIO:
-    """The (empty) temporary file _temp_file made, opened for writing, unbuffered. Not with O_TRUNC: on ext4,
-    truncating a file and writing it again makes close() start writing it all back to the disk at once (the
-    "auto_da_alloc" safeguard for programs that do not fsync), which costs a third of the time of copying 1 GiB."""
-    fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    return open(fd, "wb", buffering=0)
-
-
-def copy_mode(temp: str, final: str) -> None:
-    """mkstemp makes 0600 files; give the output the existing file's mode, or what a plain open() would."""
-    try:
-        mode = stat.S_IMODE(os.stat(final).st_mode)
-    except OSError:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        mode = 0o666 & ~mask
-    with contextlib.suppress(OSError):
-        os.chmod(temp, mode)
-
-
-def fsync_directory(directory: str) -> None:
-    # Makes the renames durable on POSIX; Windows cannot open directories this way.
-    if os.name != "posix":
-        return
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            fd = self._open_name(name, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY, _umask_mode())
+        except OSError as exc:
+            raise DestinationError(f"cannot create the lock {os.path.join(self.directory, name)!r}: "
+                                   f"{exc.strerror or exc}") from None
+        if fcntl is None:
+            return fd
         try:
-            os.fsync(fd)
-        finally:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() if exc.errno in (
+                errno.EAGAIN, errno.EACCES) else ""
             os.close(fd)
+            raise DestinationError(
+                f"another conversion into {self.prefix!r} is running: it holds the lock "
+                f"{os.path.join(self.directory, name)!r} ({holder or 'holder unknown'}); wait for it to finish, or "
+                "choose another output prefix"
+            ) from None
+        with contextlib.suppress(OSError):  # who holds it, for the message above (the file stays in place)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        return fd
+
+    # --- writing ---------------------------------------------------------------------------------------------
+
+    def _create(self, name: str) -> int:
+        try:
+            fd = self._open_name(name, _CREATE, 0o600)
+        except FileExistsError:
+            raise DestinationError(f"{os.path.join(self.directory, name)!r} exists already; convert again") from None
+        self._created.append(name)
+        self._open.append(fd)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while written: the next conversion leaves a live file alone
+        return fd
+
+    def new_buffer(self, index: int) -> BinaryIO:
+        """A new, empty buffer file (read-write, unbuffered), under its final name; closed by the caller."""
+        fd = self._create(buffer_name(self.base, self.conversion_id, index))
+        return open(fd, "r+b", buffering=0, closefd=False)
+
+    @property
+    def buffer_names(self) -> list[str]:
+        """The names of the buffer files this conversion made, in order."""
+        return [name for name in self._created if name.endswith(".bin")]
+
+    def publish(self, manifest: bytes) -> None:
+        """Write ``manifest`` and rename it onto PREFIX.json: the one step that makes this conversion visible.
+        Then the previous conversion's files are removed."""
+        temp = f".{self.manifest_name}.{self.conversion_id}{TEMP_SUFFIX}"
+        fd = self._create(temp)
+        write_all(fd, manifest)
+        mode = _umask_mode()
+        for each in self._open:
+            if self.fsync:
+                os.fsync(each)
+            if hasattr(os, "fchmod"):
+                os.fchmod(each, mode)  # the ordinary mode, never one copied from what a name pointed at
+            if fcntl is not None:
+                fcntl.flock(each, fcntl.LOCK_UN)  # published files are no one's temporaries (a plan may keep a dup)
+        with sigint_deferred():
+            os.replace(self._path(temp), self._path(self.manifest_name), src_dir_fd=self._dir_fd,
+                       dst_dir_fd=self._dir_fd)
+            self._created.remove(temp)
+            self._published = True
+        if self.fsync and self._dir_fd is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(self._dir_fd)
+        self._remove_abandoned(temporary_only=False)
+
+    # --- cleaning up -----------------------------------------------------------------------------------------
+
+    def _abandoned(self, name: str, temporary_only: bool) -> bool:
+        """Whether ``name`` is a file of this prefix that no live writer holds and no manifest needs: a temporary
+        manifest, or (after publishing) a buffer file of another conversion."""
+        if name.startswith(f".{self.base}.") and name.endswith(TEMP_SUFFIX):
+            return True
+        if temporary_only or not name.startswith(self.base + ".") or not name.endswith(".bin"):
+            return False
+        match = _BUFFER_TAIL.fullmatch(name[len(self.base) + 1 :])
+        return match is not None and match.group(1) != self.conversion_id
+
+    def _remove_abandoned(self, temporary_only: bool) -> None:
+        """Remove the files of this prefix left by writers that are gone (a file whose flock can be taken has no
+        writer, whatever its process namespace). Never fails: leftovers are harmless. Not on Windows (no flock)."""
+        if fcntl is None:
+            return
+        try:
+            names = os.listdir(self._dir_fd if self._dir_fd is not None else self.directory)
+        except OSError:
+            return
+        for name in names:
+            if name in self._created or not self._abandoned(name, temporary_only):
+                continue
+            try:
+                fd = self._open_name(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live writer holds it
+            finally:
+                os.close(fd)
+            self._unlink(name)
+
+    def _close_dir(self) -> None:
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+
+    def close(self) -> None:
+        """Remove what an unpublished conversion created, and release the lock."""
+        with sigint_deferred():  # a second Ctrl-C must not leave a file behind
+            for fd in self._open:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._open.clear()
+            if not self._published:
+                for name in self._created:
+                    self._unlink(name)
+            self._created.clear()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # releases the flock; the lock file stays
+                self._lock_fd = None
+            self._close_dir()
+
+    def __enter__(self) -> Publication:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
 
 @contextlib.contextmanager
 def sigint_deferred() -> Iterator[None]:
-    """Hold back Ctrl-C while the outputs are renamed, so the .bin and .json are replaced together."""
+    """Hold back Ctrl-C (SIGINT) for the duration; raise KeyboardInterrupt after it if one came."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -220,5 +293,3 @@ def sigint_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if received:
         raise KeyboardInterrupt
-
-

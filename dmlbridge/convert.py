@@ -13,21 +13,21 @@ a ModelProto has no directory: its external data is refused unless the caller pa
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from dmlbridge.buffer_files import OpenBuffers
 from dmlbridge.byte_scan import BytesScan
-from dmlbridge.commit import commit_pair, copy_mode, fsync_directory, open_temp, remove_stale_temps, temp_file
+from dmlbridge.commit import LOCK_SUFFIX, Publication
 from dmlbridge.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.errors import DestinationError, InvalidArgumentError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader, check_location
 from dmlbridge.fingerprint import bin_fingerprint
 from dmlbridge.image_writer import Progress, write_image
-from dmlbridge.manifest import manifest_text
+from dmlbridge.manifest import BufferFile, manifest_text
 from dmlbridge.model_file import LoadedModel, external_data_reader, model_constants, need_reader, read_model
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, DEFAULT_TARGET, ConvertOptions, PlanOptions
 from dmlbridge.plan import UploadPlan, raise_if_skipped
@@ -53,8 +53,10 @@ def convert_model(
     base_dir: str | os.PathLike[str] | None = None,
     fsync: bool = True,
 ) -> UploadPlan:
-    """Convert every constant of an ONNX model into one DirectML upload buffer: ``out_prefix.bin`` and its
-    manifest ``out_prefix.json``.
+    """Convert every constant of an ONNX model into one DirectML upload buffer: the buffer file
+    ``out_prefix.<conversion id>.00000.bin`` and its manifest ``out_prefix.json``, published together (the
+    manifest's rename is the one step that replaces a previous conversion; see :mod:`dmlbridge.commit`).
+    ``out_prefix.lock`` guards the prefix against a second conversion at the same time and stays in place.
 
     Args:
         model: a path to a .onnx file, its bytes, or an ``onnx.ModelProto``.
@@ -69,17 +71,17 @@ def convert_model(
             types the target cannot hold, tensors DirectML's layout rules refuse).
         external_data_root: widen the directory external data files may resolve into (the model's directory
             by default), e.g. to a Hugging Face cache whose files are symlinks into a blobs folder.
-        checksum: record the SHA-256 of the .bin (computed while writing) as the manifest's ``bin_sha256``.
+        checksum: record the SHA-256 of the buffer file (computed while writing) in the manifest.
         max_tensor_bytes: refuse (TensorTooLargeError) a model with a constant whose decoded array would be
             larger (checked from the model's dims before any file is created, and again as each is decoded).
         base_dir: the directory external data locations are relative to; default: the model file's directory.
             Needed for external data when ``model`` is bytes or a ModelProto.
-        fsync: True (the default) flushes both files to the disk before they are renamed into place, and the
-            directory after, so that even a power loss or an operating system crash leaves each output absent,
-            whole-previous or whole-new. False skips those flushes (``--no-fsync``): faster (the disk writes
-            happen later, in the background), and the outputs are still replaced atomically if the process
-            fails, is interrupted or is killed, but after a power loss or a crash of the operating system a
-            renamed output may be empty or incomplete.
+        fsync: True (the default) flushes the new files to the disk before the manifest is renamed into place,
+            and the directory after, so that even a power loss or an operating system crash leaves the previous
+            conversion or the new one. False skips those flushes (``--no-fsync``): faster (the disk writes happen
+            later, in the background), and the conversion is still published atomically if the process fails,
+            is interrupted or is killed, but after a power loss or a crash of the operating system a published
+            file may be empty or incomplete.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -90,20 +92,22 @@ def convert_model(
         >>> folder = tempfile.mkdtemp()
         >>> plan = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
         ...                                os.path.join(folder, "m"), progress=False)
-        >>> sorted(os.listdir(folder)), plan.entries["w"].desc()["DataType"], plan.read("w").tobytes().hex()
-        (['m.bin', 'm.json'], 1, '0000c03f000000c0')
+        >>> plan.buffers[0].path == os.path.join(folder, f"m.{plan.conversion_id}.00000.bin")
+        True
+        >>> plan.entries["w"].desc()["DataType"], plan.read("w").tobytes().hex()
+        (1, '0000c03f000000c0')
         >>> shutil.rmtree(folder)
     """
     layout = PlanOptions.check(target, alignment, min_dims)
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync)
-    bin_path, json_path = _output_paths(out_prefix)
+    prefix = _output_prefix(out_prefix)
     loaded = read_model(model, base_dir)
     with collector_paused():
-        return _convert(loaded, bin_path, json_path, options)
+        return _convert(loaded, prefix, options)
 
 
-def _convert(loaded: LoadedModel, bin_path: str, json_path: str, options: ConvertOptions) -> UploadPlan:
+def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> UploadPlan:
     layout = options.layout
     constants, scan = model_constants(loaded)
     planned = plan_constants(constants, layout)
@@ -113,12 +117,11 @@ def _convert(loaded: LoadedModel, bin_path: str, json_path: str, options: Conver
     # (What the byte scan read is stored in the model: only the others may use external data.)
     stored_elsewhere = constants if scan is None else [constants[i] for i in np.flatnonzero(scan.starts < 0).tolist()]
     need_reader(stored_elsewhere, reader)
-    _refuse_overwriting_inputs((bin_path, json_path), loaded, stored_elsewhere, reader)
+    _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, stored_elsewhere, reader)
     plan = UploadPlan(planned.entries, layout.target, layout.alignment, layout.min_dims, planned.total, loaded.name,
                       loaded.size, __version__)
     _refuse_too_large(constants, options.max_tensor_bytes)
-    digest, fingerprint = _write_outputs(plan, constants, planned, scan, bin_path, json_path, reader, options)
-    return replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint, bin_path=bin_path, manifest_path=json_path)
+    return _write_outputs(plan, constants, planned, scan, prefix, reader, options)
 
 
 def _refuse_too_large(constants: list[ModelConstant], max_tensor_bytes: int) -> None:
@@ -135,7 +138,7 @@ def _refuse_too_large(constants: list[ModelConstant], max_tensor_bytes: int) -> 
             )
 
 
-def _output_paths(out_prefix: Any) -> tuple[str, str]:
+def _output_prefix(out_prefix: Any) -> str:
     if not isinstance(out_prefix, (str, os.PathLike)):
         raise InvalidArgumentError(f"out_prefix must be a path, not {type(out_prefix).__name__}")
     prefix = os.fspath(out_prefix)
@@ -146,7 +149,7 @@ def _output_paths(out_prefix: Any) -> tuple[str, str]:
     directory = os.path.dirname(os.path.abspath(prefix))
     if not os.path.isdir(directory):
         raise DestinationError(f"the output directory {directory!r} does not exist")
-    return prefix + ".bin", prefix + ".json"
+    return prefix
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -175,48 +178,36 @@ def _refuse_overwriting_inputs(
 
 
 def _write_outputs(
-    plan: UploadPlan, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None, bin_path: str,
-    json_path: str, reader: ExternalDataReader | None, options: ConvertOptions,
-) -> tuple[str | None, str]:
-    """Write both outputs atomically (dmlbridge.commit); returns the .bin's SHA-256 (when ``checksum``) and its
-    fingerprint."""
-    directory = os.path.dirname(os.path.abspath(bin_path))
-    remove_stale_temps(directory, (bin_path, json_path))
-    temps: list[str] = []
-    bar = Progress(options.progress, plan.total_size, os.path.basename(bin_path))
+    plan: UploadPlan, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None, prefix: str,
+    reader: ExternalDataReader | None, options: ConvertOptions,
+) -> UploadPlan:
+    """Write the buffer file and the manifest, and publish them together (dmlbridge.commit); returns the written
+    plan, which holds its buffer file open."""
+    bar = Progress(options.progress, plan.total_size, os.path.basename(prefix))
     try:
-        tmp_bin = temp_file(directory, bin_path, temps)
-        try:
-            with open_temp(tmp_bin) as file:
+        with Publication(prefix, fsync=options.fsync) as publication:
+            with publication.new_buffer(0) as file:
                 digest = write_image(file, constants, planned, scan, reader, options, bar)
-                if options.fsync:
-                    os.fsync(file.fileno())
-            # Sampled from the finished file as it is on disk, just before the renames.
-            fingerprint = bin_fingerprint(tmp_bin, plan.total_size, [o for o in planned.offsets if o is not None],
-                                          [pair.total for pair in planned.pairs if pair.total >= 0])
-            text = manifest_text(replace(plan, bin_sha256=digest, bin_fingerprint=fingerprint))
-            tmp_json = temp_file(directory, json_path, temps)
-            with open_temp(tmp_json) as file:
-                file.write(text.encode("ascii"))
-                file.flush()
-                if options.fsync:
-                    os.fsync(file.fileno())
-            copy_mode(tmp_bin, bin_path)
-            copy_mode(tmp_json, json_path)
-            commit_pair(tmp_bin, bin_path, tmp_json, json_path, temps)
-        except OSError as exc:
-            raise DestinationError(
-                f"cannot write {bin_path!r} / {json_path!r}: {exc.strerror or exc}"
-                + (" (the disk is full)" if getattr(exc, "errno", None) in (28, 27) else "")
-            ) from exc
-        if options.fsync:
-            fsync_directory(directory)
-        return digest, fingerprint
-    except BaseException:
-        # Failure or Ctrl-C: remove what this call created; the previous outputs were never touched.
-        for path in temps:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        raise
+                fingerprint = bin_fingerprint(file.fileno(), plan.total_size,
+                                              [o for o in planned.offsets if o is not None],
+                                              [pair.total for pair in planned.pairs if pair.total >= 0])
+                kept = os.dup(file.fileno())  # the plan's own descriptor of the file it wrote
+            try:
+                name = publication.buffer_names[0]
+                path = os.path.join(publication.directory, name)
+                written = replace(plan, conversion_id=publication.conversion_id,
+                                  buffers=(BufferFile(path, plan.total_size, fingerprint, digest),),
+                                  manifest_path=os.path.join(publication.directory, publication.manifest_name),
+                                  _files=OpenBuffers([path], [kept]))
+                publication.publish(manifest_text(written).encode("ascii"))
+            except BaseException:
+                os.close(kept)
+                raise
+        return written
+    except OSError as exc:
+        raise DestinationError(
+            f"cannot write the conversion into {prefix!r}: {exc.strerror or exc}"
+            + (" (the disk is full)" if getattr(exc, "errno", None) in (28, 27) else "")
+        ) from exc
     finally:
         bar.close()

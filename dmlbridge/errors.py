@@ -134,12 +134,12 @@ class TensorTooLargeError(DmlBridgeError, ValueError):
 
 
 class ManifestError(DmlBridgeError, ValueError):
-    """An upload-plan manifest or its .bin file is malformed or inconsistent.
+    """An upload-plan manifest or one of its buffer files is malformed, inconsistent or missing.
 
     Example:
         >>> import dmlbridge
-        >>> dmlbridge.load_plan("model.onnx")
+        >>> dmlbridge.load_plan("no-such-plan.json")
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.ManifestError: 'model.onnx' does not end in .json; pass bin_path= to name its .bin
+        dmlbridge.errors.ManifestError: cannot read manifest 'no-such-plan.json': No such file or directory
     """

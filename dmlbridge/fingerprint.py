@@ -9,11 +9,11 @@ What is sampled: the first and last 64 KiB, the first 64 bytes of every converte
 (overlapping or touching sampled ranges merged, in file order) its start and stop (8-byte little-endian each) and
 its bytes. Changing any constant below changes every fingerprint.
 
-    >>> import tempfile, os
-    >>> path = os.path.join(tempfile.mkdtemp(), "w.bin")
-    >>> open(path, "wb").write(bytes(16))
-    16
-    >>> len(bin_fingerprint(path, 16, [0], [16]))
+    >>> import tempfile
+    >>> with tempfile.TemporaryFile() as file:
+    ...     _ = file.write(bytes(16))
+    ...     file.flush()
+    ...     len(bin_fingerprint(file.fileno(), 16, [0], [16]))
     64
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import stat
 from typing import Any
 
 import numpy as np
@@ -37,11 +36,13 @@ _FINGERPRINT_ENTRY = 64
 _FINGERPRINT_SPREAD = 1024
 _FINGERPRINT_WINDOW = 64 << 10  # sampled ranges closer than this are read with one read
 _CHUNK = 4 << 20
+_PREAD = hasattr(os, "pread")
 
 
-def bin_fingerprint(bin_file: str, size: int, offsets: list[int], totals: list[int]) -> str:
-    """SHA-256 over the .bin's size and sampled ranges (see the module docstring): cheap at any file size, and
-    different for a .bin that is not the one the manifest was written with (raises OSError on a short read).
+def bin_fingerprint(fd: int, size: int, offsets: list[int], totals: list[int], name: str = "the buffer") -> str:
+    """SHA-256 over a buffer file's size and sampled ranges (see the module docstring), read through its open
+    descriptor ``fd``: cheap at any file size, and different for a file that is not the one the manifest was
+    written with (raises OSError, naming the file as ``name``, when the file is shorter than ``size``).
 
     ``offsets`` and ``totals``: the converted entries' offsets and TotalTensorSizeInBytes. The hashed stream: the
     tag and the size, then for each merged range (overlapping or touching sampled ranges
@@ -71,40 +72,35 @@ def bin_fingerprint(bin_file: str, size: int, offsets: list[int], totals: list[i
     # Ranges closer than _FINGERPRINT_WINDOW are read together and their bytes hashed in batches (the digest of
     # a stream does not depend on how it is cut), so 100,000 small entries cost a few large reads.
     sha = hashlib.sha256(_FINGERPRINT_TAG + size.to_bytes(8, "little"))
-    # O_NONBLOCK: a FIFO swapped in for the .bin must not block the open; fstat then insists on a regular file.
-    fd = os.open(bin_file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    with open(fd, "rb", buffering=0) as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{bin_file!r} is not a regular file")
-        # Windows: runs of ranges with gaps of at most _FINGERPRINT_WINDOW, spanning at most _CHUNK bytes.
-        gaps = np.flatnonzero(group_start[1:] - group_stop[:-1] > _FINGERPRINT_WINDOW) + 1
-        bounds = [0, *gaps.tolist(), len(starts_at)]
-        for low, high in itertools.pairwise(bounds):
-            begin = low
-            while begin < high:
-                base = starts_at[begin]
-                end = begin + int(np.searchsorted(group_stop[begin:high], base + _CHUNK, side="right"))
-                if end > begin:
-                    window = memoryview(_read_at(file, base, stops_at[end - 1] - base))
-                    available = base + len(window)  # less than asked only where the file ends
-                    if stops_at[end - 1] > available:
-                        short = next(k for k in range(begin, end) if stops_at[k] > available)
-                        start, stop = starts_at[short], stops_at[short]
-                        raise OSError(f"{bin_file!r} ended at byte {max(start, available)}, before byte {stop}")
-                    _hash_ranges(sha, window, group_start[begin:end] - base, group_stop[begin:end] - base,
-                                 header_rows[begin:end])
-                else:  # one range longer than _CHUNK (many small entries packed together): in _CHUNK pieces
-                    start, stop = starts_at[begin], stops_at[begin]
-                    sha.update(headers[16 * begin : 16 * begin + 16])
-                    position = start
-                    while position < stop:
-                        chunk = _read_at(file, position, min(stop - position, _CHUNK))
-                        if not chunk:
-                            raise OSError(f"{bin_file!r} ended at byte {position}, before byte {stop}")
-                        sha.update(chunk)
-                        position += len(chunk)
-                    end = begin + 1
-                begin = end
+    # Runs of ranges with gaps of at most _FINGERPRINT_WINDOW, spanning at most _CHUNK bytes, are read at once.
+    gaps = np.flatnonzero(group_start[1:] - group_stop[:-1] > _FINGERPRINT_WINDOW) + 1
+    bounds = [0, *gaps.tolist(), len(starts_at)]
+    for low, high in itertools.pairwise(bounds):
+        begin = low
+        while begin < high:
+            base = starts_at[begin]
+            end = begin + int(np.searchsorted(group_stop[begin:high], base + _CHUNK, side="right"))
+            if end > begin:
+                window = memoryview(read_at(fd, base, stops_at[end - 1] - base))
+                available = base + len(window)  # less than asked only where the file ends
+                if stops_at[end - 1] > available:
+                    short = next(k for k in range(begin, end) if stops_at[k] > available)
+                    start, stop = starts_at[short], stops_at[short]
+                    raise OSError(f"{name} ended at byte {max(start, available)}, before byte {stop}")
+                _hash_ranges(sha, window, group_start[begin:end] - base, group_stop[begin:end] - base,
+                             header_rows[begin:end])
+            else:  # one range longer than _CHUNK (many small entries packed together): in _CHUNK pieces
+                start, stop = starts_at[begin], stops_at[begin]
+                sha.update(headers[16 * begin : 16 * begin + 16])
+                position = start
+                while position < stop:
+                    chunk = read_at(fd, position, min(stop - position, _CHUNK))
+                    if not chunk:
+                        raise OSError(f"{name} ended at byte {position}, before byte {stop}")
+                    sha.update(chunk)
+                    position += len(chunk)
+                end = begin + 1
+            begin = end
     return sha.hexdigest()
 
 
@@ -131,34 +127,39 @@ def _hash_ranges(sha: Any, window: memoryview, starts: np.ndarray, stops: np.nda
                 sha.update(window[int(starts[k]) : int(stops[k])])
 
 
-def _read_at(file: Any, offset: int, size: int) -> bytes:
-    """Up to ``size`` bytes of ``file`` from ``offset`` (fewer only where the file ends)."""
+def read_at(fd: int, offset: int, size: int) -> bytes:
+    """Up to ``size`` bytes of the file ``fd`` from ``offset`` (fewer only where the file ends), by positioned
+    reads: the descriptor's own position is not used, so threads and forked processes may share it."""
     parts = []
-    file.seek(offset)
     while size > 0:
-        chunk = file.read(size)
+        chunk = os.pread(fd, min(size, _CHUNK), offset) if _PREAD else _seek_read(fd, min(size, _CHUNK), offset)
         if not chunk:
             break
         parts.append(chunk)
         size -= len(chunk)
+        offset += len(chunk)
     return b"".join(parts)
 
 
+def _seek_read(fd: int, size: int, offset: int) -> bytes:  # Windows has no pread
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, size)
+
+
 def fingerprint_problem(
-    bin_file: str, expected: str | None, size: int, offsets: list[int], totals: list[int]
+    fd: int, name: str, expected: str | None, size: int, offsets: list[int], totals: list[int]
 ) -> str | None:
-    """Why the .bin does not match the ``expected`` fingerprint (None when it does, or when none is expected);
-    ManifestError when it cannot be read."""
+    """Why the buffer file ``fd`` (``name`` in messages) does not match the ``expected`` fingerprint (None when it
+    does, or when none is expected); ManifestError when it cannot be read."""
     if expected is None:
         return None
     try:
-        fingerprint = bin_fingerprint(bin_file, size, offsets, totals)
+        fingerprint = bin_fingerprint(fd, size, offsets, totals, repr(name))
     except OSError as exc:
-        raise ManifestError(f"cannot read the buffer image {bin_file!r}: {exc.strerror or exc}") from None
+        raise ManifestError(f"cannot read the buffer file {name!r}: {exc.strerror or exc}") from None
     if fingerprint == expected:
         return None
     return (
-        f"the buffer image {bin_file!r} does not match the manifest's bin_fingerprint (its sampled bytes "
-        "differ): the .bin was replaced or changed after the manifest was written, e.g. by a conversion "
-        "killed between renaming the .bin and the .json; convert the model again"
+        f"the buffer file {name!r} does not match the manifest's fingerprint (its sampled bytes differ): it was "
+        "changed after the manifest was written; convert the model again"
     )

@@ -4,32 +4,39 @@ A manifest describes an upload image (``PREFIX.bin``): every constant of the mod
 DirectML sees them. This module turns a :class:`Manifest` (the plan's fields) into the manifest's text and reads
 that text back into one, trusting nothing; :mod:`dmlbridge.plan` pairs it with its .bin.
 
-Format ``dmlbridge-upload-plan``, version 1
+Format ``dmlbridge-upload-plan``, version 2
 ------------------------------------------
-- The file MUST be a UTF-8 JSON object (no duplicate keys, no NaN or Infinity) with exactly these fields, and
-  MAY have ``bin_sha256``:
-  ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (1), ``dmlbridge_version`` (a string),
-  ``source`` (``{"name": string or null, "size": integer or null}``: the model file's name and size),
-  ``target`` (``{"feature_level": "6.4", "supported": [DML type names, sorted], "int64": "emulate" or
-  "narrow", "allow_lossy": bool}``, in the canonical form ``Target.describe()`` gives), ``alignment`` (a power
-  of two from 16 to 2^31), ``min_dims`` (0 to the target's most dimensions), ``total_size`` (the .bin's size in
-  bytes), ``bin_fingerprint`` (64 lowercase hex digits, see :mod:`dmlbridge.fingerprint`) and ``entries``.
-- ``bin_sha256``, when present, MUST be the SHA-256 of the whole .bin (64 lowercase hex digits).
+- The file MUST be a UTF-8 JSON object (no duplicate keys, no NaN or Infinity) with exactly these fields:
+  ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (2), ``dmlbridge_version`` (a string),
+  ``conversion_id`` (16 lowercase hex digits, random per conversion), ``source`` (``{"name": string or null,
+  "size": integer or null}``: the model file's name and size), ``target`` (``{"feature_level": "6.4",
+  "supported": [DML type names, sorted], "int64": "emulate" or "narrow", "allow_lossy": bool}``, in the
+  canonical form ``Target.describe()`` gives), ``alignment`` (a power of two from 16 to 2^31), ``min_dims`` (0 to
+  the target's most dimensions), ``total_size`` (the upload image's size in bytes), ``buffers`` and ``entries``.
+- ``buffers`` MUST be an array of one object ``{"file", "size", "fingerprint", "sha256"}``: the file name of the
+  buffer file beside the manifest (no folder; it ends in ``.<conversion_id>.00000.bin``), its size (equal to
+  ``total_size``), its fingerprint (64 lowercase hex digits, see :mod:`dmlbridge.fingerprint`) and its SHA-256
+  (64 lowercase hex digits) or null when the conversion did not compute it.
 - ``entries`` MUST be an array of objects, one per constant in model order, each with exactly ``key`` (a
   non-empty string, unique), ``origin`` (a string), ``onnx_type`` (an ONNX type name), ``shape`` (an array of
   at most 64 non-negative integers), ``conversion``, ``offset``, ``dml_type``, ``desc`` and ``skipped``.
 - A skipped entry MUST have ``skipped`` (a non-empty string: why) and null ``conversion``, ``offset``,
   ``dml_type`` and ``desc``.
 - A converted entry MUST have null ``skipped``; ``dml_type`` and ``conversion`` MUST be what the target's
-  mapping gives for ``onnx_type``; ``offset`` MUST be a multiple of ``alignment``; ``desc`` MUST be the
-  DML_BUFFER_TENSOR_DESC fields by their DirectML names (DataType, Flags, DimensionCount, Sizes, Strides,
-  TotalTensorSizeInBytes, GuaranteedBaseOffsetAlignment), equal to what the layout rules give for the shape,
-  ``min_dims`` and ``alignment``.
+  mapping gives for ``onnx_type``; ``offset`` (in the buffer file) MUST be a multiple of ``alignment``; ``desc``
+  MUST be the DML_BUFFER_TENSOR_DESC fields by their DirectML names (DataType, Flags, DimensionCount, Sizes,
+  Strides, TotalTensorSizeInBytes, GuaranteedBaseOffsetAlignment), equal to what the layout rules give for the
+  shape, ``min_dims`` and ``alignment``.
 - Converted entries MUST NOT overlap, and the last one MUST end exactly at ``total_size``.
 - A reader MUST refuse a ``format`` or ``format_version`` it does not know, and any field that breaks a rule
-  above; it MUST NOT allocate memory on the manifest's word alone.
+  above; it MUST NOT allocate memory on the manifest's word alone. It MUST read a manifest only with the buffer
+  files it lists, and check each one's size and fingerprint.
 - The writer puts one top-level field per line and one entry per line (readable, diffable, compact); a reader
   MUST NOT depend on that.
+
+Version 1 (read, no longer written) had no ``conversion_id`` and no ``buffers``: its one buffer was
+``PREFIX.bin`` beside ``PREFIX.json``, described by the top-level fields ``bin_fingerprint`` and, optionally,
+``bin_sha256``.
 
     >>> import tempfile, os, numpy as np, dmlbridge
     >>> from onnx import helper, numpy_helper
@@ -44,6 +51,7 @@ Format ``dmlbridge-upload-plan``, version 1
 from __future__ import annotations
 
 import json
+import os
 import re
 import types
 from collections.abc import Mapping
@@ -61,6 +69,8 @@ from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
 __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_FORMAT_VERSION",
+    "READABLE_VERSIONS",
+    "BufferFile",
     "Manifest",
     "manifest_document",
     "manifest_text",
@@ -68,16 +78,36 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "dmlbridge-upload-plan"
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+_CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _INT64_MAX = 2**63 - 1
 _DESC_FIELDS = tuple(BufferTensorDesc(0, 0, (), None, 0, 0).as_dict())  # DataType, Flags, DimensionCount, ...
 
 
+@dataclass(frozen=True)
+class BufferFile:
+    """One buffer file of a written plan: its ``path`` (as the manifest names it, relative to the manifest's
+    folder; an ``UploadPlan`` gives it joined to that folder), its ``size`` in bytes, its ``fingerprint`` (see
+    :mod:`dmlbridge.fingerprint`) and, when the conversion computed it (``checksum=True``), its ``sha256``.
+
+    Example:
+        >>> BufferFile("w.0123456789abcdef.00000.bin", 256, "0" * 64, None).size
+        256
+    """
+
+    path: str
+    size: int
+    fingerprint: str
+    sha256: str | None = None
+
+
 @dataclass(frozen=True, eq=False)
 class Manifest:
-    """What a manifest holds: a plan without its file paths (``UploadPlan`` adds them)."""
+    """What a manifest holds: a plan without its open files (``UploadPlan`` adds them). ``buffers`` is empty for a
+    plan that was not written; ``conversion_id`` is None there and in format-1 manifests."""
 
     entries: Mapping[str, PlanEntry]
     target: Target
@@ -87,30 +117,41 @@ class Manifest:
     source_name: str | None
     source_size: int | None
     dmlbridge_version: str
-    bin_sha256: str | None = None
-    bin_fingerprint: str | None = None
+    conversion_id: str | None = None
+    buffers: tuple[BufferFile, ...] = ()
+    format_version: int = MANIFEST_FORMAT_VERSION
+
+    @property
+    def bin_sha256(self) -> str | None:
+        """The SHA-256 of the buffer file, when there is one and it was computed (``buffers[0].sha256``)."""
+        return self.buffers[0].sha256 if len(self.buffers) == 1 else None
+
+    @property
+    def bin_fingerprint(self) -> str | None:
+        """The fingerprint of the buffer file, when there is one (``buffers[0].fingerprint``)."""
+        return self.buffers[0].fingerprint if len(self.buffers) == 1 else None
 
 
 # --- writing -------------------------------------------------------------------------------------------------
 
 
 def _head(manifest: Manifest) -> dict[str, Any]:
-    """The manifest's fields before ``entries``."""
-    doc: dict[str, Any] = {
+    """The manifest's fields before ``entries`` (always the current format version)."""
+    return {
         "format": MANIFEST_FORMAT,
         "format_version": MANIFEST_FORMAT_VERSION,
         "dmlbridge_version": manifest.dmlbridge_version,
+        "conversion_id": manifest.conversion_id,
         "source": {"name": manifest.source_name, "size": manifest.source_size},
         "target": manifest.target.describe(),
         "alignment": manifest.alignment,
         "min_dims": manifest.min_dims,
         "total_size": manifest.total_size,
+        "buffers": [
+            {"file": os.path.basename(b.path), "size": b.size, "fingerprint": b.fingerprint, "sha256": b.sha256}
+            for b in manifest.buffers
+        ],
     }
-    if manifest.bin_fingerprint is not None:
-        doc["bin_fingerprint"] = manifest.bin_fingerprint
-    if manifest.bin_sha256 is not None:
-        doc["bin_sha256"] = manifest.bin_sha256
-    return doc
 
 
 def manifest_document(manifest: Manifest) -> dict[str, Any]:
@@ -177,10 +218,10 @@ def _entry_json(entry: PlanEntry) -> str:
 # --- reading -------------------------------------------------------------------------------------------------
 
 
-def parse_manifest(raw: bytes, where: str) -> Manifest:
-    """The manifest in ``raw`` (the bytes of a PREFIX.json), every rule of the format checked; ManifestError
-    names ``where`` and what is wrong."""
-    return _manifest_from_json(_parse_json(raw, where), f"manifest {where!r}")
+def parse_manifest(raw: bytes, where: str, bin_name: str = "") -> Manifest:
+    """The manifest in ``raw`` (the bytes of a PREFIX.json), every rule of its format version checked;
+    ManifestError names ``where`` and what is wrong. ``bin_name``: the name a format-1 manifest's .bin has."""
+    return _manifest_from_json(_parse_json(raw, where), f"manifest {where!r}", bin_name)
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -269,20 +310,26 @@ def _int_list(value: Any, where: str, low: int = 0, high: int = _INT64_MAX, max_
     return tuple(_int(v, f"{where}[{i}]", low, high) for i, v in enumerate(value))
 
 
-def _manifest_from_json(document: Any, where: str) -> Manifest:
-    top = _Fields(
-        document, where,
-        ("format", "format_version", "dmlbridge_version", "source", "target", "alignment", "min_dims",
-         "total_size", "bin_fingerprint", "entries"),
-        ("bin_sha256",),
-    )
+def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
+    """``bin_name``: the name a format-1 manifest's .bin has (format 2 lists its buffer files)."""
+    if isinstance(document, dict) and document.get("format") == MANIFEST_FORMAT:
+        version = _int(document.get("format_version"), f"{where}.format_version", 0, _INT64_MAX)
+        if version not in READABLE_VERSIONS:
+            raise ManifestError(
+                f"{where} has format_version {version}; this dmlbridge reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))} (a newer dmlbridge may read it)"
+            )
+    else:
+        version = MANIFEST_FORMAT_VERSION
+    if version == 1:
+        top = _Fields(document, where, ("format", "format_version", "dmlbridge_version", "source", "target",
+                                         "alignment", "min_dims", "total_size", "bin_fingerprint", "entries"),
+                      ("bin_sha256",))
+    else:
+        top = _Fields(document, where, ("format", "format_version", "dmlbridge_version", "conversion_id", "source",
+                                         "target", "alignment", "min_dims", "total_size", "buffers", "entries"))
     if top.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
-    version = top.integer("format_version", 0, _INT64_MAX)
-    if version != MANIFEST_FORMAT_VERSION:
-        raise ManifestError(
-            f"{where} has format_version {version}; this dmlbridge reads version {MANIFEST_FORMAT_VERSION}"
-        )
     dmlbridge_version = top.string("dmlbridge_version")
     source = _Fields(top.get("source"), top.at("source"), ("name", "size"))
     source_name = source.string("name", nullable=True)
@@ -293,12 +340,18 @@ def _manifest_from_json(document: Any, where: str) -> Manifest:
         raise ManifestError(f"{top.at('alignment')} is {alignment}, not a power of two")
     min_dims = top.integer("min_dims", 0, target.max_dimension_count)
     total_size = top.integer("total_size")
-    digest = top.string("bin_sha256", nullable=True)
-    if digest is not None and not _SHA256.match(digest):
-        raise ManifestError(f"{top.at('bin_sha256')} must be 64 lowercase hex digits, got {digest[:80]!r}")
-    fingerprint = top.string("bin_fingerprint")
-    if not _SHA256.match(fingerprint):
-        raise ManifestError(f"{top.at('bin_fingerprint')} must be 64 lowercase hex digits, got {fingerprint[:80]!r}")
+    conversion_id = None
+    buffers: tuple[BufferFile, ...]
+    if version == 1:
+        fingerprint = _sha256(top, "bin_fingerprint", nullable=False)
+        buffers = (BufferFile(bin_name, total_size, fingerprint, _sha256(top, "bin_sha256", nullable=True)),)
+    else:
+        conversion_id = top.string("conversion_id")
+        if not _CONVERSION_ID.match(conversion_id):
+            raise ManifestError(
+                f"{top.at('conversion_id')} must be 16 lowercase hex digits, got {conversion_id[:80]!r}"
+            )
+        buffers = _buffers_from_json(top.get("buffers"), top.at("buffers"), conversion_id, total_size)
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
         raise ManifestError(f"{top.at('entries')} must be an array, got {_kind(raw_entries)}")
@@ -324,7 +377,34 @@ def _manifest_from_json(document: Any, where: str) -> Manifest:
             f"{where}: total_size is {total_size} but the entries end at byte {end}; the two must agree"
         )
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
-                    source_size, dmlbridge_version, digest, fingerprint)
+                    source_size, dmlbridge_version, conversion_id, buffers, version)
+
+
+def _sha256(fields: _Fields, key: str, nullable: bool) -> Any:
+    digest = fields.string(key, nullable=nullable)
+    if digest is not None and not _SHA256.match(digest):
+        raise ManifestError(f"{fields.at(key)} must be 64 lowercase hex digits, got {digest[:80]!r}")
+    return digest
+
+
+def _buffers_from_json(value: Any, where: str, conversion_id: str, total_size: int) -> tuple[BufferFile, ...]:
+    """The buffer files of a format-2 manifest: exactly one, named for the conversion, plain file names only."""
+    if not isinstance(value, list) or len(value) != 1:
+        raise ManifestError(f"{where} must be an array of one buffer file, got {_kind(value)}")
+    fields = _Fields(value[0], f"{where}[0]", ("file", "size", "fingerprint", "sha256"))
+    name = fields.string("file", nonempty=True)
+    if (
+        len(name.encode("utf-8", "surrogatepass")) > 255 or "/" in name or "\\" in name or ":" in name
+        or "\x00" in name or name.startswith(".") or not name.endswith(f".{conversion_id}.00000.bin")
+    ):
+        raise ManifestError(
+            f"{fields.at('file')} is {name[:80]!r}; it must be a file name beside the manifest (no folder) ending "
+            f"in .{conversion_id}.00000.bin"
+        )
+    size = fields.integer("size")
+    if size != total_size:
+        raise ManifestError(f"{fields.at('size')} is {size} but total_size is {total_size}; the two must agree")
+    return (BufferFile(name, size, _sha256(fields, "fingerprint", False), _sha256(fields, "sha256", True)),)
 
 
 def _target_from_json(value: Any, where: str) -> Target:

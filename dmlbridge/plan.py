@@ -8,20 +8,20 @@ asked, its SHA-256). A written plan reads its entries' bytes from the .bin one e
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from dmlbridge.buffer_files import OpenBuffers
 from dmlbridge.constants import ModelConstant, collector_paused
 from dmlbridge.decode import decode
 from dmlbridge.encode import PreparedTensor
 from dmlbridge.errors import InvalidArgumentError, ManifestError
-from dmlbridge.fingerprint import fingerprint_problem
-from dmlbridge.manifest import Manifest, manifest_document, parse_manifest
+from dmlbridge.fingerprint import fingerprint_problem, read_at
+from dmlbridge.manifest import BufferFile, Manifest, manifest_document, parse_manifest
 from dmlbridge.model_file import model_constants, read_model
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, DEFAULT_TARGET, PlanOptions
 from dmlbridge.planning import Pair, PlanEntry, plan_constants
@@ -31,7 +31,9 @@ from dmlbridge.version import __version__
 
 __all__ = ["UploadPlan", "load_plan", "plan_model", "raise_if_skipped", "read_plan"]
 
-_CHUNK = 4 << 20  # the SHA-256 of a .bin is read in pieces of this size
+DEFAULT_MAX_MANIFEST_BYTES = 256 << 20
+"""The largest manifest ``load_plan`` reads unless the caller raises the limit."""
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,8 +41,9 @@ class UploadPlan(Manifest):
     """An upload buffer's layout: where each constant of a model sits in the .bin and how DirectML sees it.
 
     ``entries`` maps each key to its :class:`PlanEntry`, in model order; the fields a manifest holds are
-    :class:`~dmlbridge.manifest.Manifest`'s. ``bin_path`` and ``manifest_path`` are the files of a written plan,
-    None for a plan from :func:`plan_model`, which has no bytes.
+    :class:`~dmlbridge.manifest.Manifest`'s. A written plan (from ``convert_model`` or :func:`load_plan`) lists
+    its ``buffers`` (:class:`~dmlbridge.manifest.BufferFile`), holds them open and reads them through the open
+    files; ``bin_path`` is the one buffer file's path. A plan from :func:`plan_model` has none.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -51,8 +54,24 @@ class UploadPlan(Manifest):
         (12, 'FLOAT32')
     """
 
-    bin_path: str | None = None
     manifest_path: str | None = None
+    _files: OpenBuffers | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def bin_path(self) -> str | None:
+        """The path of the buffer file, when the plan was written and has one (``buffers[0].path``)."""
+        return self.buffers[0].path if len(self.buffers) == 1 else None
+
+    def close(self) -> None:
+        """Close the buffer files the plan holds open (a written plan keeps reading the files it checked)."""
+        if self._files is not None:
+            self._files.close()
+
+    def __enter__(self) -> UploadPlan:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @property
     def converted(self) -> list[PlanEntry]:
@@ -76,29 +95,54 @@ class UploadPlan(Manifest):
             raise InvalidArgumentError(f"entry {key!r} was skipped ({entry.skipped}); it has no bytes")
         return entry
 
+    def _open_files(self) -> OpenBuffers:
+        if self._files is None:
+            raise InvalidArgumentError("this plan was not written (plan_model); it has no buffer file to read")
+        return self._files
+
     def read(self, key: str) -> np.ndarray:
-        """The entry's bytes in the .bin (``total_tensor_size_in_bytes`` of them), read now, as a uint8 array."""
+        """The entry's bytes in its buffer file (``total_tensor_size_in_bytes`` of them), read now, as a uint8
+        array: from the file the plan checked when it was loaded or written, whatever has become of its name."""
         entry = self._entry(key)
-        if self.bin_path is None:
-            raise InvalidArgumentError("this plan was not written (plan_model); it has no .bin to read")
+        files = self._open_files()
         assert entry.offset is not None and entry.total_tensor_size_in_bytes is not None
         out = np.empty(entry.total_tensor_size_in_bytes, dtype=np.uint8)
-        try:
-            with open(self.bin_path, "rb") as file:
-                file.seek(entry.offset)
-                view = out.data
-                done = 0
-                while done < len(out):
-                    n = file.readinto(view[done:])
-                    if not n:
-                        raise ManifestError(
-                            f"{self.bin_path} ended at byte {entry.offset + done}, inside entry {key!r} "
-                            f"(bytes {entry.offset}..{entry.end}); the file changed after the plan was loaded"
-                        )
-                    done += n
-        except OSError as exc:
-            raise ManifestError(f"cannot read {self.bin_path}: {exc.strerror or exc}") from None
+        files.read_into(0, entry.offset, out)
         return out
+
+    def buffer_problems(self, *, sha256: bool = False) -> list[str]:
+        """Why the buffer files do not match the manifest (empty when they do): their size and fingerprint, and
+        with ``sha256`` their SHA-256 (ManifestError when none was recorded)."""
+        files = self._open_files()
+        converted = self.converted  # (converted entries have an offset and a total)
+        offsets = [e.offset or 0 for e in converted]
+        totals = [e.total_tensor_size_in_bytes or 0 for e in converted]
+        problems = []
+        for index, buffer in enumerate(self.buffers):
+            size = files.size(index)
+            if size != buffer.size:
+                problems.append(
+                    f"the buffer file {buffer.path!r} holds {size} bytes but the manifest says {buffer.size}; the "
+                    "two files do not belong together (or one was cut short)"
+                )
+                continue
+            problem = fingerprint_problem(files.fd(index), buffer.path, buffer.fingerprint, buffer.size, offsets,
+                                          totals)
+            if problem is not None:
+                problems.append(problem)
+            elif sha256:
+                if buffer.sha256 is None:
+                    raise ManifestError(
+                        "verify=True, but the manifest records no SHA-256 of its buffer file; convert with "
+                        "checksum=True (--checksum)"
+                    )
+                digest = files.sha256(index)
+                if digest != buffer.sha256:
+                    problems.append(
+                        f"the buffer file {buffer.path!r} has SHA-256 {digest}, but the manifest records "
+                        f"{buffer.sha256}; the file is corrupt or belongs to another manifest"
+                    )
+        return problems
 
     def _prepared(self, key: str) -> PreparedTensor:
         # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the .bin.
@@ -202,15 +246,20 @@ def load_plan(
     *,
     verify: bool = False,
     bin_path: str | os.PathLike[str] | None = None,
+    max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
 ) -> UploadPlan:
-    """Read and validate an upload plan (``PREFIX.json``) and its buffer image (``PREFIX.bin``, or ``bin_path``).
+    """Read and validate an upload plan (``PREFIX.json``) and open the buffer files it lists.
 
-    Every field is checked: format and version, types and ranges, known ONNX/DML types, each converted entry's
-    DML type and conversion against the target's mapping, its desc against the layout rules and
-    ``calc_buffer_tensor_size``, offsets (aligned, inside the .bin, no overlaps), total_size against the entries
-    and the .bin's real size and ``bin_fingerprint`` (sampled bytes: a .bin from another conversion is refused
-    even when its size is the same). ``verify=True`` also checks the .bin's SHA-256 against ``bin_sha256`` (which
-    ``convert_model(..., checksum=True)`` records). Any problem raises ManifestError.
+    The manifest must be a regular file of at most ``max_manifest_bytes``. Every field is checked: format and
+    version, types and ranges, known ONNX/DML types, each converted entry's DML type and conversion against the
+    target's mapping, its desc against the layout rules and ``calc_buffer_tensor_size``, offsets (aligned, inside
+    the buffer, no overlaps), and each buffer file's size and fingerprint (sampled bytes: a file of another
+    conversion is refused even when its size is the same). ``verify=True`` also checks each buffer file's
+    SHA-256 (which ``convert_model(..., checksum=True)`` records). Any problem raises ManifestError.
+
+    The plan keeps its buffer files open and reads them, not their names, from then on; ``close()`` it, or use
+    it in a ``with`` block, to let them go. ``bin_path=`` names the .bin of a format-1 manifest (written by
+    earlier versions, whose buffer was ``PREFIX.bin``); format-2 manifests list their own buffer files.
 
     Example:
         >>> import dmlbridge, numpy as np, os, shutil, tempfile
@@ -223,7 +272,8 @@ def load_plan(
         array([ 1.5, -2. ], dtype=float32)
         >>> shutil.rmtree(folder)
     """
-    return read_plan(manifest_path, verify=verify, bin_path=bin_path, check_fingerprint=True)
+    return read_plan(manifest_path, verify=verify, bin_path=bin_path, check_fingerprint=True,
+                     max_manifest_bytes=max_manifest_bytes)
 
 
 def read_plan(
@@ -232,67 +282,68 @@ def read_plan(
     verify: bool,
     bin_path: str | os.PathLike[str] | None,
     check_fingerprint: bool,
+    max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
 ) -> UploadPlan:
-    """:func:`load_plan`; ``check_fingerprint=False`` is for ``dmlbridge verify``, which reports a .bin that does not
-    match its fingerprint as a mismatch (through find_mismatches) along with the constants that differ."""
+    """:func:`load_plan`; ``check_fingerprint=False`` is for ``dmlbridge verify``, which reports a buffer file
+    that does not match its fingerprint as a mismatch (through find_mismatches) along with the constants that
+    differ."""
     if not isinstance(manifest_path, (str, os.PathLike)):
         raise InvalidArgumentError(f"manifest_path must be a path, not {type(manifest_path).__name__}")
     path = os.fspath(manifest_path)
     path = path if isinstance(path, str) else os.fsdecode(path)
-    if bin_path is None:
-        if not path.endswith(".json"):
-            raise ManifestError(f"{path!r} does not end in .json; pass bin_path= to name its .bin")
-        bin_file = path[: -len(".json")] + ".bin"
-    else:
+    if bin_path is not None:
         bin_file = os.fspath(bin_path) if isinstance(bin_path, (str, os.PathLike)) else ""
         bin_file = bin_file if isinstance(bin_file, str) else os.fsdecode(bin_file)
         if not bin_file:
             raise InvalidArgumentError(f"bin_path must be a path, got {bin_path!r}")
+    else:
+        bin_file = path[: -len(".json")] + ".bin" if path.endswith(".json") else ""
+    manifest = parse_manifest(_read_manifest(path, max_manifest_bytes), path, os.path.basename(bin_file))
+    directory = os.path.dirname(os.path.abspath(path))
+    buffers: tuple[BufferFile, ...]
+    if manifest.format_version == 1:
+        if not bin_file:
+            raise ManifestError(f"{path!r} does not end in .json; pass bin_path= to name its .bin")
+        files = OpenBuffers.at_paths([bin_file])
+        buffers = (replace(manifest.buffers[0], path=bin_file),)
+    else:
+        if bin_path is not None:
+            raise InvalidArgumentError(
+                "bin_path= names the .bin of a format-1 manifest; this manifest lists its own buffer files"
+            )
+        files = OpenBuffers.beside(directory, [buffer.path for buffer in manifest.buffers])
+        buffers = tuple(replace(buffer, path=os.path.join(directory, buffer.path)) for buffer in manifest.buffers)
+    plan = UploadPlan(**{**vars(manifest), "buffers": buffers}, manifest_path=path, _files=files)
     try:
-        with open(path, "rb") as file:
-            raw = file.read()
-    except OSError as exc:
-        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
-    plan = UploadPlan(**vars(parse_manifest(raw, path)), bin_path=bin_file, manifest_path=path)
-    _check_image(plan, bin_file, verify, check_fingerprint)
+        problems = plan.buffer_problems(sha256=verify)
+        if check_fingerprint and problems:
+            raise ManifestError(problems[0])
+        if problems and not all("fingerprint" in problem for problem in problems):
+            raise ManifestError(next(problem for problem in problems if "fingerprint" not in problem))
+    except BaseException:
+        files.close()
+        raise
     return plan
 
 
-def _check_image(plan: UploadPlan, bin_file: str, verify: bool, check_fingerprint: bool = True) -> None:
+def _read_manifest(path: str, limit: int) -> bytes:
+    """The manifest's bytes: a regular file of at most ``limit`` bytes, checked before anything is read (a FIFO,
+    a device or a huge sparse file is refused, never read)."""
     try:
-        st = os.stat(bin_file)
+        fd = os.open(path, os.O_RDONLY | _O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
     except OSError as exc:
-        raise ManifestError(f"cannot read the buffer image {bin_file!r}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ManifestError(f"the buffer image {bin_file!r} is not a regular file")
-    if st.st_size != plan.total_size:
-        raise ManifestError(
-            f"the buffer image {bin_file!r} holds {st.st_size} bytes but the manifest's total_size is "
-            f"{plan.total_size}; the two files do not belong together (or one was cut short)"
-        )
-    converted = plan.converted  # (converted entries have an offset and a total)
-    problem = None
-    if check_fingerprint:
-        problem = fingerprint_problem(bin_file, plan.bin_fingerprint, plan.total_size,
-                                      [e.offset or 0 for e in converted],
-                                      [e.total_tensor_size_in_bytes or 0 for e in converted])
-    if problem is not None:
-        raise ManifestError(problem)
-    if not verify:
-        return
-    if plan.bin_sha256 is None:
-        raise ManifestError(
-            "verify=True, but the manifest records no bin_sha256; convert with checksum=True (--checksum)"
-        )
-    sha = hashlib.sha256()
+        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
     try:
-        with open(bin_file, "rb") as file:
-            for chunk in iter(lambda: file.read(_CHUNK), b""):
-                sha.update(chunk)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ManifestError(f"manifest {path!r} is not a regular file")
+        if info.st_size > limit:
+            raise ManifestError(
+                f"manifest {path!r} holds {info.st_size} bytes, more than max_manifest_bytes={limit}; raise the "
+                "limit if you trust this file"
+            )
+        return read_at(fd, 0, info.st_size)
     except OSError as exc:
-        raise ManifestError(f"cannot read the buffer image {bin_file!r}: {exc.strerror or exc}") from None
-    if sha.hexdigest() != plan.bin_sha256:
-        raise ManifestError(
-            f"the buffer image {bin_file!r} has SHA-256 {sha.hexdigest()}, but the manifest records "
-            f"{plan.bin_sha256}; the .bin is corrupt or belongs to another manifest"
-        )
+        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)

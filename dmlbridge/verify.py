@@ -26,7 +26,7 @@ from dmlbridge.constants import ModelConstant, find_constants
 from dmlbridge.encode import prepare
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError
 from dmlbridge.external_data import ExternalDataReader
-from dmlbridge.fingerprint import fingerprint_problem
+from dmlbridge.manifest import BufferFile
 from dmlbridge.model_file import external_data_reader, need_reader, read_model
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
 from dmlbridge.planning import PlanEntry, plan_constants
@@ -49,11 +49,8 @@ class WrittenPlan(Protocol):
     @property
     def total_size(self) -> int: ...
     @property
-    def bin_path(self) -> str | None: ...
-    @property
-    def bin_fingerprint(self) -> str | None: ...
-    @property
-    def converted(self) -> list[PlanEntry]: ...
+    def buffers(self) -> tuple[BufferFile, ...]: ...
+    def buffer_problems(self) -> list[str]: ...
     def read(self, key: str) -> np.ndarray: ...
     def array(self, key: str) -> np.ndarray: ...
 
@@ -68,23 +65,17 @@ def find_mismatches(
     limit: int = 1000,
 ) -> list[str]:
     """Where a written plan and a model's constants differ, one message each (empty when they agree); the
-    first says so when the .bin no longer matches the manifest's bin_fingerprint.
+    first ones say so when a buffer file no longer matches its size or fingerprint.
 
     The engine of :meth:`UploadPlan.verify` and ``dmlbridge verify``.
     """
-    if plan.bin_path is None:
-        raise InvalidArgumentError("this plan was not written (plan_model); there is no .bin to verify")
+    if not plan.buffers:
+        raise InvalidArgumentError("this plan was not written (plan_model); there is no buffer file to verify")
     loaded = read_model(model, base_dir)
     reader = external_data_reader(loaded, external_data_root)
     constants = find_constants(loaded.proto)
     need_reader(constants, reader)
-    problems: list[str] = []
-    converted = plan.converted  # (converted entries have an offset and a total)
-    fingerprint = fingerprint_problem(plan.bin_path, plan.bin_fingerprint, plan.total_size,
-                                      [e.offset or 0 for e in converted],
-                                      [e.total_tensor_size_in_bytes or 0 for e in converted])
-    if fingerprint is not None:
-        problems.append(fingerprint)
+    problems = plan.buffer_problems()
     keys = {c.key for c in constants}
     for key in plan.entries:
         if key not in keys:

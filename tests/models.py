@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -156,8 +158,8 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
                         alignment: int) -> dict[str, Any]:
     """Recompute every offset, desc and byte from the rules, with no help from dmlbridge's layout code."""
     doc = json.loads(prefix.with_suffix(".json").read_text())
-    data = prefix.with_suffix(".bin").read_bytes()
-    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 1
+    data = buffer_path(prefix).read_bytes()
+    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 2
     assert doc["alignment"] == alignment and doc["min_dims"] == min_dims and doc["target"] == target.describe()
     assert [e["key"] for e in doc["entries"]] == list(expected)  # every constant, in model order
     ref = ref_target(target)
@@ -260,3 +262,24 @@ def small_model(count: int, seed: int) -> tuple[Any, dict[str, np.ndarray]]:
             expected[f"c{i}"] = array
     expected = {k: expected[k] for k in [t.name for t in inits] + [n.output[0] for n in nodes]}
     return helper.make_model(helper.make_graph(nodes, "g", [], [], inits)), expected
+
+
+def buffer_path(prefix: Path | str) -> Path:
+    """The buffer file that ``PREFIX.json`` lists (one, beside the manifest)."""
+    manifest = Path(str(prefix) + ".json")
+    (buffer,) = json.loads(manifest.read_text())["buffers"]
+    return manifest.parent / buffer["file"]
+
+
+def outputs(prefix: Path | str) -> tuple[bytes, str]:
+    """A conversion's buffer bytes and its manifest text with what differs between two runs of one conversion
+    (the random conversion id, and the buffer file's name, which holds the prefix and the id) made neutral."""
+    manifest = Path(str(prefix) + ".json").read_text()
+    conversion_id = json.loads(manifest)["conversion_id"]
+    neutral = re.sub(r'"file": "[^"]*"', '"file": "<buffer>"', manifest.replace(conversion_id, "<id>"))
+    return buffer_path(prefix).read_bytes(), neutral
+
+
+def output_names(directory: Path) -> list[str]:
+    """The file names in ``directory``, each buffer file's conversion id written as ``ID``."""
+    return sorted(re.sub(r"\.[0-9a-f]{16}\.", ".ID.", name) for name in os.listdir(directory))

@@ -20,6 +20,7 @@ from models import (
     NAN,
     build_model,
     no_temp_files,
+    outputs,
     typed_storage,
 )
 from onnx import external_data_helper, helper, numpy_helper
@@ -36,14 +37,19 @@ from dmlbridge.errors import (
 from dmlbridge.target import Target
 
 
-def _previous_outputs(tmp_path: Path) -> tuple[bytes, bytes]:
+def _outputs(tmp_path: Path) -> dict[str, bytes]:
+    """Every output file of the prefix ``out`` but its lock (whose text names the last holder), by name."""
+    return {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("out.") and p.name != "out.lock"}
+
+
+def _previous_outputs(tmp_path: Path) -> dict[str, bytes]:
     path, _ = build_model(tmp_path)
     convert_model(path, tmp_path / "out", alignment=16)
-    return (tmp_path / "out.bin").read_bytes(), (tmp_path / "out.json").read_bytes()
+    return _outputs(tmp_path)
 
 
-def _unchanged(tmp_path: Path, before: tuple[bytes, bytes]) -> bool:
-    return ((tmp_path / "out.bin").read_bytes(), (tmp_path / "out.json").read_bytes()) == before
+def _unchanged(tmp_path: Path, before: dict[str, bytes]) -> bool:
+    return _outputs(tmp_path) == before
 
 
 def test_bad_tensor_halfway_leaves_previous_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,10 +104,10 @@ def test_failure_between_the_two_renames_restores_the_previous_bin(
     path, _ = build_model(tmp_path)
     real_replace = os.replace
 
-    def failing_json_replace(src: Any, dst: Any) -> None:
+    def failing_json_replace(src: Any, dst: Any, **kwargs: Any) -> None:
         if str(dst).endswith(".json"):
             raise failure("injected")
-        real_replace(src, dst)
+        real_replace(src, dst, **kwargs)
 
     monkeypatch.setattr(os, "replace", failing_json_replace)
     with pytest.raises(KeyboardInterrupt if failure is KeyboardInterrupt else DestinationError):
@@ -112,7 +118,7 @@ def test_failure_between_the_two_renames_restores_the_previous_bin(
     monkeypatch.setattr(os, "replace", failing_json_replace)
     with pytest.raises(BaseException):  # noqa: B017 - whichever of the two was injected
         convert_model(path, tmp_path / "fresh")
-    assert not (tmp_path / "fresh.bin").exists() and not (tmp_path / "fresh.json").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("fresh")] == ["fresh.lock"]
     assert no_temp_files(tmp_path)
 
 
@@ -124,9 +130,8 @@ def test_fsync_false_skips_the_flushes_and_same_files(tmp_path: Path, monkeypatc
     convert_model(path, tmp_path / "b", fsync=False)
     assert flushed == []
     convert_model(path, tmp_path / "c")
-    assert len(flushed) == (3 if os.name == "posix" else 2)  # the .bin, the .json (and the directory)
-    for ext in ("bin", "json"):
-        assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
+    assert len(flushed) == (3 if os.name == "posix" else 2)  # the buffer, the manifest (and the directory)
+    assert outputs(tmp_path / "a") == outputs(tmp_path / "b")
     with pytest.raises(InvalidArgumentError, match="fsync"):
         convert_model(path, tmp_path / "d", fsync=1)  # type: ignore[arg-type]
 

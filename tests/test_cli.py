@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from models import buffer_path, output_names, outputs
 from onnx import helper, numpy_helper
 
 from dmlbridge import plan_model
@@ -94,20 +95,21 @@ def test_convert_default_prefix_then_verify(sample: Path, tmp_path: Path) -> Non
     (tmp_path / "sample.weights").write_bytes((sample.parent / "sample.weights").read_bytes())
     result = run("convert", model)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "sample.dml.bin").exists() and (tmp_path / "sample.dml.json").exists()
-    assert "wrote" in result.stdout and "sample.dml.bin" in result.stdout
+    buffer = buffer_path(tmp_path / "sample.dml")
+    assert buffer.exists() and (tmp_path / "sample.dml.json").exists()
+    assert "wrote" in result.stdout and buffer.name in result.stdout
     assert "skipped 'labels'" in result.stderr and "Traceback" not in result.stderr
     doc = json.loads((tmp_path / "sample.dml.json").read_text())
-    assert doc["alignment"] == 256 and "bin_sha256" not in doc
+    assert doc["alignment"] == 256 and doc["buffers"][0]["sha256"] is None
 
     ok = run("verify", tmp_path / "sample.dml.json", model)
     assert ok.returncode == 0 and ok.stdout.startswith("ok: 30 converted constants match"), ok.stderr
-    data = bytearray((tmp_path / "sample.dml.bin").read_bytes())
+    data = bytearray(buffer.read_bytes())
     data[doc["entries"][0]["offset"]] ^= 0x40
-    (tmp_path / "sample.dml.bin").write_bytes(bytes(data))
+    buffer.write_bytes(bytes(data))
     bad = run("verify", tmp_path / "sample.dml.json", model)
     assert bad.returncode == 1 and "mismatch: 'w_float'" in bad.stderr and "FAILED: 2 mismatches" in bad.stderr
-    assert "bin_fingerprint" in bad.stderr  # the .bin no longer matches its manifest's sampled fingerprint
+    assert "fingerprint" in bad.stderr  # the buffer file no longer matches its manifest's sampled fingerprint
 
 
 def test_convert_options_reach_the_manifest(small: Path, tmp_path: Path) -> None:
@@ -118,7 +120,7 @@ def test_convert_options_reach_the_manifest(small: Path, tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and result.stderr == ""
     doc = json.loads(prefix.with_suffix(".json").read_text())
-    assert doc["alignment"] == 16 and doc["min_dims"] == 4 and len(doc["bin_sha256"]) == 64
+    assert doc["alignment"] == 16 and doc["min_dims"] == 4 and len(doc["buffers"][0]["sha256"]) == 64
     assert doc["target"]["feature_level"] == "6.2" and doc["target"]["int64"] == "narrow"
     assert "INT64" not in doc["target"]["supported"] and "FLOAT16" not in doc["target"]["supported"]
     entries = {e["key"]: e for e in doc["entries"]}
@@ -128,18 +130,18 @@ def test_convert_options_reach_the_manifest(small: Path, tmp_path: Path) -> None
     assert [e["offset"] for e in doc["entries"]] == [0, 16, 48]
     verified = run("verify", prefix.with_suffix(".json"), small)
     assert verified.returncode == 0 and "SHA-256 matches" in verified.stdout
-    data = bytearray(prefix.with_suffix(".bin").read_bytes())
+    data = bytearray(buffer_path(prefix).read_bytes())
     data[-1] ^= 1
-    prefix.with_suffix(".bin").write_bytes(bytes(data))
-    one_line_error(run("verify", prefix.with_suffix(".json"), small), "SHA-256")
+    buffer_path(prefix).write_bytes(bytes(data))
+    corrupted = run("verify", prefix.with_suffix(".json"), small)  # a buffer file that no longer matches: exit 1
+    assert corrupted.returncode == 1 and "fingerprint" in corrupted.stderr and "Traceback" not in corrupted.stderr
 
 
 def test_convert_no_fsync_writes_the_same_files(small: Path, tmp_path: Path) -> None:
     for prefix, extra in (("a", []), ("b", ["--no-fsync"])):
         result = run("convert", small, "-o", tmp_path / prefix, "--quiet", *extra)
         assert result.returncode == 0 and result.stderr == "", result.stderr
-    for ext in ("bin", "json"):
-        assert (tmp_path / f"a.{ext}").read_bytes() == (tmp_path / f"b.{ext}").read_bytes()
+    assert outputs(tmp_path / "a") == outputs(tmp_path / "b")
 
 
 def test_convert_errors_are_one_line_and_leave_nothing(sample: Path, tmp_path: Path) -> None:
@@ -149,7 +151,7 @@ def test_convert_errors_are_one_line_and_leave_nothing(sample: Path, tmp_path: P
     one_line_error(run("convert", model, "--strict"), "labels", "strict")
     # w_int64 holds 2^40: it cannot be narrowed, and that is found halfway through writing.
     one_line_error(run("convert", model, "--unsupported", "INT64", "--int64", "narrow"), "w_int64", "INT32")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.onnx", "sample.weights"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.dml.lock", "sample.onnx", "sample.weights"]
 
 
 def test_demo(tmp_path: Path) -> None:
@@ -159,8 +161,8 @@ def test_demo(tmp_path: Path) -> None:
     assert "f8 10 07 00" in result.stdout
     kept = run("demo", "--keep", tmp_path / "kept")
     assert kept.returncode == 0, kept.stderr
-    names = sorted(p.name for p in (tmp_path / "kept").iterdir())
-    assert names == ["sample.dml.bin", "sample.dml.json", "sample.onnx", "sample.weights"]
+    assert output_names(tmp_path / "kept") == ["sample.dml.ID.00000.bin", "sample.dml.json", "sample.dml.lock",
+                                               "sample.onnx", "sample.weights"]
 
 
 @pytest.mark.parametrize(

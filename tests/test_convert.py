@@ -18,6 +18,7 @@ import pytest
 from models import (
     DEFAULT_SKIPPED,
     TARGETS,
+    buffer_path,
     build_model,
     check_independently,
     no_temp_files,
@@ -49,7 +50,7 @@ def test_round_trip_agrees_with_independent_recomputation(tmp_path: Path, name: 
     loaded = load_plan(str(prefix) + ".json", verify=True)
     loaded.verify(path)
     assert loaded.manifest() == plan.manifest() == json.loads((tmp_path / "out.json").read_text())
-    assert loaded.bin_sha256 == hashlib.sha256((tmp_path / "out.bin").read_bytes()).hexdigest()
+    assert loaded.bin_sha256 == hashlib.sha256(buffer_path(tmp_path / "out").read_bytes()).hexdigest()
     assert list(loaded.entries) == list(expected)
     for key, array in expected.items():
         entry = loaded.entries[key]
@@ -71,7 +72,7 @@ def test_round_trip_agrees_with_independent_recomputation(tmp_path: Path, name: 
 def test_hand_computed_bytes(tmp_path: Path) -> None:
     path, _ = build_model(tmp_path)
     plan = convert_model(path, tmp_path / "out")
-    data = (tmp_path / "out.bin").read_bytes()
+    data = buffer_path(tmp_path / "out").read_bytes()
 
     def at(key: str) -> bytes:
         e = plan.entries[key]
@@ -92,7 +93,7 @@ def test_hand_computed_bytes(tmp_path: Path) -> None:
     emulated = convert_model(path, tmp_path / "emu", target=Target(feature_level="2.0"))
     e = emulated.entries["t_int64"]
     assert e.dml_type is dmlbridge.DmlDataType.INT32 and e.strides == (2,) and e.total_tensor_size_in_bytes == 24
-    raw = (tmp_path / "emu.bin").read_bytes()
+    raw = buffer_path(tmp_path / "emu").read_bytes()
     assert e.offset is not None and raw[e.offset : e.offset + 24] == struct.pack("<3q", -5, 7, 2**31 - 1)
     assert emulated.dml_array("t_int64").tolist() == [-5, 7, 2**31 - 1]
 
@@ -100,7 +101,7 @@ def test_hand_computed_bytes(tmp_path: Path) -> None:
 def test_manifest_entries_and_plan_api(tmp_path: Path) -> None:
     path, _ = build_model(tmp_path)
     plan = convert_model(path, tmp_path / "out")
-    assert isinstance(plan, UploadPlan) and plan.bin_path == str(tmp_path / "out.bin")
+    assert isinstance(plan, UploadPlan) and plan.bin_path == str(buffer_path(tmp_path / "out"))
     assert plan.source_name == "model.onnx" and plan.source_size == path.stat().st_size
     assert plan.bin_sha256 is None and "bin_sha256" not in json.loads((tmp_path / "out.json").read_text())
     assert {e.key for e in plan.skipped} == DEFAULT_SKIPPED
@@ -138,14 +139,14 @@ def test_bytes_and_modelproto_inputs(tmp_path: Path) -> None:
     raw = path.read_bytes()
     with pytest.raises(ExternalDataError, match="base_dir"):
         convert_model(raw, tmp_path / "from_bytes")
-    assert not (tmp_path / "from_bytes.bin").exists() and no_temp_files(tmp_path)
+    assert not (tmp_path / "from_bytes.json").exists() and no_temp_files(tmp_path)
     plan = convert_model(raw, tmp_path / "from_bytes", base_dir=tmp_path)
     assert plan.source_name is None and plan.source_size == len(raw)
     proto = onnx.load(path, load_external_data=False)
     convert_model(proto, tmp_path / "from_proto", base_dir=tmp_path)
-    reference_bin = (tmp_path / "from_path.bin").read_bytes()
-    assert (tmp_path / "from_bytes.bin").read_bytes() == reference_bin
-    assert (tmp_path / "from_proto.bin").read_bytes() == reference_bin
+    reference_bin = buffer_path(tmp_path / "from_path").read_bytes()
+    assert buffer_path(tmp_path / "from_bytes").read_bytes() == reference_bin
+    assert buffer_path(tmp_path / "from_proto").read_bytes() == reference_bin
     plan.verify(raw, base_dir=tmp_path)
     # A model without external data needs no directory.
     simple = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3), "x")]))
@@ -156,7 +157,7 @@ def test_model_without_constants_gives_an_empty_bin(tmp_path: Path) -> None:
     empty = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [], []))
     plan = convert_model(empty, tmp_path / "out", checksum=True)
     assert plan.total_size == 0 and not plan.entries
-    assert (tmp_path / "out.bin").read_bytes() == b""
+    assert buffer_path(tmp_path / "out").read_bytes() == b""
     assert load_plan(tmp_path / "out.json", verify=True).bin_sha256 == hashlib.sha256(b"").hexdigest()
 
 
@@ -195,7 +196,7 @@ def test_bad_options(tmp_path: Path, kwargs: dict[str, Any], message: str) -> No
     path, _ = build_model(tmp_path)
     with pytest.raises(InvalidArgumentError, match=message):
         convert_model(path, tmp_path / "out", **kwargs)
-    assert not (tmp_path / "out.bin").exists() and no_temp_files(tmp_path)
+    assert not (tmp_path / "out.json").exists() and no_temp_files(tmp_path)
 
 
 @pytest.mark.parametrize("content", [b"garbage that is no protobuf \xff\xff\xff", b"", b"\x08\x07"])
@@ -221,18 +222,19 @@ def test_output_problems(tmp_path: Path) -> None:
     for prefix in ("", str(tmp_path) + os.sep):
         with pytest.raises(InvalidArgumentError, match="out_prefix"):
             convert_model(path, prefix)
-    # Never overwrite the model's own external data, nor the model file.
-    os.rename(tmp_path / "weights.data", tmp_path / "weights.bin")
+    # Never overwrite the model's own external data, nor the model file (PREFIX.json and PREFIX.lock are the
+    # names a conversion writes over; its buffer files have new names).
+    os.rename(tmp_path / "weights.data", tmp_path / "weights.json")
     for t in (m := onnx.load(path, load_external_data=False)).graph.initializer:
         for entry in t.external_data:
             if entry.key == "location":
-                entry.value = "weights.bin"
+                entry.value = "weights.json"
     onnx.save(m, path)
-    before = (tmp_path / "weights.bin").read_bytes()
+    before = (tmp_path / "weights.json").read_bytes()
     with pytest.raises(InvalidArgumentError, match="overwrite"):
         convert_model(path, tmp_path / "weights")
-    assert (tmp_path / "weights.bin").read_bytes() == before
-    same_name = tmp_path / "m.bin"
+    assert (tmp_path / "weights.json").read_bytes() == before
+    same_name = tmp_path / "m.lock"
     same_name.write_bytes(path.read_bytes())
     with pytest.raises(InvalidArgumentError, match="overwrite"):
         convert_model(same_name, tmp_path / "m")
@@ -244,18 +246,18 @@ def test_output_files_get_normal_permissions(tmp_path: Path) -> None:
     convert_model(path, tmp_path / "out")
     mask = os.umask(0o022)
     os.umask(mask)
-    for name in ("out.bin", "out.json"):
-        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~mask
-    os.chmod(tmp_path / "out.bin", 0o640)
-    convert_model(path, tmp_path / "out")  # a replaced output keeps its mode
-    assert stat.S_IMODE((tmp_path / "out.bin").stat().st_mode) == 0o640
+    for name in (buffer_path(tmp_path / "out"), tmp_path / "out.json", tmp_path / "out.lock"):
+        assert stat.S_IMODE(name.stat().st_mode) == 0o666 & ~mask
+    os.chmod(tmp_path / "out.json", 0o640)
+    convert_model(path, tmp_path / "out")  # new outputs get the ordinary mode, never the one they replace
+    assert stat.S_IMODE((tmp_path / "out.json").stat().st_mode) == 0o666 & ~mask
 
 
 def test_strict_turns_skips_into_errors_before_writing(tmp_path: Path) -> None:
     path, _ = build_model(tmp_path)
     with pytest.raises(UnsupportedTypeError, match=r"t_string.*strict"):
         convert_model(path, tmp_path / "out", strict=True)
-    assert not (tmp_path / "out.bin").exists() and no_temp_files(tmp_path)
+    assert not (tmp_path / "out.json").exists() and no_temp_files(tmp_path)
     only_empty = helper.make_model(helper.make_graph([], "g", [], [], [
         numpy_helper.from_array(np.ones(2, np.float32), "ok"), numpy_helper.from_array(np.zeros((2, 0)), "e")]))
     with pytest.raises(LayoutError, match=r"'e'.*empty"):
@@ -275,7 +277,7 @@ def test_too_many_dimensions_is_a_skip_with_the_layout_reason(tmp_path: Path) ->
 def test_checksum_is_of_the_bin_and_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path, _ = build_model(tmp_path)
     plan = convert_model(path, tmp_path / "out", checksum=True, progress=True)
-    assert plan.bin_sha256 == hashlib.sha256((tmp_path / "out.bin").read_bytes()).hexdigest()
+    assert plan.bin_sha256 == hashlib.sha256(buffer_path(tmp_path / "out").read_bytes()).hexdigest()
     assert "B" in capsys.readouterr().err  # tqdm drew a bar of bytes
     convert_model(path, tmp_path / "out")  # progress=None and stderr is not a terminal: silent
     convert_model(path, tmp_path / "out", progress=False)

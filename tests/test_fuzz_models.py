@@ -37,6 +37,7 @@ from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from builders import EDITS, constant_nodes, loop_with_if, mutate_bytes
+from models import output_names
 
 from dmlbridge import cli, convert_model, load_plan, plan_model
 from dmlbridge.demo import build_sample_model
@@ -120,7 +121,7 @@ class Seed:
         previous = self.directory / "previous"
         previous.mkdir()
         convert_model(self.data, previous / "o", base_dir=self.directory, progress=False)
-        self.previous = {name: (previous / name).read_bytes() for name in ("o.bin", "o.json")}
+        self.previous = {p.name: p.read_bytes() for p in previous.iterdir() if p.name != "o.lock"}
 
 
 def _seeds() -> list[Seed]:
@@ -172,11 +173,12 @@ def _exercise(seed: Seed, data: bytes) -> None:
             plan = _outcome(f"convert {form}", functools.partial(
                 convert_model, model, out / "o", progress=False, max_tensor_bytes=LIMIT, **kwargs))
             if plan is None:
-                # Refused: the previous outputs are untouched and nothing else was left behind.
-                assert sorted(os.listdir(out)) == ["o.bin", "o.json"]
+                # Refused: the previous outputs are untouched and nothing else was left behind (but the lock).
+                assert set(os.listdir(out)) - {"o.lock"} == set(seed.previous)
                 assert {name: (out / name).read_bytes() for name in seed.previous} == seed.previous
-            else:
-                assert sorted(os.listdir(out)) == ["o.bin", "o.json"]
+            else:  # the new conversion, and the previous one's buffer file gone
+                assert output_names(out) == ["o.ID.00000.bin", "o.json", "o.lock"]
+                assert not set(seed.previous) - {"o.json"} & set(os.listdir(out))
                 loaded = load_plan(out / "o.json", verify=False)
                 assert loaded.manifest() == plan.manifest()
                 loaded.verify(model, max_tensor_bytes=LIMIT, **kwargs)

@@ -476,7 +476,7 @@ def test_signalling_nans_in_typed_fields_keep_their_bits(tmp_path: Path, monkeyp
     d = TensorProto.FromString(head + bytes([0x52, 8]) + struct.pack("<Q", 0x7FF4000000000001))
     graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("f", TensorProto.FLOAT, [2])], [f, d])
     plan = dmlbridge.convert_model(helper.make_model(graph), tmp_path / "w", progress=False, alignment=16)
-    data = (tmp_path / "w.bin").read_bytes()
+    data = open(plan.bin_path, "rb").read()
     assert plan.entries["f"].offset == 0 and plan.entries["d"].offset == 16
     assert data[:8] == struct.pack("<II", 0x7F8F5019, 0xFF800001)
     assert data[16:24] == struct.pack("<Q", 0x7FF4000000000001)

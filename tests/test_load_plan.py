@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from models import (
-    build_model,
-)
+from models import buffer_path, build_model
 
 from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import (
     DmlBridgeError,
+    InvalidArgumentError,
     ManifestError,
 )
 
@@ -32,6 +31,11 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, A
     path, _ = build_model(directory)
     convert_model(path, directory / "out", checksum=True, alignment=64)
     return directory, json.loads((directory / "out.json").read_text())
+
+
+def _buffer(folder: Path, doc: dict[str, Any]) -> Path:
+    """Where ``doc`` (a written manifest) says its buffer file is, for a copy of it in ``folder``."""
+    return folder / doc["buffers"][0]["file"]
 
 
 def _first(doc: dict[str, Any], converted: bool = True) -> dict[str, Any]:
@@ -57,7 +61,8 @@ _DELETE = object()
 
 MUTATIONS = {
     "format": _set("format", "onnx"),
-    "format_version": _set("format_version", 2),
+    "format_version": _set("format_version", 3),
+    "format_version_1_fields": _set("format_version", 1),
     "format_version_str": _set("format_version", "1"),
     "format_version_bool": _set("format_version", True),
     "missing_alignment": _set("alignment", _DELETE),
@@ -74,12 +79,27 @@ MUTATIONS = {
     "total_size_neg": _set("total_size", -1),
     "total_size_str": _set("total_size", "100"),
     "total_size_mismatch": _set("total_size", lambda v: v + 64),
-    "bin_sha256": _set("bin_sha256", "XYZ"),
-    "bin_fingerprint_missing": _set("bin_fingerprint", _DELETE),
-    "bin_fingerprint_null": _set("bin_fingerprint", None),
-    "bin_fingerprint_not_hex": _set("bin_fingerprint", "XYZ"),
-    "bin_fingerprint_upper": _set("bin_fingerprint", lambda v: v.upper()),
-    "bin_fingerprint_other": _set("bin_fingerprint", lambda v: ("0" if v[0] != "0" else "1") + v[1:]),
+    "sha256": _set("buffers.0.sha256", "XYZ"),
+    "fingerprint_missing": _set("buffers.0.fingerprint", _DELETE),
+    "fingerprint_null": _set("buffers.0.fingerprint", None),
+    "fingerprint_not_hex": _set("buffers.0.fingerprint", "XYZ"),
+    "fingerprint_upper": _set("buffers.0.fingerprint", lambda v: v.upper()),
+    "fingerprint_other": _set("buffers.0.fingerprint", lambda v: ("0" if v[0] != "0" else "1") + v[1:]),
+    "conversion_id_missing": _set("conversion_id", _DELETE),
+    "conversion_id_upper": _set("conversion_id", lambda v: v.upper()),
+    "conversion_id_short": _set("conversion_id", "abc"),
+    "conversion_id_other": _set("conversion_id", lambda v: ("0" if v[0] != "0" else "1") + v[1:]),
+    "buffers_missing": _set("buffers", _DELETE),
+    "buffers_empty": _set("buffers", []),
+    "buffers_two": _set("buffers", lambda v: v + v),
+    "buffer_not_object": _set("buffers.0", "out.bin"),
+    "buffer_unknown_field": _set("buffers.0.extra", 1),
+    "buffer_size": _set("buffers.0.size", lambda v: v + 1),
+    "buffer_in_a_folder": _set("buffers.0.file", lambda v: "../" + v),
+    "buffer_absolute": _set("buffers.0.file", lambda v: "/tmp/" + v),
+    "buffer_hidden": _set("buffers.0.file", lambda v: "." + v),
+    "buffer_other_conversion": _set("buffers.0.file", lambda v: v.replace(".0", ".1", 1)),
+    "buffer_backslash": _set("buffers.0.file", lambda v: "a\\" + v),
     "target_level": _set("target.feature_level", "9.9"),
     "target_supported": _set("target.supported", ["BOGUS"]),
     "target_supported_unsorted": _set("target.supported", lambda v: list(reversed(v))),
@@ -128,14 +148,14 @@ def test_load_plan_refuses_each_corrupted_field(written: tuple[Path, dict[str, A
     bad = copy.deepcopy(doc)
     MUTATIONS[name](bad)
     (tmp_path / "m.json").write_text(json.dumps(bad))
-    (tmp_path / "m.bin").write_bytes((directory / "out.bin").read_bytes())
+    _buffer(tmp_path, doc).write_bytes(buffer_path(directory / "out").read_bytes())
     with pytest.raises(ManifestError):
         load_plan(tmp_path / "m.json")
 
 
 def test_load_plan_refuses_overlaps_and_duplicate_keys(written: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     directory, doc = written
-    (tmp_path / "m.bin").write_bytes((directory / "out.bin").read_bytes())
+    _buffer(tmp_path, doc).write_bytes(buffer_path(directory / "out").read_bytes())
     bad = copy.deepcopy(doc)
     converted = [e for e in bad["entries"] if e["skipped"] is None]
     converted[1]["offset"] = converted[0]["offset"]
@@ -159,7 +179,6 @@ def test_load_plan_refuses_overlaps_and_duplicate_keys(written: tuple[Path, dict
 )
 def test_load_plan_refuses_text_that_is_not_a_manifest(tmp_path: Path, text: str) -> None:
     (tmp_path / "m.json").write_text(text)
-    (tmp_path / "m.bin").write_bytes(b"")
     with pytest.raises(ManifestError):
         load_plan(tmp_path / "m.json")
     (tmp_path / "m.json").write_bytes(b'{"format": "\xff\xfe"}')
@@ -167,41 +186,87 @@ def test_load_plan_refuses_text_that_is_not_a_manifest(tmp_path: Path, text: str
         load_plan(tmp_path / "m.json")
 
 
-def test_load_plan_checks_the_bin(written: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+def test_load_plan_checks_the_buffer_file(written: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     directory, doc = written
-    data = (directory / "out.bin").read_bytes()
+    data = buffer_path(directory / "out").read_bytes()
+    buffer = _buffer(tmp_path, doc)
     (tmp_path / "m.json").write_text(json.dumps(doc))
-    with pytest.raises(ManifestError, match="cannot read the buffer image"):
+    with pytest.raises(ManifestError, match="cannot open the buffer file"):
         load_plan(tmp_path / "m.json")
     for wrong in (data + b"\x00", data[:-1], b""):
-        (tmp_path / "m.bin").write_bytes(wrong)
+        buffer.write_bytes(wrong)
         with pytest.raises(ManifestError, match="holds"):
             load_plan(tmp_path / "m.json")
-    (tmp_path / "m.bin").write_bytes(data)
+    buffer.write_bytes(data)
     assert load_plan(tmp_path / "m.json", verify=True).total_size == len(data)
     tampered = bytearray(data)
     tampered[-1] ^= 0xFF
-    (tmp_path / "m.bin").write_bytes(bytes(tampered))
-    with pytest.raises(ManifestError, match="bin_fingerprint"):  # sizes agree: the sampled fingerprint tells
+    buffer.write_bytes(bytes(tampered))
+    with pytest.raises(ManifestError, match="fingerprint"):  # sizes agree: the sampled fingerprint tells
         load_plan(tmp_path / "m.json")
-    with pytest.raises(ManifestError, match="bin_fingerprint"):
+    with pytest.raises(ManifestError, match="fingerprint"):
         load_plan(tmp_path / "m.json", verify=True)
-    (tmp_path / "m.bin").write_bytes(data)
-    without = dict(doc)
-    del without["bin_sha256"]
+    buffer.write_bytes(data)
+    without = copy.deepcopy(doc)
+    without["buffers"][0]["sha256"] = None
     (tmp_path / "m.json").write_text(json.dumps(without))
-    with pytest.raises(ManifestError, match="no bin_sha256"):
+    with pytest.raises(ManifestError, match="no SHA-256"):
         load_plan(tmp_path / "m.json", verify=True)
-    os.unlink(tmp_path / "m.bin")
-    os.mkdir(tmp_path / "m.bin")
+    with pytest.raises(InvalidArgumentError, match="format-1"):
+        load_plan(tmp_path / "m.json", bin_path=buffer)
+    os.unlink(buffer)
+    os.mkdir(buffer)
     with pytest.raises(ManifestError, match="not a regular file"):
+        load_plan(tmp_path / "m.json")
+    os.rmdir(buffer)
+    (tmp_path / "elsewhere.bin").write_bytes(data)
+    os.symlink(tmp_path / "elsewhere.bin", buffer)  # a buffer file is opened without following a symlink
+    with pytest.raises(ManifestError, match="cannot open the buffer file"):
         load_plan(tmp_path / "m.json")
     with pytest.raises(ManifestError, match="cannot read manifest"):
         load_plan(tmp_path / "missing.json")
+
+
+def test_format_1_manifests_are_still_read(written: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """The manifests earlier versions wrote: no conversion id and no buffer list; the buffer is PREFIX.bin, or
+    the file bin_path= names."""
+    directory, doc = written
+    data = buffer_path(directory / "out").read_bytes()
+    old = {k: v for k, v in doc.items() if k not in ("conversion_id", "buffers")}
+    old.update(format_version=1, bin_fingerprint=doc["buffers"][0]["fingerprint"],
+               bin_sha256=doc["buffers"][0]["sha256"])
+    (tmp_path / "m.json").write_text(json.dumps(old))
+    (tmp_path / "m.bin").write_bytes(data)
+    plan = load_plan(tmp_path / "m.json", verify=True)
+    assert plan.bin_path == str(tmp_path / "m.bin") and plan.format_version == 1 and plan.conversion_id is None
+    assert plan.bin_sha256 == doc["buffers"][0]["sha256"]
+    assert plan.manifest() == {**doc, "conversion_id": None, "buffers": plan.manifest()["buffers"]}
+    key = next(e["key"] for e in doc["entries"] if e["skipped"] is None)
+    assert plan.read(key).tobytes() == load_plan(directory / "out.json").read(key).tobytes()
+    os.rename(tmp_path / "m.json", tmp_path / "m.manifest")
     with pytest.raises(ManifestError, match=r"\.json"):
         load_plan(tmp_path / "m.manifest")
     (tmp_path / "other.data").write_bytes(data)
-    assert load_plan(tmp_path / "m.json", bin_path=tmp_path / "other.data").bin_path == str(tmp_path / "other.data")
+    assert load_plan(tmp_path / "m.manifest", bin_path=tmp_path / "other.data").bin_path == str(tmp_path / "other.data")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs and /dev/zero are POSIX")
+def test_load_plan_refuses_manifests_that_are_not_files(tmp_path: Path) -> None:
+    """Refused before a byte is read: a FIFO (which would block), a device (endless), a file over
+    max_manifest_bytes (a sparse 64 GiB file would be read into memory)."""
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(ManifestError, match="not a regular file"):
+        load_plan(tmp_path / "fifo.json")
+    os.symlink("/dev/zero", tmp_path / "zero.json")
+    with pytest.raises(ManifestError, match="not a regular file"):
+        load_plan(tmp_path / "zero.json")
+    with open(tmp_path / "sparse.json", "wb") as file:
+        file.truncate(64 << 30)
+    with pytest.raises(ManifestError, match="max_manifest_bytes"):
+        load_plan(tmp_path / "sparse.json")
+    (tmp_path / "small.json").write_text("{" + " " * 100 + "}")
+    with pytest.raises(ManifestError, match="max_manifest_bytes=50"):
+        load_plan(tmp_path / "small.json", max_manifest_bytes=50)
 
 
 def test_manifest_claiming_a_terabyte_is_refused_without_allocating(
@@ -211,9 +276,9 @@ def test_manifest_claiming_a_terabyte_is_refused_without_allocating(
     bad = copy.deepcopy(doc)
     last = [e for e in bad["entries"] if e["skipped"] is None][-1]
     last["offset"] = 2**40
-    bad["total_size"] = 2**40 + last["desc"]["TotalTensorSizeInBytes"]
+    bad["total_size"] = bad["buffers"][0]["size"] = 2**40 + last["desc"]["TotalTensorSizeInBytes"]
     (tmp_path / "m.json").write_text(json.dumps(bad))
-    (tmp_path / "m.bin").write_bytes((directory / "out.bin").read_bytes())
+    _buffer(tmp_path, doc).write_bytes(buffer_path(directory / "out").read_bytes())
     script = textwrap.dedent(f"""
         import resource, dmlbridge
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
@@ -231,9 +296,9 @@ def test_manifest_claiming_a_terabyte_is_refused_without_allocating(
 def test_random_manifest_mutations_only_raise_manifest_error(
     written: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    directory, _ = written
+    directory, doc = written
     text = (directory / "out.json").read_bytes()
-    (tmp_path / "m.bin").write_bytes((directory / "out.bin").read_bytes())
+    _buffer(tmp_path, doc).write_bytes(buffer_path(directory / "out").read_bytes())
     rng = random.Random(20240601)
     outcomes = {"refused": 0, "accepted": 0}
     runs = int(os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES") or 300)  # a longer run: DMLBRIDGE_FUZZ_EXAMPLES=20000

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from models import (
+    buffer_path,
     build_model,
 )
 from onnx import numpy_helper
@@ -23,22 +24,23 @@ def test_verify_finds_a_changed_byte_and_a_changed_model(tmp_path: Path) -> None
     path, _ = build_model(tmp_path)
     plan = convert_model(path, tmp_path / "out")
     plan.verify(path)
-    data = bytearray((tmp_path / "out.bin").read_bytes())
+    buffer = buffer_path(tmp_path / "out")
+    data = bytearray(buffer.read_bytes())
     e = plan.entries["t_float16"]
     assert e.offset is not None
     data[e.offset + 7] ^= 0x01  # a padding byte: values read back the same, but the bytes are wrong
-    (tmp_path / "out.bin").write_bytes(bytes(data))
-    with pytest.raises(ManifestError, match="bin_fingerprint"):  # load_plan samples the .bin: refused
+    buffer.write_bytes(bytes(data))
+    with pytest.raises(ManifestError, match="fingerprint"):  # load_plan samples the buffer file: refused
         load_plan(tmp_path / "out.json")
-    with pytest.raises(ManifestError, match=r"2 mismatches.*bin_fingerprint.*'t_float16': 1 byte\(s\) differ"):
+    with pytest.raises(ManifestError, match=r"2 mismatches.*fingerprint.*'t_float16': 1 byte\(s\) differ"):
         plan.verify(path)
     data[e.offset + 7] ^= 0x01
     data[e.offset + 1] ^= 0x80  # the sign of the first value
-    (tmp_path / "out.bin").write_bytes(bytes(data))
+    buffer.write_bytes(bytes(data))
     with pytest.raises(ManifestError, match="t_float16"):
         plan.verify(path)
     data[e.offset + 1] ^= 0x80
-    (tmp_path / "out.bin").write_bytes(bytes(data))
+    buffer.write_bytes(bytes(data))
     plan.verify(path)
 
     changed = onnx.load(path, load_external_data=False)
