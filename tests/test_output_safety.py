@@ -1,0 +1,288 @@
+"""The output side against an attacker, a crash and a second writer: symlinks planted at output names, files
+used by name after they were created, short writes, a second conversion into the same prefix, a plan read while
+another conversion replaces its files, live temporary files of another process, a failed rename over a symlink.
+
+Each test reproduces one way the earlier commit protocol (PREFIX.bin and PREFIX.json renamed one after the other,
+temporary files reopened and chmod'ed by name) broke, and shows that it cannot happen now.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from models import output_names
+from onnx import helper, numpy_helper
+
+import dmlbridge
+from dmlbridge import DestinationError, convert_model, load_plan
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="symlinks, flock and modes are POSIX here")
+
+
+def _model(value: float = 1.0, count: int = 3) -> Any:
+    w = numpy_helper.from_array(np.full(count, value, np.float32), "w")
+    return helper.make_model(helper.make_graph([], "g", [], [], [w]))
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def test_a_symlink_at_an_output_name_is_replaced_not_followed(tmp_path: Path) -> None:
+    """A setuid file behind a symlink planted as PREFIX.json keeps its bytes and mode; the new manifest is an
+    ordinary file with the umask's mode (the old protocol copied the mode through the symlink, setuid bit and
+    all, onto a file made of the model's bytes)."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"#!/bin/sh\n")
+    os.chmod(victim, 0o4755)
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(victim, out / "w.json")
+    plan = convert_model(_model(), out / "w", progress=False)
+    assert victim.read_bytes() == b"#!/bin/sh\n" and stat.S_IMODE(victim.stat().st_mode) == 0o4755
+    for path in (out / "w.json", Path(plan.bin_path or "")):
+        info = path.lstat()
+        assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == _umask_mode()
+    # A symlink planted as the lock is never followed: the conversion is refused, the target untouched.
+    os.symlink(victim, out / "x.lock")
+    with pytest.raises(DestinationError, match="lock"):
+        convert_model(_model(), out / "x", progress=False)
+    assert victim.read_bytes() == b"#!/bin/sh\n" and stat.S_IMODE(victim.stat().st_mode) == 0o4755
+
+
+def test_new_files_are_used_through_their_descriptors_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file a conversion creates is opened once, exclusively and without following a symlink; its name is
+    never opened, stat'ed or chmod'ed again (a symlink swapped in between could not be followed: there is no
+    second use of the name to follow it)."""
+    convert_model(_model(), tmp_path / "w", progress=False)  # previous outputs, to be replaced
+    calls: list[tuple[str, str, int]] = []
+    real_open, real_chmod, real_stat = os.open, os.chmod, os.stat
+
+    def ours(path: Any) -> bool:
+        return "w." in os.path.basename(os.fsdecode(path)) or ".w." in os.path.basename(os.fsdecode(path))
+
+    def open_spy(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if ours(path):
+            calls.append(("open", os.path.basename(os.fsdecode(path)), flags))
+        return real_open(path, flags, *args, **kwargs)
+
+    def chmod_spy(path: Any, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(path, int) and ours(path):
+            calls.append(("chmod", os.path.basename(os.fsdecode(path)), 0))
+        real_chmod(path, *args, **kwargs)
+
+    def stat_spy(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(path, int) and ours(path):
+            calls.append(("stat", os.path.basename(os.fsdecode(path)), 0))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_spy)
+    monkeypatch.setattr(os, "chmod", chmod_spy)
+    monkeypatch.setattr(os, "stat", stat_spy)
+    real_builtin_open = builtins.open
+
+    def builtin_open_spy(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(file, int) and ours(file):
+            pytest.fail(f"open() by name: {file}")
+        return real_builtin_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", builtin_open_spy)
+    plan = convert_model(_model(2.0), tmp_path / "w", progress=False, checksum=True)
+    monkeypatch.undo()
+    created = [name for kind, name, flags in calls if kind == "open" and flags & os.O_CREAT and flags & os.O_EXCL]
+    assert sorted(created) == sorted([os.path.basename(plan.bin_path or ""), f".w.json.{plan.conversion_id}"
+                                      ".dmlbridge-tmp"])
+    for kind, name, flags in calls:
+        assert kind == "open" and flags & os.O_NOFOLLOW, (kind, name)
+        assert name not in created or flags & os.O_EXCL, f"{name} opened again by name"
+    assert load_plan(tmp_path / "w.json", verify=True).array("w").tolist() == [2.0, 2.0, 2.0]
+
+
+def test_short_writes_are_completed_and_a_write_of_nothing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """One write() may take fewer bytes than asked (Linux caps it at 0x7ffff000, a filling disk at what is
+    left): the rest is written. A write that takes nothing is a full disk: the conversion fails and the previous
+    outputs stay."""
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, memoryview(data)[:7]))
+    convert_model(_model(3.0, 2000), tmp_path / "w", progress=False)
+    monkeypatch.undo()
+    assert load_plan(tmp_path / "w.json").array("w").tolist() == [3.0] * 2000
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"}
+    monkeypatch.setattr(os, "write", lambda fd, data: 0)
+    with pytest.raises(DestinationError, match="w"):
+        convert_model(_model(4.0, 2000), tmp_path / "w", progress=False)
+    monkeypatch.undo()
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"} == before
+
+
+HOLD = textwrap.dedent("""
+    import fcntl, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    if len(sys.argv) > 2:
+        os.write(fd, sys.argv[2].encode())
+    print("held", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def _holder(path: Path, text: str = "") -> subprocess.Popen[str]:
+    child = subprocess.Popen([sys.executable, "-c", HOLD, str(path), *([text] if text else [])],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "held\n"
+    return child
+
+
+def _release(child: subprocess.Popen[str]) -> None:
+    assert child.stdin is not None
+    child.stdin.write("\n")
+    child.stdin.close()
+    child.wait(30)
+    if child.stdout is not None:
+        child.stdout.close()
+
+
+def test_a_second_writer_fails_fast_naming_the_lock_and_its_holder(tmp_path: Path) -> None:
+    convert_model(_model(), tmp_path / "w", progress=False)
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"}
+    holder = _holder(tmp_path / "w.lock", "pid 4242 on other-host\n")
+    try:
+        started = time.perf_counter()
+        with pytest.raises(DestinationError, match=r"w\.lock.*pid 4242 on other-host"):
+            convert_model(_model(5.0), tmp_path / "w", progress=False)
+        assert time.perf_counter() - started < 5
+    finally:
+        _release(holder)
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"} == before
+    convert_model(_model(5.0), tmp_path / "w", progress=False)  # the lock is free again
+    assert load_plan(tmp_path / "w.json").array("w").tolist() == [5.0, 5.0, 5.0]
+
+
+def test_a_plan_keeps_reading_the_files_it_checked(tmp_path: Path) -> None:
+    """Another conversion replaces the files (and removes the old buffer) while a plan is loaded: the plan still
+    returns its own conversion's bytes, never the other's; a newly loaded plan reads the new ones. The same
+    holds for a buffer swapped for a FIFO after loading, which would block a read by name."""
+    convert_model(_model(1.0), tmp_path / "w", progress=False)
+    old = load_plan(tmp_path / "w.json")
+    written = convert_model(_model(1.0), tmp_path / "w", progress=False)
+    convert_model(_model(7.0), tmp_path / "w", progress=False)
+    assert not Path(old.bin_path or "").exists()  # removed once the new manifest was in place
+    assert old.array("w").tolist() == written.array("w").tolist() == [1.0, 1.0, 1.0]
+    new = load_plan(tmp_path / "w.json")
+    assert new.array("w").tolist() == [7.0, 7.0, 7.0]
+    path = Path(new.bin_path or "")
+    path.unlink()
+    os.mkfifo(path)
+    assert new.array("w").tolist() == [7.0, 7.0, 7.0]
+    with new:
+        pass
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="closed"):
+        new.read("w")
+
+
+def test_plans_across_pickle(tmp_path: Path) -> None:
+    """A pickled plan opens its buffer files again on the first read, and refuses them if they changed."""
+    import pickle
+
+    plan = convert_model(_model(3.0), tmp_path / "w", progress=False)
+    copy = pickle.loads(pickle.dumps(plan))
+    assert copy.array("w").tolist() == [3.0, 3.0, 3.0]
+    stale = pickle.loads(pickle.dumps(plan))
+    Path(plan.bin_path or "").write_bytes(b"\0" * os.path.getsize(plan.bin_path or ""))
+    with pytest.raises(dmlbridge.ManifestError, match="no longer the file"):
+        stale.array("w")
+
+
+def test_abandoned_files_are_removed_only_when_no_live_writer_holds_them(tmp_path: Path) -> None:
+    """Another process (in any pid namespace: only the flock counts) holding a temporary manifest or a buffer
+    file of its own keeps it; once it is gone, the next conversion removes them, and only files of this prefix."""
+    convert_model(_model(), tmp_path / "w", progress=False)
+    live_temp = tmp_path / ".w.json.0123456789abcdef.dmlbridge-tmp"
+    live_buffer = tmp_path / "w.0123456789abcdef.00000.bin"
+    dead_temp = tmp_path / ".w.json.fedcba9876543210.dmlbridge-tmp"
+    dead_buffer = tmp_path / "w.fedcba9876543210.00000.bin"
+    others = [tmp_path / "x.0123456789abcdef.00000.bin", tmp_path / "w.notes", tmp_path / "w.0123.00000.bin"]
+    for path in (dead_temp, dead_buffer, *others):
+        path.write_bytes(b"x")
+    holders = [_holder(live_temp), _holder(live_buffer)]
+    try:
+        convert_model(_model(), tmp_path / "w", progress=False)
+        assert live_temp.exists() and live_buffer.exists()
+        assert not dead_temp.exists() and not dead_buffer.exists()
+        assert all(path.exists() for path in others)
+    finally:
+        for holder in holders:
+            _release(holder)
+    convert_model(_model(), tmp_path / "w", progress=False)
+    assert not live_temp.exists() and not live_buffer.exists() and all(path.exists() for path in others)
+    assert output_names(tmp_path) == sorted(["w.ID.00000.bin", "w.json", "w.lock", "x.ID.00000.bin", "w.notes",
+                                             "w.0123.00000.bin"])
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])
+def test_a_failed_publish_over_a_symlinked_manifest_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failure: type[BaseException]
+) -> None:
+    """PREFIX.json is a symlink to a manifest kept elsewhere and the one rename fails: the symlink, the manifest
+    it points at and its buffer stay; the new conversion's files are removed."""
+    store = tmp_path / "store"
+    store.mkdir()
+    convert_model(_model(1.0), store / "w", progress=False)
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(store / "w.json", out / "w.json")
+    before = {p.name: p.read_bytes() for p in store.iterdir()}
+    real_replace = os.replace
+
+    def failing(src: Any, dst: Any, **kwargs: Any) -> None:
+        if str(dst).endswith(".json"):
+            raise failure(errno.EIO, "injected") if failure is OSError else failure()
+        real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(DestinationError if failure is OSError else KeyboardInterrupt):
+        convert_model(_model(2.0), out / "w", progress=False)
+    monkeypatch.undo()
+    assert os.readlink(out / "w.json") == str(store / "w.json")
+    assert {p.name: p.read_bytes() for p in store.iterdir()} == before
+    assert sorted(os.listdir(out)) == ["w.json", "w.lock"]
+
+
+def test_an_interrupt_during_cleanup_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that arrives while a failed conversion removes its files is held back until they are gone."""
+    import signal
+
+    import dmlbridge.commit as commit
+
+    real_unlink = os.unlink
+
+    def unlink_then_interrupt(path: Any, **kwargs: Any) -> None:
+        real_unlink(path, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C, mid-cleanup
+
+    real_write_all = commit.write_all
+
+    def failing_write_all(fd: int, data: Any) -> None:
+        monkeypatch.setattr(os, "unlink", unlink_then_interrupt)
+        raise OSError(errno.ENOSPC, "injected")
+
+    monkeypatch.setattr(commit, "write_all", failing_write_all)
+    with pytest.raises((KeyboardInterrupt, DestinationError)):
+        convert_model(_model(), tmp_path / "w", progress=False)
+    monkeypatch.undo()
+    assert real_write_all is commit.write_all
+    assert sorted(os.listdir(tmp_path)) == ["w.lock"]
