@@ -10,7 +10,9 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -193,24 +195,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 verification failed, 2 user error, 130 Ctrl-C)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _escape_unencodable_output()
+    """Run the command line; returns the exit status (0 ok, 1 verification failed, 2 user error, 130 Ctrl-C).
+    Ctrl-C prints one line from the first instruction on (files being written are removed first)."""
+    command = "dmlbridge"
     try:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, Ctrl-C is KeyboardInterrupt
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        command = f"dmlbridge {args.command}"
+        _escape_unencodable_output()
         return int(args.run(args))
     except DmlBridgeError as exc:
-        print(f"dmlbridge {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"{command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):  # e.g. `dmlbridge inspect big.onnx | head`
             with contextlib.suppress(OSError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
-        print(f"dmlbridge {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"{command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"dmlbridge {args.command}: interrupted", file=sys.stderr)
+        print(f"{command}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -117,15 +117,18 @@ def model_constants(loaded: LoadedModel) -> tuple[list[ModelConstant], BytesScan
 def external_data_reader(
     loaded: LoadedModel, external_data_root: str | os.PathLike[str] | None
 ) -> ExternalDataReader | None:
-    """The reader of the model's external data, or None when the model has no directory (bytes or a ModelProto
-    without ``base_dir``): tensor_to_array then refuses external data, naming the tensor."""
+    """The reader of the model's external data (positioned reads, no mapping), or None when the model has no
+    directory (bytes or a ModelProto without ``base_dir``): tensor_to_array then refuses external data, naming the
+    tensor."""
     if loaded.base_dir is None:
         if external_data_root is not None:
             raise InvalidArgumentError(
                 "external_data_root= needs base_dir= when the model is given as bytes or a ModelProto"
             )
         return None
-    return ExternalDataReader(loaded.base_dir, external_data_root)
+    # Positioned reads, never a mapping: a file that shrinks under a mapping kills the process with SIGBUS, and
+    # conversion and verification must answer it with ExternalDataError instead.
+    return ExternalDataReader(loaded.base_dir, external_data_root, use_mmap=False)
 
 
 def need_reader(constants: list[ModelConstant], reader: ExternalDataReader | None) -> None:

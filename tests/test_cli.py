@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,7 @@ import pytest
 from models import buffer_path, output_names, outputs
 from onnx import helper, numpy_helper
 
+import dmlbridge
 from dmlbridge import plan_model
 from dmlbridge.demo import build_sample_model
 
@@ -209,3 +213,36 @@ def test_names_the_terminal_cannot_show_are_escaped_not_a_traceback(tmp_path: Pa
     inspect = subprocess.run([sys.executable, "-m", "dmlbridge", "inspect", str(path)], capture_output=True,
                              text=True, timeout=120, env=env)
     assert "poids_\\xe9_\\u6743\\u91cd" in inspect.stdout
+
+
+def test_ctrl_c_from_the_first_instruction_prints_one_line(small: Path, tmp_path: Path) -> None:
+    """SIGINT at random moments from the command's start (while it imports, parses, converts): one line and exit
+    130, or a finished run; never a traceback, never a file left but the prefix's lock."""
+    script = Path(sys.executable).parent / "dmlbridge"
+    if not script.exists() or os.name != "posix":
+        pytest.skip("the installed console script is needed (pip install -e .)")
+    rng = random.Random(7)
+    outcomes = []
+    for run_index in range(12):
+        out = tmp_path / f"run{run_index}"
+        out.mkdir()
+        child = subprocess.Popen([str(script), "convert", str(small), "-o", str(out / "w"), "--quiet"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.0, 0.6))
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+        if child.returncode == 0:
+            outcomes.append("finished")
+            continue
+        ours = stderr.startswith("dmlbridge") or "dmlbridge_entry.py" in stderr or "/dmlbridge/" in stderr
+        if not ours:  # Python itself was starting (site, ...) or shutting down: not the command's time
+            if os.listdir(out):  # after the command: its conversion is complete
+                assert dmlbridge.load_plan(out / "w.json").total_size > 0
+            outcomes.append("before or after the command")
+            continue
+        assert "Traceback" not in stderr, stderr
+        assert child.returncode == 130 and stderr.strip().endswith("interrupted"), (child.returncode, stderr)
+        assert len(stderr.strip().splitlines()) == 1, stderr
+        assert set(os.listdir(out)) <= {"w.lock"}, os.listdir(out)
+        outcomes.append("interrupted")
+    assert "interrupted" in outcomes

@@ -17,6 +17,7 @@ import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -652,3 +653,35 @@ def test_open_failure_is_an_external_data_error(tree, monkeypatch):
     monkeypatch.setattr(os, "open", deny)
     with pytest.raises(ExternalDataError, match="cannot be opened"):
         tensor_to_array(external_tensor("w.bin"), tree["model"])
+
+
+def test_conversion_and_verification_never_map_external_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file that shrinks under a mapping kills the process with SIGBUS; conversion and verification read by
+    position instead, so a shrinking file is an ExternalDataError (tensor_to_array may still map: see its
+    ``use_mmap``)."""
+    import dmlbridge
+    from dmlbridge.external_data import ExternalDataReader as Reader
+
+    values = np.arange(1 << 18, dtype=np.float32)
+    tensor = numpy_helper.from_array(values, "w")
+    (tmp_path / "w.data").write_bytes(tensor.raw_data)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="w.data")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(helper.make_model(helper.make_graph([], "g", [], [], [tensor])).SerializeToString())
+    monkeypatch.setattr(mmap, "mmap", lambda *a, **k: pytest.fail("external data mapped"))
+    # (checksum=True: the bytes pass through the process, where a mapping could be; no copy by the kernel)
+    plan = dmlbridge.convert_model(model, tmp_path / "out", progress=False, checksum=True)
+    plan.verify(model)
+    assert plan.array("w").tobytes() == values.tobytes()
+    real_open_checked = Reader._open_checked
+
+    def opened_then_shrunk(self: Any, *args: Any) -> Any:
+        result = real_open_checked(self, *args)
+        os.truncate(tmp_path / "w.data", 100)  # the file shrinks between its checks and the read
+        return result
+
+    monkeypatch.setattr(Reader, "_open_checked", opened_then_shrunk)
+    with pytest.raises(dmlbridge.ExternalDataError):
+        dmlbridge.convert_model(model, tmp_path / "out2", progress=False, checksum=True)
