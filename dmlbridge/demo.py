@@ -124,20 +124,22 @@ def run_demo(keep: str | os.PathLike[str] | None = None, out: TextIO | None = No
             os.makedirs(folder, exist_ok=True)
         model_path = build_sample_model(folder)
         prefix = os.path.join(folder, "sample.dml")
-        convert_model(model_path, prefix, checksum=True, progress=False)
-        plan = load_plan(prefix + ".json", verify=True)
-        plan.verify(model_path)
-
-        print(f"dmlbridge demo: converted {model_path} (+ its external data sample.weights)", file=out)
-        print(f"into {prefix}.bin and {prefix}.json, for DirectML feature level "
-              f"{plan.target.feature_level.dotted}:\n", file=out)
-        print(format_plan(plan), file=out)
-        int4 = plan.entries["w_int4"]
-        data = plan.read("w_int4")
-        print(f"\ne.g. w_int4 {plan.array('w_int4').tolist()} is {data.tobytes().hex(' ')} at offset {int4.offset}: "
-              "two nibbles per byte, low nibble first, padded to 4 bytes", file=out)
-        print("verified: the .bin's SHA-256 matches the manifest and every converted constant reads back bit for "
-              "bit", file=out)
+        convert_model(model_path, prefix, checksum=True, progress=False).close()
+        with load_plan(prefix + ".json", verify=True) as plan:
+            plan.verify(model_path)
+            print(f"dmlbridge demo: converted {model_path} (+ its external data sample.weights)", file=out)
+            print(f"into {plan.bin_path} and {prefix}.json, for DirectML feature level "
+                  f"{plan.target.feature_level.dotted}:\n", file=out)
+            print(format_plan(plan), file=out)
+            int4 = plan.entries["w_int4"]
+            data = plan.read("w_int4")
+            print(f"\ne.g. w_int4 {plan.array('w_int4').tolist()} is {data.tobytes().hex(' ')} at offset "
+                  f"{int4.offset}: two nibbles per byte, low nibble first, padded to 4 bytes", file=out)
+        print("verified: the buffer file's SHA-256 matches the manifest and every converted constant reads back bit "
+              "for bit", file=out)
         if keep is not None:
             print(f"files kept in {folder}", file=out)
+        else:
+            print("(the files were in a temporary folder, removed now; `dmlbridge demo --keep DIR` keeps them)",
+                  file=out)
     return 0
