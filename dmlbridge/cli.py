@@ -20,7 +20,7 @@ from dmlbridge.convert import convert_model
 from dmlbridge.demo import run_demo
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.mapping import mapping_table
-from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.plan import plan_model, read_plan
 from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.target import Target
@@ -92,6 +92,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         args.model, prefix, target=_target_from(args), alignment=args.alignment, min_dims=args.min_dims,
         progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
         checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
+        max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
     )
     if not args.quiet:
         for entry in plan.skipped:
@@ -105,9 +106,10 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     # A .bin that fails its fingerprint is reported by find_mismatches, with the constants that differ (exit 1).
-    plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False)
+    limit = args.max_manifest_bytes
+    plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
     if plan.bin_sha256 is not None:
-        plan = read_plan(args.manifest, verify=True, bin_path=None, check_fingerprint=False)
+        plan = read_plan(args.manifest, verify=True, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes
     )
@@ -175,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
     convert.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
                          help="refuse constants larger than N bytes (default 16 GiB)")
+    convert.add_argument("--max-output-bytes", type=_byte_count, default=None, metavar="N",
+                         help="refuse an upload image larger than N bytes (default: 8 x the model's bytes + 64 MiB)")
+    convert.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES, metavar="N",
+                         help="refuse a manifest larger than N bytes (default 256 MiB)")
     convert.add_argument("--no-fsync", action="store_true",
                          help="do not flush the outputs to the disk before renaming them into place (faster; still "
                          "atomic if the process dies, but a power loss may leave an empty or partial output)")
@@ -186,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
     verify.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
                         help="refuse constants larger than N bytes (default 16 GiB)")
+    verify.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES, metavar="N",
+                        help="refuse a manifest larger than N bytes (default 256 MiB)")
     verify.set_defaults(run=_cmd_verify)
 
     demo = commands.add_parser("demo", help="build a sample model, convert it, verify it, print the summary")

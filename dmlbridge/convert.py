@@ -27,9 +27,15 @@ from dmlbridge.errors import DestinationError, InvalidArgumentError, TensorTooLa
 from dmlbridge.external_data import ExternalDataReader, check_location
 from dmlbridge.fingerprint import bin_fingerprint
 from dmlbridge.image_writer import Progress, write_image
-from dmlbridge.manifest import BufferFile, manifest_text
+from dmlbridge.manifest import BufferFile, entry_lines, manifest_text
 from dmlbridge.model_file import LoadedModel, external_data_reader, model_constants, need_reader, read_model
-from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, DEFAULT_TARGET, ConvertOptions, PlanOptions
+from dmlbridge.options import (
+    DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_TENSOR_BYTES,
+    DEFAULT_TARGET,
+    ConvertOptions,
+    PlanOptions,
+)
 from dmlbridge.plan import UploadPlan, raise_if_skipped
 from dmlbridge.planning import Planned, plan_constants
 from dmlbridge.target import Target
@@ -52,6 +58,8 @@ def convert_model(
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
     base_dir: str | os.PathLike[str] | None = None,
     fsync: bool = True,
+    max_output_bytes: int | None = None,
+    max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into one DirectML upload buffer: the buffer file
     ``out_prefix.<conversion id>.00000.bin`` and its manifest ``out_prefix.json``, published together (the
@@ -72,8 +80,9 @@ def convert_model(
         external_data_root: widen the directory external data files may resolve into (the model's directory
             by default), e.g. to a Hugging Face cache whose files are symlinks into a blobs folder.
         checksum: record the SHA-256 of the buffer file (computed while writing) in the manifest.
-        max_tensor_bytes: refuse (TensorTooLargeError) a model with a constant whose decoded array would be
-            larger (checked from the model's dims before any file is created, and again as each is decoded).
+        max_tensor_bytes: refuse (TensorTooLargeError) a model with a constant whose decoded array or whose
+            DirectML bytes would be larger (checked from the model's dims before any file is created, and again
+            as each is decoded).
         base_dir: the directory external data locations are relative to; default: the model file's directory.
             Needed for external data when ``model`` is bytes or a ModelProto.
         fsync: True (the default) flushes the new files to the disk before the manifest is renamed into place,
@@ -82,6 +91,12 @@ def convert_model(
             later, in the background), and the conversion is still published atomically if the process fails,
             is interrupted or is killed, but after a power loss or a crash of the operating system a published
             file may be empty or incomplete.
+        max_output_bytes: refuse (TensorTooLargeError, before any file is created) a conversion whose upload image
+            would be larger. None (the default) allows 8 times the model's bytes (the model file and the
+            external data it uses: 8 times is the largest widening, FLOAT4E2M1 to FLOAT32), plus one alignment per
+            constant and 64 MiB: a few bytes that claim gigabytes (sparse tensors densified, say) need the option.
+        max_manifest_bytes: refuse (InvalidArgumentError, before any file is created) a conversion whose manifest
+            would be larger; ``load_plan`` reads no larger manifest unless given the same limit.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -100,7 +115,8 @@ def convert_model(
     """
     layout = PlanOptions.check(target, alignment, min_dims)
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
-                                   checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync)
+                                   checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
+                                   max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes)
     prefix = _output_prefix(out_prefix)
     loaded = read_model(model, base_dir)
     with collector_paused():
@@ -120,22 +136,44 @@ def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> Uploa
     _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, stored_elsewhere, reader)
     plan = UploadPlan(planned.entries, layout.target, layout.alignment, layout.min_dims, planned.total, loaded.name,
                       loaded.size, __version__)
-    _refuse_too_large(constants, options.max_tensor_bytes)
-    return _write_outputs(plan, constants, planned, scan, prefix, reader, options)
+    _refuse_too_large(constants, planned, options.max_tensor_bytes)
+    _refuse_large_output(loaded, constants, planned, options)
+    lines = entry_lines(planned.entries, options.max_manifest_bytes)  # (before any file: it may be refused)
+    return _write_outputs(plan, constants, planned, scan, prefix, reader, options, lines)
 
 
-def _refuse_too_large(constants: list[ModelConstant], max_tensor_bytes: int) -> None:
-    """Refuse, before any output exists, a model with a constant whose decoded array would exceed the limit
-    (even one that would be skipped: a claim that large is a broken or hostile model, e.g. a sparse tensor of
-    2^40 elements)."""
-    for constant in constants:
-        if constant.nbytes > max_tensor_bytes:
+def _refuse_too_large(constants: list[ModelConstant], planned: Planned, max_tensor_bytes: int) -> None:
+    """Refuse, before any output exists, a model with a constant whose decoded array or DirectML bytes would
+    exceed the limit (even one that would be skipped: a claim that large is a broken or hostile model, e.g. a
+    sparse tensor of 2^40 elements)."""
+    for constant, pair in zip(constants, planned.pairs, strict=True):
+        size = max(constant.nbytes, pair.total)
+        if size > max_tensor_bytes:
             raise TensorTooLargeError(
-                f"constant {constant.key!r} ({constant.origin}) claims {constant.nbytes} bytes "
+                f"constant {constant.key!r} ({constant.origin}) claims {size} bytes "
                 f"({constant.onnx_type.name} {list(constant.shape)}), more than max_tensor_bytes={max_tensor_bytes} "
                 f"({max_tensor_bytes / 2**30:.3g} GiB; --max-tensor-bytes on the command line); raise the limit if "
                 "you trust this model and have the memory"
             )
+
+
+def _refuse_large_output(
+    loaded: LoadedModel, constants: list[ModelConstant], planned: Planned, options: ConvertOptions
+) -> None:
+    """Refuse, before any output exists, an upload image larger than ``max_output_bytes`` (see convert_model)."""
+    limit = options.max_output_bytes
+    if limit is None:
+        external = sum(c.packed_nbytes for c in constants if c.storage == "external")
+        limit = 8 * (loaded.size + external) + options.layout.alignment * len(constants) + (64 << 20)
+        how = "8 times the model's bytes, plus one alignment per constant and 64 MiB"
+    else:
+        how = "max_output_bytes"
+    if planned.total > limit:
+        raise TensorTooLargeError(
+            f"the upload image would take {planned.total} bytes, more than {limit} ({how}); a model this small "
+            "that claims this much is broken or hostile (densified sparse tensors, say): pass max_output_bytes= "
+            "(--max-output-bytes on the command line) if you trust it"
+        )
 
 
 def _output_prefix(out_prefix: Any) -> str:
@@ -179,7 +217,7 @@ def _refuse_overwriting_inputs(
 
 def _write_outputs(
     plan: UploadPlan, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None, prefix: str,
-    reader: ExternalDataReader | None, options: ConvertOptions,
+    reader: ExternalDataReader | None, options: ConvertOptions, lines: list[str],
 ) -> UploadPlan:
     """Write the buffer file and the manifest, and publish them together (dmlbridge.commit); returns the written
     plan, which holds its buffer file open."""
@@ -199,7 +237,7 @@ def _write_outputs(
                                   buffers=(BufferFile(path, plan.total_size, fingerprint, digest),),
                                   manifest_path=os.path.join(publication.directory, publication.manifest_name),
                                   _files=OpenBuffers([path], [kept]))
-                publication.publish(manifest_text(written).encode("ascii"))
+                publication.publish(manifest_text(written, lines).encode("ascii"))
             except BaseException:
                 os.close(kept)
                 raise

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmlbridge.descs import BufferTensorDesc
-from dmlbridge.errors import DmlBridgeError, LayoutError, ManifestError
+from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError
 from dmlbridge.mapping import resolve
 from dmlbridge.options import MAX_ALIGNMENT
 from dmlbridge.planning import PlanEntries, PlanEntry, entry_layout
@@ -72,6 +72,7 @@ __all__ = [
     "READABLE_VERSIONS",
     "BufferFile",
     "Manifest",
+    "entry_lines",
     "manifest_document",
     "manifest_text",
     "parse_manifest",
@@ -84,6 +85,7 @@ _CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _INT64_MAX = 2**63 - 1
+_LINES_AT_ONCE = 4096
 _DESC_FIELDS = tuple(BufferTensorDesc(0, 0, (), None, 0, 0).as_dict())  # DataType, Flags, DimensionCount, ...
 
 
@@ -161,24 +163,46 @@ def manifest_document(manifest: Manifest) -> dict[str, Any]:
     return doc
 
 
-def manifest_text(manifest: Manifest) -> str:
+def manifest_text(manifest: Manifest, lines: list[str] | None = None) -> str:
     """The manifest's text: ``json.dumps`` of each top-level field on a line of its own, and of each entry, made
-    without a dict and a json.dumps call per entry (a model can hold 100,000 constants)."""
+    without a dict and a json.dumps call per entry (a model can hold 100,000 constants). ``lines``: the entries'
+    lines, as :func:`entry_lines` made them."""
     head = [f"  {_json(k)}: {_json(v)}" for k, v in _head(manifest).items()]
-    entries = manifest.entries
-    if isinstance(entries, PlanEntries):  # planned here: each (type, shape) pair's text is made once
-        keys, origins, offsets, pairs = entries.columns()
-        unique = {id(pair): pair for pair in pairs}
-        shared = {ident: _shared_json(pair.fields) for ident, pair in unique.items() if pair.total >= 0}
-        texts = [shared.get(id(pair)) for pair in pairs]
-        lines = [
+    return _assemble(head, entry_lines(manifest.entries) if lines is None else lines)
+
+
+def entry_lines(entries: Mapping[str, PlanEntry], limit: int | None = None) -> list[str]:
+    """The manifest's entry lines; InvalidArgumentError, before more than about ``limit`` bytes are made, when
+    they would take more (each key is at most MAX_KEY_LENGTH characters, so a line is at most about 76 KiB)."""
+    if not isinstance(entries, PlanEntries):
+        lines = [_entry_json(entry) for entry in entries.values()]
+        _check_size(sum(map(len, lines)), len(lines), limit)
+        return lines
+    keys, origins, offsets, pairs = entries.columns()
+    unique = {id(pair): pair for pair in pairs}
+    shared = {ident: _shared_json(pair.fields) for ident, pair in unique.items() if pair.total >= 0}
+    lines, size = [], 0
+    for first in range(0, len(keys), _LINES_AT_ONCE):  # made in pieces: a refused manifest is never all made
+        stop = first + _LINES_AT_ONCE
+        piece = [
             f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{offset}{text[1]}'
             if text is not None else _entry_json(entries[key])
-            for key, origin, offset, text in zip(keys, origins, offsets, texts, strict=True)
+            for key, origin, offset, text in zip(keys[first:stop], origins[first:stop], offsets[first:stop],
+                                                 [shared.get(id(pair)) for pair in pairs[first:stop]], strict=True)
         ]
-    else:
-        lines = [_entry_json(entry) for entry in entries.values()]
-    return _assemble(head, lines)
+        size += sum(map(len, piece))
+        _check_size(size, len(keys), limit)
+        lines += piece
+    return lines
+
+
+def _check_size(size: int, count: int, limit: int | None) -> None:
+    if limit is not None and size > limit:
+        raise InvalidArgumentError(
+            f"the manifest of these {count} constants would take more than max_manifest_bytes={limit} bytes "
+            f"({limit / 2**20:.3g} MiB; --max-manifest-bytes on the command line), which load_plan also needs to "
+            "read it; raise the limit on both if you trust this model"
+        )
 
 
 def _assemble(head: list[str], entries: list[str]) -> str:

@@ -18,9 +18,11 @@ from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.target import Target
 
 __all__ = [
+    "DEFAULT_MAX_MANIFEST_BYTES",
     "DEFAULT_MAX_TENSOR_BYTES",
     "DEFAULT_TARGET",
     "MAX_ALIGNMENT",
+    "MAX_KEY_LENGTH",
     "ConvertOptions",
     "PlanOptions",
     "check_flag",
@@ -29,7 +31,13 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TENSOR_BYTES = 16 << 30
-"""Largest decoded tensor (bytes of the logical numpy array) accepted unless the caller raises the limit."""
+"""Largest constant (the larger of its decoded array and its DirectML bytes) accepted unless the caller raises the
+limit."""
+DEFAULT_MAX_MANIFEST_BYTES = 256 << 20
+"""The largest manifest written or read unless the caller raises the limit."""
+MAX_KEY_LENGTH = 4096
+"""The longest key (in characters) a constant may have; its origin may be twice as long. A model whose names are
+longer is refused: every key is written into the manifest, whose size this bounds."""
 
 MAX_ALIGNMENT = 2**31  # GuaranteedBaseOffsetAlignment is a UINT: the largest power of two it holds
 DEFAULT_TARGET = Target()
@@ -96,11 +104,14 @@ class ConvertOptions(NamedTuple):
     checksum: bool
     max_tensor_bytes: int
     fsync: bool
+    max_output_bytes: int | None = None  # None: the default bound, from the model's size
+    max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES
 
     @classmethod
     def check(
         cls, layout: PlanOptions, *, progress: Any, strict: Any, external_data_root: Any, checksum: Any,
-        max_tensor_bytes: Any, fsync: Any,
+        max_tensor_bytes: Any, fsync: Any, max_output_bytes: Any = None,
+        max_manifest_bytes: Any = DEFAULT_MAX_MANIFEST_BYTES,
     ) -> ConvertOptions:
         """The options, each checked (InvalidArgumentError names the keyword)."""
         strict, checksum = check_flag("strict", strict), check_flag("checksum", checksum)
@@ -108,4 +119,10 @@ class ConvertOptions(NamedTuple):
         if progress is not None and not isinstance(progress, bool):
             raise InvalidArgumentError(f"progress must be None, True or False, not {progress!r}")
         max_tensor_bytes = check_max_tensor_bytes(max_tensor_bytes)
-        return cls(layout, progress, strict, external_data_root, checksum, max_tensor_bytes, fsync)
+        for name, value in (("max_output_bytes", max_output_bytes), ("max_manifest_bytes", max_manifest_bytes)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidArgumentError(f"{name} must be a non-negative integer, got {value!r}")
+        if max_manifest_bytes is None:
+            raise InvalidArgumentError("max_manifest_bytes must be a non-negative integer, got None")
+        return cls(layout, progress, strict, external_data_root, checksum, max_tensor_bytes, fsync, max_output_bytes,
+                   max_manifest_bytes)

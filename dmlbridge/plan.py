@@ -23,7 +23,7 @@ from dmlbridge.errors import InvalidArgumentError, ManifestError
 from dmlbridge.fingerprint import fingerprint_problem, read_at
 from dmlbridge.manifest import BufferFile, Manifest, manifest_document, parse_manifest
 from dmlbridge.model_file import model_constants, read_model
-from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, DEFAULT_TARGET, PlanOptions
+from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES, DEFAULT_TARGET, PlanOptions
 from dmlbridge.planning import Pair, PlanEntry, plan_constants
 from dmlbridge.target import Target
 from dmlbridge.verify import find_mismatches
@@ -31,8 +31,6 @@ from dmlbridge.version import __version__
 
 __all__ = ["UploadPlan", "load_plan", "plan_model", "raise_if_skipped", "read_plan"]
 
-DEFAULT_MAX_MANIFEST_BYTES = 256 << 20
-"""The largest manifest ``load_plan`` reads unless the caller raises the limit."""
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 

@@ -7,7 +7,7 @@ lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has
 (ONNX type, shape) share everything but key, origin and offset, so each pair is planned once (:class:`Pair`).
 
     >>> from dmlbridge.constants import find_constants
-    >>> from dmlbridge.options import PlanOptions
+    >>> from dmlbridge.options import MAX_KEY_LENGTH, PlanOptions
     >>> from onnx import helper, numpy_helper
     >>> import numpy as np
     >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3, np.float32), "w")])
@@ -27,7 +27,7 @@ from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, UnsupportedTypeError
 from dmlbridge.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
 from dmlbridge.mapping import Conversion, MappingRow, resolve
-from dmlbridge.options import PlanOptions
+from dmlbridge.options import MAX_KEY_LENGTH, PlanOptions
 from dmlbridge.types import DmlDataType, OnnxDataType
 
 __all__ = ["FOUR_BIT", "Pair", "PlanEntries", "PlanEntry", "Planned", "entry_layout", "plan_constants"]
@@ -205,6 +205,12 @@ def plan_constants(constants: list[ModelConstant], options: PlanOptions) -> Plan
     planned: dict[tuple[OnnxDataType, tuple[int, ...]], Pair] = {}
     rows: dict[OnnxDataType, MappingRow] = {}
     for constant in constants:
+        if len(constant.key) > MAX_KEY_LENGTH or len(constant.origin) > 2 * MAX_KEY_LENGTH:
+            raise InvalidArgumentError(
+                f"constant {constant.key[:100]!r}... has a key of {len(constant.key)} characters (origin "
+                f"{len(constant.origin)}); dmlbridge takes keys of at most {MAX_KEY_LENGTH} (origins twice that), "
+                "which every real model's names fit: this model's names or subgraph paths are unreasonably long"
+            )
         onnx_type, shape = constant.onnx_type, constant.shape
         pair = planned.get((onnx_type, shape))
         if pair is None:

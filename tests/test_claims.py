@@ -69,7 +69,7 @@ CHILD = ADDRESS_SPACE_LIMIT + textwrap.dedent(
         try:
             plan = convert_model(path, os.path.join(base, "out"), progress=False, **kw)
         except DmlBridgeError as exc:
-            names = "max_tensor_bytes" in str(exc)
+            names = "max_tensor_bytes" in str(exc) or "max_output_bytes" in str(exc)
             print(label, type(exc).__name__, "names-limit" if names else "-", leftovers() or "clean", flush=True)
         except BaseException as exc:
             print(label, "ESCAPED", type(exc).__name__, flush=True)
@@ -96,7 +96,8 @@ CHILD = ADDRESS_SPACE_LIMIT + textwrap.dedent(
     # Past the limit's reach (more than DirectML's 2^32-1 elements): skipped, never densified; strict refuses.
     case("sparse-initializer-unlimited", model(sparse=[sparse([N])]), **unlimited)
     case("sparse-initializer-unlimited-strict", model(sparse=[sparse([N])]), strict=True, **unlimited)
-    # 2^31 INT16 elements (4 GiB dense): under the default limit, over the memory there is.
+    # 2^31 INT16 elements (4 GiB dense): under the default max_tensor_bytes, over the memory there is, and over the
+    # default max_output_bytes (8 times the model's bytes and 64 MiB): refused before anything is allocated.
     case("sparse-4gib", model(sparse=[sparse([2**31])]))
     case("sparse-4gib-limit", model(sparse=[sparse([2**31])]), max_tensor_bytes=1 << 30)
     case("external", model([external([N])]))

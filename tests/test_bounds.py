@@ -1,0 +1,82 @@
+"""Amplification: what a small model may make a conversion write, hold or compute is bounded, and every bound is
+refused before any file is created, with a message that names the option to raise."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from dmlbridge import InvalidArgumentError, TensorTooLargeError, convert_model, load_plan, plan_model
+from dmlbridge.constants import find_constants
+
+
+def _sparse_model(dense_elements: int) -> bytes:
+    """A model of one sparse initializer: one FLOAT value in a dense tensor of ``dense_elements``."""
+    values = numpy_helper.from_array(np.array([1.0], np.float32), "s")
+    indices = numpy_helper.from_array(np.array([0], np.int64), "s_i")
+    sparse = helper.make_sparse_tensor(values, indices, [dense_elements])
+    graph = helper.make_graph([], "g", [], [], sparse_initializer=[sparse])
+    return bytes(helper.make_model(graph).SerializeToString())
+
+
+def test_a_small_model_cannot_claim_a_large_image(tmp_path: Path) -> None:
+    """A model of a few dozen bytes whose sparse initializer densifies to 80 MiB is over the default
+    max_output_bytes (8 times the model's bytes, plus one alignment per constant and 64 MiB); raising the option
+    converts it."""
+    data = _sparse_model(20 << 20)
+    assert len(data) < 200
+    with pytest.raises(TensorTooLargeError, match=r"max_output_bytes.*--max-output-bytes"):
+        convert_model(data, tmp_path / "w", progress=False)
+    assert os.listdir(tmp_path) == []
+    plan = convert_model(data, tmp_path / "w", progress=False, max_output_bytes=100 << 20)
+    assert plan.total_size == 80 << 20
+    with pytest.raises(InvalidArgumentError, match="max_output_bytes"):
+        convert_model(data, tmp_path / "x", progress=False, max_output_bytes=-1)
+
+
+def test_max_tensor_bytes_counts_the_larger_of_the_decoded_and_the_directml_sizes(tmp_path: Path) -> None:
+    """FLOAT8 widens to FLOAT16: 1,000 decoded bytes make 2,000 DirectML bytes, and the limit counts those."""
+    array = np.linspace(-1, 1, 1000).astype(ml_dtypes.float8_e4m3fn)
+    model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(array, "f8")]))
+    with pytest.raises(TensorTooLargeError, match=r"'f8'.*2000 bytes.*max_tensor_bytes=1500"):
+        convert_model(model, tmp_path / "w", progress=False, max_tensor_bytes=1500)
+    assert os.listdir(tmp_path) == []
+    assert convert_model(model, tmp_path / "w", progress=False, max_tensor_bytes=2000).total_size == 2000
+
+
+def test_keys_are_bounded_so_the_manifest_is(tmp_path: Path) -> None:
+    """A key of more than 4,096 characters is refused (keys are written into the manifest, one per constant, so
+    the manifest is at most about 76 KiB per constant); so is a manifest over max_manifest_bytes, before any
+    file exists."""
+    long = helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.ones(1, np.float32), "n" * 5000)]))
+    for call in (lambda: plan_model(long), lambda: convert_model(long, tmp_path / "w", progress=False)):
+        with pytest.raises(InvalidArgumentError, match="key of 5000 characters"):
+            call()
+    many = helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.ones(1, np.float32), f"w{i}") for i in range(100)]))
+    with pytest.raises(InvalidArgumentError, match=r"max_manifest_bytes=2000.*--max-manifest-bytes"):
+        convert_model(many, tmp_path / "w", progress=False, max_manifest_bytes=2000)
+    assert os.listdir(tmp_path) == []
+    convert_model(many, tmp_path / "w", progress=False)
+    size = (tmp_path / "w.json").stat().st_size
+    with pytest.raises(Exception, match="max_manifest_bytes"):
+        load_plan(tmp_path / "w.json", max_manifest_bytes=size - 1)
+    assert len(load_plan(tmp_path / "w.json", max_manifest_bytes=size).entries) == 100
+
+
+def test_keys_of_many_constants_sharing_one_name_are_made_in_linear_time() -> None:
+    """16,000 constants named alike get w, w#2, ..., w#16000 in one pass (it took 47 s when each repeat searched
+    from #2 again)."""
+    tensors = [TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1], raw_data=bytes(4)) for _ in range(16000)]
+    model = helper.make_model(helper.make_graph([], "g", [], [], tensors))
+    started = time.perf_counter()
+    keys = [c.key for c in find_constants(model)]
+    assert time.perf_counter() - started < 5
+    assert keys[:3] == ["w", "w#2", "w#3"] and keys[-1] == "w#16000" and len(set(keys)) == 16000
