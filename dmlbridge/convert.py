@@ -118,8 +118,7 @@ def convert_model(
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes)
     prefix = _output_prefix(out_prefix)
-    loaded = read_model(model, base_dir)
-    with collector_paused():
+    with read_model(model, base_dir) as loaded, collector_paused():
         return _convert(loaded, prefix, options)
 
 

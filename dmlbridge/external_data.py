@@ -8,10 +8,12 @@ hostile. The rules (each refusal is an :class:`~dmlbridge.errors.ExternalDataErr
   (POSIX absolute, UNC ``\\\\server\\share``, ``//server``) and no colon at all (Windows drives ``C:\\``,
   ``C:x``, URLs ``file://``, NTFS streams ``name:stream``). Backslashes are read as separators, so models
   written on Windows with ``sub\\w.bin`` work everywhere.
-- The path is resolved against the model directory (``base_dir``) with every symlink followed; the real path must
-  lie inside the allowed root: ``base_dir``, or ``external_data_root`` when the caller widens it (for caches such
-  as Hugging Face's, whose files are symlinks into a blobs folder). Resolution uses ``lstat``/``readlink`` only,
-  so nothing outside the root is ever opened.
+- The path is resolved against the model directory (``base_dir``, or the directory ``base_fd`` is: the caller
+  opens the model's directory when it opens the model, so that a path swapped for a symlink afterwards changes
+  nothing) with every symlink followed; the real path must lie inside the allowed root: ``base_dir``, or
+  ``external_data_root`` when the caller widens it (for caches such as Hugging Face's, whose files are symlinks
+  into a blobs folder), opened once, when the reader is made. Resolution uses ``lstat``/``readlink`` only, so
+  nothing outside the root is ever opened.
 - The target must be a regular file (checked with ``stat`` before opening) with exactly one hard link: a file with
   ``st_nlink > 1`` may be a hard link to a file outside the root and nothing on the file says where its other
   names are, so it is refused, as onnx's own loader does (copy the file to give it a single link). It is opened
@@ -31,6 +33,7 @@ hostile. The rules (each refusal is an :class:`~dmlbridge.errors.ExternalDataErr
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import mmap
@@ -61,6 +64,7 @@ _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 _MMAP_KW: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 # openat() with O_NOFOLLOW per component (POSIX); elsewhere a plain open followed by the fstat identity check.
 _WALK_OPEN = os.open in os.supports_dir_fd and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
+_PROC_FD = os.path.isdir("/proc/self/fd")  # Linux: a descriptor's directory has a current path there
 
 
 def tensor_label(tensor: Any) -> str:
@@ -204,12 +208,47 @@ class ExternalDataReader:
         external_data_root: str | os.PathLike[str] | None = None,
         *,
         use_mmap: bool = True,
+        base_fd: int | None = None,
     ) -> None:
         self._base_dir = self._directory(base_dir, "base_dir")
         root = external_data_root if external_data_root is not None else base_dir
         self._root = self._directory(root, "external_data_root")
         self._use_mmap = use_mmap
         self._checksums: dict[tuple[int, int, int, int], str] = {}
+        # The directories, pinned by descriptor where the system allows (``base_fd``: the model's directory,
+        # opened by the caller when it opened the model): locations are resolved in the directories these are,
+        # wherever their paths lead later.
+        self._base_fd = base_fd
+        self._root_fd: int | None = None
+        self._own_root = False
+        if _WALK_OPEN:
+            if external_data_root is None and base_fd is not None:
+                self._root_fd = base_fd
+            else:
+                try:
+                    self._root_fd = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+                    self._own_root = True
+                except OSError as exc:
+                    raise InvalidArgumentError(f"external_data_root {root!r} cannot be opened: {exc}") from None
+
+    def close(self) -> None:
+        """Close the root directory this reader opened (the model's directory is its caller's)."""
+        if self._own_root and self._root_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._root_fd)
+        self._root_fd = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    @staticmethod
+    def _pinned(fd: int | None, fallback: str) -> str:
+        """The current real path of the directory ``fd`` is (Linux: /proc/self/fd), else ``fallback``."""
+        if fd is not None and _PROC_FD:
+            with contextlib.suppress(OSError):
+                return os.path.realpath(f"/proc/self/fd/{fd}", strict=True)
+        return fallback
 
     @staticmethod
     def _directory(path: object, what: str) -> str:
@@ -276,8 +315,8 @@ class ExternalDataReader:
             raise ExternalDataError(f"{label} does not use external data (data_location is not EXTERNAL)")
         info = parse_external_data(tensor, nbytes)
         where = f"{label}: external data file {_short(info.location)}"
-        real, before = self._resolve(info, where)
-        fd = self._open(real, where)
+        real, before, root = self._resolve(info, where)
+        fd = self._open(real, root, where)
         try:
             after = os.fstat(fd)
             if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
@@ -302,17 +341,19 @@ class ExternalDataReader:
             raise
         return fd, info.offset, where
 
-    def _resolve(self, info: ExternalDataInfo, where: str) -> tuple[str, os.stat_result]:
-        candidate = os.path.join(self._base_dir, *info.parts)
+    def _resolve(self, info: ExternalDataInfo, where: str) -> tuple[str, os.stat_result, str]:
+        base = self._pinned(self._base_fd, self._base_dir)
+        root = self._pinned(self._root_fd, self._root)
+        candidate = os.path.join(base, *info.parts)
         try:
             # lstat/readlink only: resolving never opens the target, so nothing outside the root is touched.
             real = os.path.realpath(candidate, strict=True)
         except OSError as exc:
             reason = "is a symlink loop" if exc.errno == errno.ELOOP else f"cannot be resolved ({exc.strerror})"
             raise ExternalDataError(f"{where} {reason}") from None
-        if not _within(real, self._root):
+        if not _within(real, root):
             raise ExternalDataError(
-                f"{where} resolves to {_short(real)}, outside the allowed directory {_short(self._root)}; "
+                f"{where} resolves to {_short(real)}, outside the allowed directory {_short(root)}; "
                 "pass external_data_root= to allow a wider directory"
             )
         try:
@@ -323,7 +364,7 @@ class ExternalDataReader:
             kind = _file_kind(st.st_mode)
             raise ExternalDataError(f"{where} is {kind}; external data must be a regular file")
         self._check_links(st, where)
-        return real, st
+        return real, st, root
 
     @staticmethod
     def _check_links(st: os.stat_result, where: str) -> None:
@@ -333,14 +374,15 @@ class ExternalDataReader:
                 "directory, so it is refused (copy it to give it a single link)"
             )
 
-    def _open(self, real: str, where: str) -> int:
+    def _open(self, real: str, root: str, where: str) -> int:
         flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOCTTY", 0)
         nofollow = getattr(os, "O_NOFOLLOW", 0)
         try:
             if _WALK_OPEN:
-                # Walk down from the root with O_NOFOLLOW: a symlink swapped in after the checks cannot lead out.
-                parts = os.path.relpath(real, self._root).split(os.sep)
-                dir_fd = os.open(self._root, flags | os.O_DIRECTORY)
+                # Walk down from the pinned root with O_NOFOLLOW: a symlink swapped in after the checks cannot
+                # lead out, nor can the root's path, resolved again.
+                parts = os.path.relpath(real, root).split(os.sep)
+                dir_fd = os.dup(self._root_fd) if self._root_fd is not None else os.open(root, flags | os.O_DIRECTORY)
                 try:
                     for part in parts[:-1]:
                         next_fd = os.open(part, flags | os.O_DIRECTORY | nofollow, dir_fd=dir_fd)

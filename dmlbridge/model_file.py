@@ -15,6 +15,7 @@ read its constants straight from them (:func:`model_constants`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -29,12 +30,18 @@ from dmlbridge.errors import ExternalDataError, InvalidArgumentError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import checked_path_only
 
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO named as the model must not block the open
+_DIR_FD = os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
+
 __all__ = ["LoadedModel", "external_data_reader", "model_constants", "need_reader", "read_model"]
 
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model as conversion reads it: the protobuf (external data not loaded) and where it came from."""
+    """A model as conversion reads it: the protobuf (external data not loaded) and where it came from.
+    ``base_fd``: the model's directory, opened before the model was (POSIX), which external data is read in;
+    :meth:`close` closes it."""
 
     proto: Any
     name: str | None
@@ -43,6 +50,18 @@ class LoadedModel:
     base_dir: str | None
     serialized: bytes | None = field(default=None, repr=False, compare=False)
     """The model's bytes, kept when the model is at most BYTE_SCAN_MAX_BYTES (for the byte scan); else None."""
+    base_fd: int | None = field(default=None, repr=False, compare=False)
+
+    def close(self) -> None:
+        if self.base_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.base_fd)
+
+    def __enter__(self) -> LoadedModel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> LoadedModel:
@@ -52,31 +71,25 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
     """
     path = None
     serialized: bytes | None = None
+    base_fd = None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not isinstance(path, str):
             path = os.fsdecode(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        data, size, base_fd = _read_pinned(path, directory, pin=base_dir is None)
         try:
-            st = os.stat(path)
-        except (OSError, ValueError) as exc:
-            raise InvalidArgumentError(f"cannot read model {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
-        if not stat.S_ISREG(st.st_mode):
-            raise InvalidArgumentError(f"model {path!r} is not a regular file")
-        try:
-            if _protobuf_file(path) and st.st_size <= BYTE_SCAN_MAX_BYTES:
-                with open(path, "rb") as file:  # read here, as onnx.load does, to keep the bytes
-                    serialized = file.read()
-                proto = onnx.load_model_from_string(serialized)
-            else:
-                proto = onnx.load(path, load_external_data=False)
-        except OSError as exc:
-            raise InvalidArgumentError(f"cannot read model {path!r}: {exc.strerror or exc}") from None
+            text_format = registry.get_format_from_file_extension(os.path.splitext(path)[1])
+            proto = onnx.load_model_from_string(data, format=text_format or "protobuf")
         except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise many types for garbage input
+            if base_fd is not None:
+                os.close(base_fd)
             raise InvalidArgumentError(f"{path!r} is not a valid ONNX model ({type(exc).__name__}: {exc})") from None
+        if text_format in (None, "protobuf") and size <= BYTE_SCAN_MAX_BYTES:
+            serialized = data  # kept for the byte scan
         name: str | None = os.path.basename(path)
-        size = st.st_size
         if base_dir is None:
-            base_dir = os.path.dirname(os.path.abspath(path))
+            base_dir = directory
     elif isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
         try:
@@ -94,15 +107,45 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
             f"model must be a path, the bytes of a .onnx file or an onnx.ModelProto, not {type(model).__name__}"
         )
     if not proto.HasField("graph"):
+        if base_fd is not None:
+            os.close(base_fd)
         what = repr(path) if path else "the model"
         raise InvalidArgumentError(f"{what} has no graph: it is not an ONNX model (or an empty one)")
-    directory = None if base_dir is None else os.fspath(base_dir)
-    return LoadedModel(proto, name, size, path, None if directory is None else str(directory), serialized)
+    folder = None if base_dir is None else os.fspath(base_dir)
+    return LoadedModel(proto, name, size, path, None if folder is None else str(folder), serialized, base_fd)
 
 
-def _protobuf_file(path: str) -> bool:
-    """Whether onnx.load reads ``path`` as binary protobuf (it picks a text format by the file's extension)."""
-    return registry.get_format_from_file_extension(os.path.splitext(path)[1]) in (None, "protobuf")
+def _read_pinned(path: str, directory: str, pin: bool) -> tuple[bytes, int, int | None]:
+    """The model file's bytes, its size and (``pin``, POSIX) its directory, opened first: the model is read from
+    that directory, and so is its external data later, whatever the directory's path leads to by then."""
+    base_fd = None
+    try:
+        if pin and _DIR_FD:
+            base_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+            fd = os.open(os.path.basename(path), os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC, dir_fd=base_fd)
+        else:
+            fd = os.open(path, os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError) as exc:
+        if base_fd is not None:
+            os.close(base_fd)
+        raise InvalidArgumentError(f"cannot read model {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidArgumentError(f"model {path!r} is not a regular file")
+        with open(fd, "rb", closefd=False) as file:
+            data = file.read()
+        return data, len(data), base_fd
+    except OSError as exc:
+        if base_fd is not None:
+            os.close(base_fd)
+        raise InvalidArgumentError(f"cannot read model {path!r}: {exc.strerror or exc}") from None
+    except BaseException:
+        if base_fd is not None:
+            os.close(base_fd)
+        raise
+    finally:
+        os.close(fd)
 
 
 def model_constants(loaded: LoadedModel) -> tuple[list[ModelConstant], BytesScan | None]:
@@ -128,7 +171,7 @@ def external_data_reader(
         return None
     # Positioned reads, never a mapping: a file that shrinks under a mapping kills the process with SIGBUS, and
     # conversion and verification must answer it with ExternalDataError instead.
-    return ExternalDataReader(loaded.base_dir, external_data_root, use_mmap=False)
+    return ExternalDataReader(loaded.base_dir, external_data_root, use_mmap=False, base_fd=loaded.base_fd)
 
 
 def need_reader(constants: list[ModelConstant], reader: ExternalDataReader | None) -> None:

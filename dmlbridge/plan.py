@@ -217,8 +217,7 @@ def plan_model(
         (1, 1, 2, 3)
     """
     options = PlanOptions.check(target, alignment, min_dims)
-    loaded = read_model(model, base_dir)
-    with collector_paused():
+    with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
         constants, _ = model_constants(loaded)
         planned = plan_constants(constants, options)
     if strict:

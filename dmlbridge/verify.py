@@ -71,10 +71,17 @@ def find_mismatches(
     """
     if not plan.buffers:
         raise InvalidArgumentError("this plan was not written (plan_model); there is no buffer file to verify")
-    loaded = read_model(model, base_dir)
-    reader = external_data_reader(loaded, external_data_root)
-    constants = find_constants(loaded.proto)
-    need_reader(constants, reader)
+    with read_model(model, base_dir) as loaded:
+        reader = external_data_reader(loaded, external_data_root)
+        constants = find_constants(loaded.proto)
+        need_reader(constants, reader)
+        return _find(plan, constants, reader, max_tensor_bytes, limit)
+
+
+def _find(
+    plan: WrittenPlan, constants: list[ModelConstant], reader: ExternalDataReader | None, max_tensor_bytes: int,
+    limit: int,
+) -> list[str]:
     problems = plan.buffer_problems()
     keys = {c.key for c in constants}
     for key in plan.entries:

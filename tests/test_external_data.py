@@ -15,6 +15,7 @@ import hashlib
 import io
 import mmap
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,8 @@ def opened(monkeypatch: pytest.MonkeyPatch, watch_outside: Inotify | None) -> li
     # attempt on a swapped-in symlink is not mistaken for a read of its target.
     def os_open(path, flags, mode=0o777, *, dir_fd=None):
         fd = real_os_open(path, flags, mode, dir_fd=dir_fd)
-        log.append(_fd_path(fd))
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):  # (a directory opened to walk from is not data read)
+            log.append(_fd_path(fd))
         return fd
 
     def py_open(file, *args, **kwargs):
@@ -685,3 +687,33 @@ def test_conversion_and_verification_never_map_external_data(tmp_path: Path, mon
     monkeypatch.setattr(Reader, "_open_checked", opened_then_shrunk)
     with pytest.raises(dmlbridge.ExternalDataError):
         dmlbridge.convert_model(model, tmp_path / "out2", progress=False, checksum=True)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="a pinned directory's path comes from /proc")
+def test_the_models_directory_is_pinned_when_the_model_is_opened(tmp_path: Path, monkeypatch: Any) -> None:
+    """An attacker who controls the parent of the model's folder swaps the folder for a symlink to another one
+    after the model was read: external data is still read in the folder the model was read from."""
+    import dmlbridge
+    import dmlbridge.convert as convert_module
+
+    values = np.arange(16, dtype=np.float32)
+    tensor = numpy_helper.from_array(values, "w")
+    folder, victim = tmp_path / "models", tmp_path / "victim"
+    folder.mkdir()
+    victim.mkdir()
+    (folder / "w.data").write_bytes(tensor.raw_data)
+    (victim / "w.data").write_bytes(b"secret!!" * 8)  # the same size: only the bytes tell
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="w.data")
+    (folder / "m.onnx").write_bytes(helper.make_model(helper.make_graph([], "g", [], [], [tensor])).SerializeToString())
+    real_constants = convert_module.model_constants
+
+    def swap_then_find(loaded: Any) -> Any:
+        os.rename(folder, tmp_path / "moved")
+        os.symlink(victim, folder)  # the path now leads to the victim's folder
+        return real_constants(loaded)
+
+    monkeypatch.setattr(convert_module, "model_constants", swap_then_find)
+    plan = dmlbridge.convert_model(folder / "m.onnx", tmp_path / "out", progress=False)
+    assert plan.array("w").tobytes() == values.tobytes()
