@@ -19,11 +19,17 @@ from dmlbridge.buffer_files import OpenBuffers
 from dmlbridge.constants import ModelConstant, collector_paused
 from dmlbridge.decode import decode
 from dmlbridge.encode import PreparedTensor
-from dmlbridge.errors import InvalidArgumentError, ManifestError
+from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
 from dmlbridge.fingerprint import fingerprint_problem, read_at
 from dmlbridge.manifest import BufferFile, Manifest, manifest_document, parse_manifest
 from dmlbridge.model_file import model_constants, read_model
-from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES, DEFAULT_TARGET, PlanOptions
+from dmlbridge.options import (
+    DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_TENSOR_BYTES,
+    DEFAULT_TARGET,
+    PlanOptions,
+    check_max_tensor_bytes,
+)
 from dmlbridge.planning import Pair, PlanEntry, plan_constants
 from dmlbridge.target import Target
 from dmlbridge.verify import find_mismatches
@@ -98,14 +104,26 @@ class UploadPlan(Manifest):
             raise InvalidArgumentError("this plan was not written (plan_model); it has no buffer file to read")
         return self._files
 
-    def read(self, key: str) -> np.ndarray:
+    def read(self, key: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
         """The entry's bytes in its buffer file (``total_tensor_size_in_bytes`` of them), read now, as a uint8
-        array: from the file the plan checked when it was loaded or written, whatever has become of its name."""
+        array: from the file the plan checked when it was loaded or written, whatever has become of its name. An
+        entry larger than ``max_tensor_bytes`` is refused (TensorTooLargeError) before anything is allocated."""
         entry = self._entry(key)
         files = self._open_files()
         assert entry.offset is not None and entry.total_tensor_size_in_bytes is not None
-        out = np.empty(entry.total_tensor_size_in_bytes, dtype=np.uint8)
-        files.read_into(0, entry.offset, out)
+        size = entry.total_tensor_size_in_bytes
+        if size > check_max_tensor_bytes(max_tensor_bytes):
+            raise TensorTooLargeError(
+                f"entry {key!r} holds {size} bytes, more than max_tensor_bytes={max_tensor_bytes}; pass a larger "
+                "max_tensor_bytes= to read it if you have the memory"
+            )
+        try:
+            out = np.empty(size, dtype=np.uint8)
+            files.read_into(0, entry.offset, out)
+        except MemoryError:
+            raise TensorTooLargeError(
+                f"entry {key!r} holds {size} bytes and the allocation failed; free memory, or read a smaller entry"
+            ) from None
         return out
 
     def buffer_problems(self, *, sha256: bool = False) -> list[str]:
@@ -142,7 +160,7 @@ class UploadPlan(Manifest):
                     )
         return problems
 
-    def _prepared(self, key: str) -> PreparedTensor:
+    def _prepared(self, key: str, max_tensor_bytes: int) -> PreparedTensor:
         # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the .bin.
         entry = self._entry(key)
         assert entry.dml_type is not None and entry.conversion is not None and entry.sizes is not None
@@ -156,21 +174,22 @@ class UploadPlan(Manifest):
             total_tensor_size_in_bytes=entry.total_tensor_size_in_bytes,
             flags=0,
             guaranteed_base_offset_alignment=self.alignment,
-            data=self.read(key),
+            data=self.read(key, max_tensor_bytes=max_tensor_bytes),
             source_dtype=entry.onnx_type.numpy(),
             source_shape=entry.shape,
             element_strides=None,  # whole-model entries are always packed
         )
 
-    def dml_array(self, key: str) -> np.ndarray:
+    def dml_array(self, key: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
         """The entry as DirectML sees it: its bytes decoded as ``dml_type`` with the desc's sizes and strides."""
-        prepared = self._prepared(key)
+        prepared = self._prepared(key, max_tensor_bytes)
         return decode(prepared.data, prepared.dml_type, prepared.sizes, prepared.strides)
 
-    def array(self, key: str) -> np.ndarray:
-        """The entry's original ONNX values read back from the .bin: the dtype ``onnx.numpy_helper.to_array``
-        gives and the ONNX shape. (A "lossy" DOUBLE entry gives its FLOAT32-rounded values.)"""
-        return self._prepared(key).to_numpy()
+    def array(self, key: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
+        """The entry's original ONNX values read back from its buffer file: the dtype
+        ``onnx.numpy_helper.to_array`` gives and the ONNX shape. (A "lossy" DOUBLE entry gives its FLOAT32-rounded
+        values.) Entries over ``max_tensor_bytes`` are refused, as :meth:`read` does."""
+        return self._prepared(key, max_tensor_bytes).to_numpy()
 
     def verify(
         self,

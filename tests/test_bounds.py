@@ -80,3 +80,14 @@ def test_keys_of_many_constants_sharing_one_name_are_made_in_linear_time() -> No
     keys = [c.key for c in find_constants(model)]
     assert time.perf_counter() - started < 5
     assert keys[:3] == ["w", "w#2", "w#3"] and keys[-1] == "w#16000" and len(set(keys)) == 16000
+
+
+def test_a_plan_reads_no_entry_larger_than_max_tensor_bytes(tmp_path: Path) -> None:
+    """An entry claiming more than the limit (16 GiB by default: a crafted manifest over a sparse buffer file can
+    claim 32 GiB) is refused before anything is allocated."""
+    plan = convert_model(helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.ones(100, np.float32), "w")])), tmp_path / "w", progress=False)
+    for read in (plan.read, plan.array, plan.dml_array):
+        with pytest.raises(TensorTooLargeError, match=r"'w' holds 400 bytes.*max_tensor_bytes=399"):
+            read("w", max_tensor_bytes=399)
+    assert plan.array("w", max_tensor_bytes=400).tolist() == [1.0] * 100
