@@ -7,9 +7,9 @@ tensor, so a mix of the two would show). Every other file left behind is recogni
 conversion, a temporary manifest) and the next conversion into the prefix removes it.
 
 The child prints a marker at each step of the conversion (each constant, the fingerprint, the manifest's write,
-every fsync, the rename, every removal). "Step" trials make it wait at each marker and kill it exactly at a
-randomly chosen one, or a random few milliseconds after letting it go on; "free" trials let it run and kill it
-after a random delay.
+every fsync, the rename, every removal). "Step" trials make it wait at each marker and kill it exactly at one:
+every step of the commit protocol once, then randomly chosen ones, sometimes a random few milliseconds after
+letting it go on; "free" trials let it run and kill it after a random delay.
 """
 
 from __future__ import annotations
@@ -262,16 +262,17 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
 
     outcomes: Counter[str] = Counter()
     where: Counter[str] = Counter()
-    for trial in range(STEP_TRIALS + FREE_TRIALS):
-        previous = "a" if trial < 4 else rng.choice("-aa")
+    # Every step of the protocol once (from the fingerprint of the finished buffer to the end, over previous
+    # outputs), then random ones.
+    protocol = list(range(markers["a"].index("fingerprint"), len(markers["a"]) - 1))
+    for trial in range(len(protocol) + STEP_TRIALS + FREE_TRIALS):
+        previous = "a" if trial < len(protocol) else rng.choice("-aa")
         _set_previous(versions, directory, previous)
-        if trial < STEP_TRIALS:
-            # Four trials kill just before and just after the commit point; the rest anywhere, sometimes a
-            # moment after a marker.
+        if trial < len(protocol) + STEP_TRIALS:
             expected = markers[previous]
-            point = expected.index("replace out.json")
-            stop = (point, point + 1, point - 1, point + 2)[trial] if trial < 4 else rng.randrange(len(expected) - 1)
-            delay = 0.0 if trial < 4 or rng.random() < 0.5 else rng.uniform(0, 0.02)
+            swept = trial < len(protocol)
+            stop = protocol[trial] if swept else rng.randrange(len(expected) - 1)
+            delay = 0.0 if swept or rng.random() < 0.5 else rng.uniform(0, 0.02)
             child = _start(versions.b, directory / "out", "step")
             index = 0
             while True:
@@ -304,8 +305,8 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
 
     kills = sum(where.values())
     print(f"\n{kills} kills, seed {seed}: outcomes {dict(outcomes)}; where {dict(where)}")
-    assert kills >= min(20, STEP_TRIALS)
-    assert outcomes["a->a"] >= 2 and outcomes["a->b"] >= 2  # killed just before and just after the commit point
+    assert kills >= min(20, STEP_TRIALS) + len(protocol)
+    assert outcomes["a->a"] >= 2 and outcomes["a->b"] >= 2  # killed before and after the commit point
     assert sum(n for label, n in where.items() if "entry" in label) >= 3  # some kills mid-writing
 
     # The next conversion into the prefix removes every file the killed children left, and completes.
