@@ -40,9 +40,9 @@ import onnx
 import dmlbridge
 if not Path(dmlbridge.__file__).resolve().is_relative_to(Path(tree).resolve()):
     sys.exit(f"dmlbridge was imported from {dmlbridge.__file__}, not from {tree}")
-def clean(prefix):
-    for suffix in (".bin", ".json"):
-        Path(prefix + suffix).unlink(missing_ok=True)
+def clean(prefix):  # every output of the prefix (PREFIX.bin of older trees, PREFIX.<id>.00000.bin, the lock)
+    for path in Path(prefix).parent.glob(Path(prefix).name + ".*"):
+        path.unlink()
 dmlbridge.convert_model(model, out + "-warmup", progress=False, fsync=False)
 clean(out + "-warmup")
 start = time.perf_counter()
