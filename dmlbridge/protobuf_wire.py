@@ -147,6 +147,7 @@ def float_field(message: Any, name: str) -> np.ndarray:
         if other.name != name:
             only.ClearField(other.name)
     data = only.SerializeToString()
+    del only  # (peak memory: the copy and its serialization are never both alive with the result)
     pieces: list[memoryview] = []
     view = memoryview(data)
     at, end = 0, len(data)
