@@ -288,6 +288,7 @@ def tensor_to_array(
     external_data_root: str | os.PathLike[str] | None = None,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
     reader: ExternalDataReader | None = None,
+    use_mmap: bool = True,
 ) -> np.ndarray:
     """The values of an ONNX TensorProto, with onnx.numpy_helper.to_array's dtype, shape and bit patterns.
 
@@ -295,6 +296,11 @@ def tensor_to_array(
     directory external files may resolve into. ``reader`` (instead of those two) shares one
     :class:`~dmlbridge.external_data.ExternalDataReader`, and its checksum cache, across a model's tensors.
     A tensor larger than ``max_tensor_bytes`` raises TensorTooLargeError before anything is read.
+
+    Fixed-width external data comes back as a read-only view of a memory map of just its range (no copy). As with
+    every map, a file that shrinks while the array is in use makes the next access kill the process (SIGBUS):
+    pass ``use_mmap=False`` for a copy made by positioned reads when the file may change (``convert_model`` and
+    ``verify`` always read that way).
 
     Example:
         >>> import dmlbridge
@@ -307,7 +313,7 @@ def tensor_to_array(
     if reader is not None and (base_dir is not None or external_data_root is not None):
         raise InvalidArgumentError("pass either reader= or base_dir=/external_data_root=, not both")
     info, raw = examine_tensor(tensor)
-    return _decode(tensor, info, raw, reader, max_tensor_bytes, base_dir, external_data_root)
+    return _decode(tensor, info, raw, reader, max_tensor_bytes, base_dir, external_data_root, use_mmap)
 
 
 def decode_examined(
@@ -332,6 +338,7 @@ def _decode(
     max_tensor_bytes: int,
     base_dir: str | os.PathLike[str] | None = None,
     external_data_root: str | os.PathLike[str] | None = None,
+    use_mmap: bool = True,
 ) -> np.ndarray:
     """tensor_to_array after the checks of :func:`examine_tensor`: ``info`` and ``raw`` are what it returned for
     ``tensor`` (whole-model conversion examines each tensor once, when it finds it, and decodes it later)."""
@@ -348,7 +355,7 @@ def _decode(
                     raise ExternalDataError(
                         f"{tensor_label(tensor)} uses external data; pass base_dir= (the directory of the model file)"
                     )
-                reader = ExternalDataReader(base_dir, external_data_root)
+                reader = ExternalDataReader(base_dir, external_data_root, use_mmap=use_mmap)
             return _from_packed(reader.read(tensor, info.packed_nbytes), info, tensor)
         if info.storage == "raw":
             return _from_packed(raw, info, tensor)

@@ -717,3 +717,25 @@ def test_the_models_directory_is_pinned_when_the_model_is_opened(tmp_path: Path,
     monkeypatch.setattr(convert_module, "model_constants", swap_then_find)
     plan = dmlbridge.convert_model(folder / "m.onnx", tmp_path / "out", progress=False)
     assert plan.array("w").tobytes() == values.tobytes()
+
+
+def test_tensor_to_array_copies_external_data_when_asked(tmp_path: Path, monkeypatch: Any) -> None:
+    values = np.arange(64, dtype=np.float32)
+    tensor = numpy_helper.from_array(values, "w")
+    (tmp_path / "w.data").write_bytes(tensor.raw_data)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="w.data")
+    maps: list[int] = []
+    real_mmap = mmap.mmap
+
+    class CountingMmap(real_mmap):  # type: ignore[misc,valid-type]
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            maps.append(1)
+            return real_mmap.__new__(cls, *args, **kwargs)
+
+    monkeypatch.setattr(mmap, "mmap", CountingMmap)
+    mapped = tensor_to_array(tensor, tmp_path)  # a view of a map: no copy
+    assert maps == [1] and not mapped.flags.writeable
+    copied = tensor_to_array(tensor, tmp_path, use_mmap=False)
+    assert maps == [1] and copied.tobytes() == mapped.tobytes() == values.tobytes()
