@@ -45,7 +45,7 @@ class Target:
 
     def __init__(
         self,
-        feature_level: FeatureLevel | str | int = FeatureLevel.FL_6_4,
+        feature_level: FeatureLevel | str | int | float = FeatureLevel.FL_6_4,
         supported: Iterable[DmlDataType | str | int] | None = None,
         int64: Int64Mode = "emulate",
         allow_lossy: bool = False,

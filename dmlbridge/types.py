@@ -7,6 +7,7 @@ Values are from DirectML.h (DirectML 1.15) and onnx.proto (onnx 1.23); see ``doc
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from typing import Any
 
@@ -55,13 +56,19 @@ class FeatureLevel(enum.IntEnum):
         return f"{self.value >> 12}.{(self.value >> 8) & 0xF}"
 
     @classmethod
-    def parse(cls, text: str | int | FeatureLevel) -> FeatureLevel:
-        """Read a level from ``"6.2"``, ``"6_2"``, ``"FL_6_2"``, ``0x6200`` or a FeatureLevel."""
+    def parse(cls, text: str | int | float | FeatureLevel) -> FeatureLevel:
+        """Read a level from ``"6.2"``, ``"6_2"``, ``"FL_6_2"``, ``6.2``, ``0x6200`` or ``"0x6200"``, or a
+        FeatureLevel."""
+        if isinstance(text, float):
+            text = str(text)  # 6.2 as a number means "6.2" (6.25 is no level: refused below)
         if isinstance(text, (int, FeatureLevel)) and not isinstance(text, bool):
             try:
                 return cls(int(text))
             except ValueError:
                 pass
+        elif isinstance(text, str) and text.strip().lower().startswith("0x"):
+            with contextlib.suppress(ValueError):
+                return cls.parse(int(text.strip(), 16))
         elif isinstance(text, str):
             key = text.strip().upper().removeprefix("FL_").replace(".", "_")
             member = cls.__members__.get("FL_" + key)
@@ -134,6 +141,9 @@ class DmlDataType(enum.IntEnum):
         if self is DmlDataType.UNKNOWN:
             raise UnsupportedTypeError("DML_TENSOR_DATA_TYPE_UNKNOWN has no numpy dtype")
         return np.dtype(_DML_NUMPY[self])
+
+    def __str__(self) -> str:
+        return self.name  # (an IntEnum prints its number otherwise)
 
     @classmethod
     def parse(cls, text: str | int | DmlDataType) -> DmlDataType:
@@ -250,6 +260,9 @@ class OnnxDataType(enum.IntEnum):
         if self is OnnxDataType.UNDEFINED:
             raise UnsupportedTypeError("ONNX data type UNDEFINED (0) has no values")
         return np.dtype(_ONNX_NUMPY[self])
+
+    def __str__(self) -> str:
+        return self.name  # (an IntEnum prints its number otherwise)
 
     @classmethod
     def parse(cls, text: str | int | OnnxDataType) -> OnnxDataType:

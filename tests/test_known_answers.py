@@ -506,3 +506,14 @@ def test_signalling_nans_in_float_attributes_and_typed_fields_decode_exactly() -
     found = {c.key: c for c in find_constants(helper.make_model(helper.make_graph(nodes, "g", [], [])))}
     assert found["one"].to_array().view(np.uint32).tolist() == 0x7F8F5019
     assert found["two"].to_array().view(np.uint32).tolist() == [0x7F8F5019, 0x7F8F5019]
+
+
+def test_type_names_and_feature_levels_read_as_written() -> None:
+    assert str(DmlDataType.FLOAT32) == "FLOAT32" and str(dmlbridge.OnnxDataType.BFLOAT16) == "BFLOAT16"
+    assert f"{DmlDataType.INT4}" == "INT4" and int(DmlDataType.INT4) == 13
+    for written in (6.2, "6.2", "6_2", "FL_6_2", 0x6200, "0x6200", " 0X6200 "):
+        assert Target(written).feature_level is FeatureLevel.FL_6_2, written
+    assert Target(3.0).feature_level is FeatureLevel.FL_3_0
+    for wrong in (6.25, 7.0, "0x6250", "0xzz"):
+        with pytest.raises(dmlbridge.InvalidArgumentError, match="unknown DirectML feature level"):
+            Target(wrong)
