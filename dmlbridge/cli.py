@@ -26,6 +26,7 @@ from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
 from dmlbridge.verify import find_mismatches
+from dmlbridge.version import __version__
 
 __all__ = ["build_parser", "main"]
 
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dmlbridge", description="ONNX tensors and numpy arrays as byte-exact DirectML buffer tensors."
     )
+    parser.add_argument("--version", action="version", version=f"dmlbridge {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     table = commands.add_parser("table", help="print the ONNX -> DirectML type mapping for a target")
     _add_target_options(table)

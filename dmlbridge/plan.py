@@ -61,6 +61,19 @@ class UploadPlan(Manifest):
     manifest_path: str | None = None
     _files: OpenBuffers | None = field(default=None, repr=False, compare=False)
 
+    def __eq__(self, other: object) -> bool:
+        """Plans are equal when their manifests say the same (wherever their files are)."""
+        if not isinstance(other, UploadPlan):
+            return NotImplemented
+        return self is other or manifest_document(self) == manifest_document(other)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable-looking: equal by content, like a dict)
+
+    def __repr__(self) -> str:
+        where = f", manifest_path={self.manifest_path!r}" if self.manifest_path else ""
+        return (f"UploadPlan(<{len(self.entries)} entries>, target={self.target.describe()}, "
+                f"total_size={self.total_size}, buffers={len(self.buffers)}{where})")
+
     @property
     def bin_path(self) -> str | None:
         """The path of the buffer file, when the plan was written and has one (``buffers[0].path``)."""
@@ -273,6 +286,7 @@ def load_plan(
     conversion is refused even when its size is the same). ``verify=True`` also checks each buffer file's
     SHA-256 (which ``convert_model(..., checksum=True)`` records). Any problem raises ManifestError.
 
+    ``manifest_path`` may also be the prefix given to ``convert_model`` (``"weights"`` for ``weights.json``).
     The plan keeps its buffer files open and reads them, not their names, from then on; ``close()`` it, or use
     it in a ``with`` block, to let them go. ``bin_path=`` names the .bin of a format-1 manifest (written by
     earlier versions, whose buffer was ``PREFIX.bin``); format-2 manifests list their own buffer files.
@@ -307,6 +321,8 @@ def read_plan(
         raise InvalidArgumentError(f"manifest_path must be a path, not {type(manifest_path).__name__}")
     path = os.fspath(manifest_path)
     path = path if isinstance(path, str) else os.fsdecode(path)
+    if not path.endswith(".json") and not os.path.lexists(path) and os.path.lexists(path + ".json"):
+        path += ".json"  # the prefix given to convert_model
     if bin_path is not None:
         bin_file = os.fspath(bin_path) if isinstance(bin_path, (str, os.PathLike)) else ""
         bin_file = bin_file if isinstance(bin_file, str) else os.fsdecode(bin_file)

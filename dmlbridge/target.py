@@ -14,7 +14,7 @@ __all__ = ["Int64Mode", "Target"]
 Int64Mode = Literal["emulate", "narrow"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Target:
     """A DirectML target: which data types exist and how to treat the cases with no exact fallback.
 
@@ -67,6 +67,16 @@ class Target:
         object.__setattr__(self, "int64", int64)
         object.__setattr__(self, "allow_lossy", allow_lossy)
         object.__setattr__(self, "types", level_types if chosen is None else level_types & chosen)
+
+    def __eq__(self, other: object) -> bool:
+        """Targets are equal when they take the same types the same way (``Target("6.4")`` and ``Target("6.4",
+        supported=<every 6.4 type>)`` are one target)."""
+        if not isinstance(other, Target):
+            return NotImplemented
+        return (self.types, self.int64, self.allow_lossy) == (other.types, other.int64, other.allow_lossy)
+
+    def __hash__(self) -> int:
+        return hash((self.types, self.int64, self.allow_lossy))
 
     @property
     def max_dimension_count(self) -> int:

@@ -246,3 +246,8 @@ def test_ctrl_c_from_the_first_instruction_prints_one_line(small: Path, tmp_path
         assert set(os.listdir(out)) <= {"w.lock"}, os.listdir(out)
         outcomes.append("interrupted")
     assert "interrupted" in outcomes
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"dmlbridge {dmlbridge.__version__}"

@@ -289,3 +289,15 @@ def test_max_tensor_bytes_names_the_constant(tmp_path: Path) -> None:
     with pytest.raises(TensorTooLargeError, match="ext_f32"):
         convert_model(path, tmp_path / "out", max_tensor_bytes=512)
     assert no_temp_files(tmp_path)
+
+
+def test_plans_compare_by_content_and_print_short(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    written = convert_model(path, tmp_path / "out", progress=False)
+    loaded = load_plan(tmp_path / "out")  # the prefix given to convert_model is enough
+    assert loaded.manifest_path == str(tmp_path / "out.json")
+    assert loaded == written and written == load_plan(tmp_path / "out.json") and loaded != plan_model(path)
+    other = convert_model(path, tmp_path / "again", progress=False)  # another conversion: another id and file
+    assert other != written and len(repr(loaded)) < 400 and repr(loaded).startswith("UploadPlan(<")
+    assert Target() == Target("6.4", supported=Target().types) and Target("6.2") != Target()
+    assert len({Target(), Target("6.4", supported=Target().types)}) == 1
