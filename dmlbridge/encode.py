@@ -288,12 +288,13 @@ def prepare_into(
     """
     plan = _plan(array, target, strides, min_dims, flags, guaranteed_base_offset_alignment)
     out = as_writable_bytes(dst)
-    step = plan.alignment or DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
+    # A binding offset is always a multiple of 16; a larger guaranteed_base_offset_alignment raises that, a
+    # smaller one never lowers it (docs/directml-facts.md).
+    step = max(plan.alignment, DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT)
     if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0 or offset % step:
-        raise DestinationError(
-            f"offset {offset!r} must be a non-negative multiple of {step} "
-            f"({'guaranteed_base_offset_alignment' if plan.alignment else 'DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT'})"
-        )
+        why = ("guaranteed_base_offset_alignment" if plan.alignment > DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT
+               else "DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT: DirectML binds buffer tensors at multiples of 16 bytes")
+        raise DestinationError(f"offset {offset!r} must be a non-negative multiple of {step} ({why})")
     offset = int(offset)
     if offset + plan.total > out.shape[0]:
         raise DestinationError(

@@ -65,7 +65,8 @@ def check_sizes(sizes: Sequence[int], max_dims: int = 8) -> tuple[int, ...]:
 
 
 def check_strides(strides: Sequence[int], sizes: Sequence[int]) -> tuple[int, ...]:
-    """Validate strides against validated sizes: one per dimension, each 0..2^32-1 (in elements)."""
+    """Validate strides against validated sizes: one per dimension, each 0..2^32-1 (in elements), and the index
+    of the last element, sum((size_i - 1) * stride_i), at most 2^32-1 too."""
     try:
         values = tuple(_as_int(s, "strides") for s in strides)
     except TypeError:
@@ -78,6 +79,12 @@ def check_strides(strides: Sequence[int], sizes: Sequence[int]) -> tuple[int, ..
                 f"stride {stride} in dimension {axis} is outside UINT32 (0..{UINT32_MAX}); strides count "
                 "elements, not bytes, and cannot be negative"
             )
+    last = sum((size - 1) * stride for size, stride in zip(sizes, values, strict=True))
+    if last > UINT32_MAX:
+        raise LayoutError(
+            f"sizes {list(sizes)} with strides {list(values)} put the last element at index {last}, which does not "
+            f"fit UINT32 (max {UINT32_MAX}): DirectML computes element indices in 32 bits; use smaller strides"
+        )
     return values
 
 

@@ -291,8 +291,11 @@ def test_calc_buffer_tensor_size_literals() -> None:
     assert calc(DmlDataType.FLOAT32, [2, 3], [8, 2]) == 4 * 13
     assert calc(DmlDataType.INT4, [2, 2], [3, 1]) == 4  # span 5 -> 20 bits -> 3 bytes -> 4
     assert calc(DmlDataType.FLOAT64, [1]) == 8
-    # 64-bit arithmetic: a 32-bit index would overflow here
-    assert calc(DmlDataType.FLOAT32, [2, 2], [2**32 - 1, 1]) == 4 * (2**32 + 1)
+    # 64-bit arithmetic: the last index is 2^32 - 1, its span 2^32 (a 32-bit span would overflow); one more is
+    # refused: DirectML computes the index itself in 32 bits.
+    assert calc(DmlDataType.FLOAT32, [2, 2], [2**32 - 2, 1]) == 4 * 2**32
+    with pytest.raises(dmlbridge.LayoutError, match="does not fit UINT32"):
+        calc(DmlDataType.FLOAT32, [2, 2], [2**32 - 1, 1])
     assert calc(DmlDataType.FLOAT32, [2**16, 2**16 - 1], [2**16 - 1, 1]) == 4 * (2**32 - 2**16)
     assert calc(DmlDataType.UINT64, [2**32 - 1]) == 8 * (2**32 - 1)
 
@@ -517,3 +520,22 @@ def test_type_names_and_feature_levels_read_as_written() -> None:
     for wrong in (6.25, 7.0, "0x6250", "0xzz"):
         with pytest.raises(dmlbridge.InvalidArgumentError, match="unknown DirectML feature level"):
             Target(wrong)
+
+
+def test_binding_offsets_are_multiples_of_16_whatever_the_alignment() -> None:
+    """guaranteed_base_offset_alignment may raise the binding offset's step above 16, never lower it."""
+    buffer = bytearray(256)
+    x = np.ones(2, np.float32)
+    for alignment, good, bad in ((0, 16, 8), (4, 16, 4), (8, 32, 8), (64, 64, 16)):
+        dmlbridge.prepare_into(buffer, good, x, guaranteed_base_offset_alignment=alignment)
+        with pytest.raises(dmlbridge.DestinationError, match=f"multiple of {max(alignment, 16)}"):
+            dmlbridge.prepare_into(buffer, bad, x, guaranteed_base_offset_alignment=alignment)
+
+
+def test_the_last_elements_index_must_fit_uint32() -> None:
+    """sum((size_i - 1) * stride_i) is an element index DirectML computes in 32 bits."""
+    with pytest.raises(dmlbridge.LayoutError, match=r"last element at index 4294967296"):
+        dmlbridge.calc_buffer_tensor_size("FLOAT32", [2, 2], [2**31, 2**31])
+    assert dmlbridge.calc_buffer_tensor_size("UINT8", [2, 2], [2**31 - 1, 2**31]) == 2**32
+    with pytest.raises(dmlbridge.LayoutError, match="does not fit UINT32"):
+        dmlbridge.prepare(np.zeros((2, 2), np.uint8), strides=[2**31, 2**31])

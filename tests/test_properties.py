@@ -322,6 +322,10 @@ def test_calc_buffer_tensor_size_formula(dml: DmlDataType, sizes: list[int], str
         count = math.prod(sizes)
     else:
         count = sum((s - 1) * st_ for s, st_ in zip(sizes, strides, strict=True)) + 1
+        if count - 1 > 2**32 - 1:  # the last element's index must fit UINT32
+            with pytest.raises(dmlbridge.LayoutError, match="last element"):
+                dmlbridge.calc_buffer_tensor_size(dml, sizes, strides)
+            return
     nbytes = -(-count * bits // 8)  # ceil(bits / 8)
     want = -(-nbytes // 4) * 4  # rounded up to a multiple of 4
     assert dmlbridge.calc_buffer_tensor_size(dml, sizes, strides) == want
