@@ -61,7 +61,8 @@ def _cmd_table(args: argparse.Namespace) -> int:
 def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     _add_target_options(parser)
     parser.add_argument("--alignment", type=int, default=256, help="offset alignment in bytes, a power of two >= 16")
-    parser.add_argument("--min-dims", type=int, default=1, metavar="N", help="pad sizes with leading 1s to N dims")
+    parser.add_argument("--min-dims", type=int, default=None, metavar="N",
+                        help="pad sizes with leading 1s to N dims (default: 4 below feature level 3.0, else 1)")
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:

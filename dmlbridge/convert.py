@@ -50,7 +50,7 @@ def convert_model(
     *,
     target: Target = DEFAULT_TARGET,
     alignment: int = 256,
-    min_dims: int = 1,
+    min_dims: int | None = None,
     progress: bool | None = None,
     strict: bool = False,
     external_data_root: str | os.PathLike[str] | None = None,
@@ -72,7 +72,8 @@ def convert_model(
         target: the DirectML target (feature level, supported types, int64 and lossy policy).
         alignment: each tensor's offset is a multiple of this (a power of two >= 16); it is also every desc's
             GuaranteedBaseOffsetAlignment.
-        min_dims: pad sizes with leading 1s to at least this many dimensions (most operators want 4).
+        min_dims: pad sizes with leading 1s to at least this many dimensions (most operators want 4); None (the
+            default) is the target's fewest: 4 below feature level 3.0, else 1. The manifest records the value used.
         progress: a progress bar (tqdm) on stderr: None shows it when stderr is a terminal, True always,
             False never.
         strict: raise instead of skipping constants that cannot be converted (empty, strings, complex,

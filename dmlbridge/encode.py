@@ -155,7 +155,7 @@ def _plan(
     array: Any,
     target: Target,
     strides: Sequence[int] | None,
-    min_dims: int,
+    min_dims: int | None,
     flags: int,
     guaranteed_base_offset_alignment: int,
 ) -> _Plan:
@@ -173,7 +173,7 @@ def _plan(
         raise LayoutError(
             f"the array has shape {source.shape} and no elements; DirectML has no empty tensors, leave it out"
         )
-    layout = plan_layout(source.shape, strides, min_dims, target.max_dimension_count)
+    layout = plan_layout(source.shape, strides, target.effective_min_dims(min_dims), target.max_dimension_count)
     if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or flags not in (0, 1):
         raise InvalidArgumentError(
             f"flags must be 0 (DML_TENSOR_FLAG_NONE) or 1 (DML_TENSOR_FLAG_OWNED_BY_DML), got {flags!r}"
@@ -227,7 +227,7 @@ def prepare(
     *,
     target: Target = _DEFAULT_TARGET,
     strides: Sequence[int] | None = None,
-    min_dims: int = 1,
+    min_dims: int | None = None,
     flags: int = 0,
     guaranteed_base_offset_alignment: int = 0,
 ) -> PreparedTensor:
@@ -237,7 +237,8 @@ def prepare(
         array: the values; never modified.
         target: the DirectML target (feature level, supported types, int64 and lossy policy).
         strides: element strides, one per dimension, or None for a packed tensor.
-        min_dims: pad sizes with leading 1s to at least this many dimensions (most DirectML operators want 4).
+        min_dims: pad sizes with leading 1s to at least this many dimensions (most DirectML operators want 4);
+            None (the default) is the target's fewest: 4 below feature level 3.0, else 1.
         flags: DML_TENSOR_FLAGS (0, or 1 for OWNED_BY_DML).
         guaranteed_base_offset_alignment: 0, or the power of two the binding offset will be a multiple of.
 
@@ -271,7 +272,7 @@ def prepare_into(
     *,
     target: Target = _DEFAULT_TARGET,
     strides: Sequence[int] | None = None,
-    min_dims: int = 1,
+    min_dims: int | None = None,
     flags: int = 0,
     guaranteed_base_offset_alignment: int = 0,
 ) -> PreparedTensor:

@@ -70,7 +70,7 @@ class PlanOptions(NamedTuple):
     min_dims: int
 
     @classmethod
-    def check(cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = 1) -> PlanOptions:
+    def check(cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = None) -> PlanOptions:
         """The options, each checked (InvalidArgumentError names the keyword)."""
         if not isinstance(target, Target):
             raise InvalidArgumentError(f"target must be a dmlbridge.Target, got {type(target).__name__}")
@@ -85,6 +85,7 @@ class PlanOptions(NamedTuple):
                 f"alignment must be a power of two from 16 (DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT) to 2^31, got "
                 f"{alignment!r}; 256 suits most uses"
             )
+        min_dims = target.effective_min_dims(min_dims)
         most = target.max_dimension_count
         if isinstance(min_dims, bool) or not isinstance(min_dims, int) or not 0 <= min_dims <= most:
             raise InvalidArgumentError(

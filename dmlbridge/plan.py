@@ -231,7 +231,7 @@ def plan_model(
     *,
     target: Target = DEFAULT_TARGET,
     alignment: int = 256,
-    min_dims: int = 1,
+    min_dims: int | None = None,
     strict: bool = False,
     base_dir: str | os.PathLike[str] | None = None,
 ) -> UploadPlan:
@@ -254,7 +254,7 @@ def plan_model(
         planned = plan_constants(constants, options)
     if strict:
         raise_if_skipped(constants, planned.pairs)
-    return UploadPlan(planned.entries, target, alignment, min_dims, planned.total, loaded.name, loaded.size,
+    return UploadPlan(planned.entries, target, alignment, options.min_dims, planned.total, loaded.name, loaded.size,
                       __version__)
 
 

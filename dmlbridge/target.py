@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.types import DmlDataType, FeatureLevel
@@ -82,6 +82,26 @@ class Target:
     def max_dimension_count(self) -> int:
         """The most dimensions a buffer tensor may have on this target."""
         return self.feature_level.max_dimension_count
+
+    @property
+    def min_dimension_count(self) -> int:
+        """The fewest dimensions a buffer tensor may have on this target: 4 below feature level 3.0 (DirectML 1.0:
+        "all buffer tensors must have a DimensionCount of either 4 or 5"), 1 from it."""
+        return self.feature_level.min_dimension_count
+
+    def effective_min_dims(self, min_dims: Any) -> Any:
+        """``min_dims`` as the caller gave it, or this target's fewest dimensions for None; a number below that
+        fewest is an InvalidArgumentError (other problems are the layout's to name)."""
+        if min_dims is None:
+            return self.min_dimension_count
+        least = self.min_dimension_count
+        if isinstance(min_dims, int) and not isinstance(min_dims, bool) and 0 <= min_dims < least:
+            raise InvalidArgumentError(
+                f"min_dims={min_dims} is below the {least} dimensions every buffer tensor has at feature level "
+                f"{self.feature_level.dotted} (below 3.0 DirectML takes 4 or 5); leave min_dims out (None: {least}) "
+                f"or pass {least} or 5"
+            )
+        return min_dims
 
     def supports(self, dml_type: DmlDataType) -> bool:
         """True when the target can use ``dml_type``."""

@@ -51,6 +51,11 @@ class FeatureLevel(enum.IntEnum):
         return 8 if self >= FeatureLevel.FL_3_0 else 5
 
     @property
+    def min_dimension_count(self) -> int:
+        """The fewest dimensions a buffer tensor may have at this level (4 before 3_0, 1 from it)."""
+        return 1 if self >= FeatureLevel.FL_3_0 else 4
+
+    @property
     def dotted(self) -> str:
         """The level as people write it: ``"6.4"``."""
         return f"{self.value >> 12}.{(self.value >> 8) & 0xF}"

@@ -129,7 +129,7 @@ def case(
     inp: dict[str, Any],
     target: str = "default",
     strides: list[int] | None = None,
-    min_dims: int = 1,
+    min_dims: int | None = None,
 ) -> dict[str, Any]:
     """Run the reference on one input and record its answer (or its error's class name)."""
     out: dict[str, Any] = {
@@ -228,6 +228,8 @@ def layout_cases() -> list[dict[str, Any]]:
     c.append(case("FLOAT/default/min-dims9", s("float32", [2], f6[:2]), min_dims=9))
     c.append(case("FLOAT/fl21/min-dims5", s("float32", [2], f6[:2]), target="fl21", min_dims=5))
     c.append(case("FLOAT/fl21/min-dims6", s("float32", [2], f6[:2]), target="fl21", min_dims=6))
+    c.append(case("FLOAT/fl21/min-dims1", s("float32", [2], f6[:2]), target="fl21", min_dims=1))  # below 4
+    c.append(case("FLOAT/fl21/min-dims4", s("float32", [2], f6[:2]), target="fl21", min_dims=4))
     # 0-d arrays
     c.append(case("FLOAT/default/0d", s("float32", [], [f32(-1.5)])))
     c.append(case("FLOAT/default/0d-min-dims4", s("float32", [], [f32(-1.5)]), min_dims=4))

@@ -436,13 +436,19 @@ def prepare(
     *,
     target: RefTarget = RefTarget(),
     strides: Sequence[int] | None = None,
-    min_dims: int = 1,
+    min_dims: int | None = None,
 ) -> dict[str, Any]:
-    """The reference answer for dmlbridge.prepare: the PreparedTensor fields, data as bytes."""
+    """The reference answer for dmlbridge.prepare: the PreparedTensor fields, data as bytes. Below feature level
+    3.0 every buffer tensor has 4 or 5 dimensions: min_dims None means 4 there (1 elsewhere), and less is refused."""
     onnx_name = onnx_type_name(arr.dtype)
     dml, conversion = map_type(onnx_name, target)
     _, dml_bits, _, _ = DML_TYPES[dml]
 
+    least = 4 if target.max_dims() == 5 else 1  # (the levels below 3.0 are the ones of 5 dimensions at most)
+    if min_dims is None:
+        min_dims = least
+    elif min_dims < least:
+        raise InvalidArgumentError("min_dims below the 4 dimensions of feature levels below 3.0")
     base = list(arr.shape) if arr.ndim else [1]
     if min_dims > target.max_dims():
         raise LayoutError("min_dims above the target's maximum dimension count")

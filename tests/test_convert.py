@@ -92,10 +92,14 @@ def test_hand_computed_bytes(tmp_path: Path) -> None:
     # INT64 emulated as ONNX Runtime did: 8-byte elements, INT32 desc with doubled strides.
     emulated = convert_model(path, tmp_path / "emu", target=Target(feature_level="2.0"))
     e = emulated.entries["t_int64"]
-    assert e.dml_type is dmlbridge.DmlDataType.INT32 and e.strides == (2,) and e.total_tensor_size_in_bytes == 24
+    # (Feature level 2.0: 4 dimensions at least, so sizes [1, 1, 1, 3] and the padding dims' strides 2 x 3.)
+    assert e.dml_type is dmlbridge.DmlDataType.INT32 and e.sizes == (1, 1, 1, 3) and e.strides == (6, 6, 6, 2)
+    assert e.total_tensor_size_in_bytes == 24 and emulated.min_dims == 4
     raw = buffer_path(tmp_path / "emu").read_bytes()
     assert e.offset is not None and raw[e.offset : e.offset + 24] == struct.pack("<3q", -5, 7, 2**31 - 1)
-    assert emulated.dml_array("t_int64").tolist() == [-5, 7, 2**31 - 1]
+    assert emulated.dml_array("t_int64").reshape(-1).tolist() == [-5, 7, 2**31 - 1]
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="min_dims=1 is below the 4 dimensions"):
+        convert_model(path, tmp_path / "low", target=Target(feature_level="2.0"), min_dims=1)
 
 
 def test_manifest_entries_and_plan_api(tmp_path: Path) -> None:

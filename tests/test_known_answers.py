@@ -201,7 +201,9 @@ def test_emulated_int64_desc() -> None:
 
 def test_emulated_uint64_strided() -> None:
     t = dmlbridge.prepare(np.array([7, 2**32 - 1], dtype=np.uint64), target=Target(FeatureLevel.FL_2_1), strides=[2])
-    assert (t.dml_type, t.strides, t.total_tensor_size_in_bytes) == (DmlDataType.UINT32, (4,), 24)
+    # (Feature level 2.1 pads to 4 dimensions; the padding dimensions take the stride 3 of a 3-element span.)
+    assert (t.dml_type, t.sizes, t.strides, t.total_tensor_size_in_bytes) == (DmlDataType.UINT32, (1, 1, 1, 2),
+                                                                              (6, 6, 6, 4), 24)
     assert data(t) == struct.pack("<3Q", 7, 0, 2**32 - 1)
 
 
