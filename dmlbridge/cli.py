@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -88,8 +89,21 @@ def _default_prefix(model: str) -> str:
     return stem + ".dml"
 
 
+def _output_prefix(output: str | None, model: str) -> str:
+    """The prefix ``-o`` means: ``w.json`` or ``w.bin`` is the prefix ``w``; an existing folder (``.``, say)
+    gets ``<model stem>.dml`` inside it; nothing given, ``<model minus .onnx>.dml`` beside the model."""
+    if not output:
+        return _default_prefix(model)
+    if os.path.isdir(output):
+        return os.path.join(output, os.path.basename(_default_prefix(model)))
+    for suffix in (".json", ".bin"):
+        if output.lower().endswith(suffix) and len(output) > len(suffix):
+            return output[: -len(suffix)]
+    return output
+
+
 def _cmd_convert(args: argparse.Namespace) -> int:
-    prefix = args.output or _default_prefix(args.model)
+    prefix = _output_prefix(args.output, args.model)
     plan = convert_model(
         args.model, prefix, target=_target_from(args), alignment=args.alignment, min_dims=args.min_dims,
         progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
@@ -218,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _escape_unencodable_output()
         return int(args.run(args))
     except DmlBridgeError as exc:
-        print(f"{command}: error: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"{command}: error: {_in_flags(_one_line(str(exc)))}", file=sys.stderr)
         return 2
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):  # e.g. `dmlbridge inspect big.onnx | head`
@@ -240,6 +254,28 @@ def _escape_unencodable_output() -> None:
         if reconfigure is not None and getattr(stream, "errors", None) == "strict":
             with contextlib.suppress(Exception):  # a replaced stream (tests, IDEs) may refuse: keep it as it is
                 reconfigure(errors="backslashreplace")
+
+
+# Messages speak Python (a keyword and its value); on the command line they name the flag instead.
+_FLAGS = [
+    (re.compile(r"(?<![\w-])(max_tensor_bytes|max_output_bytes|max_manifest_bytes)=(\d+)"),
+     lambda m: f"--{m.group(1).replace('_', '-')} {m.group(2)}"),
+    (re.compile(r"(?<![\w-])(max_tensor_bytes|max_output_bytes|max_manifest_bytes|external_data_root|min_dims)="
+                r"(?=[\s;,.)]|$)"), lambda m: f"--{m.group(1).replace('_', '-')}"),
+    (re.compile(r"(?<![\w-])(strict|checksum|allow_lossy)=True"), lambda m: f"--{m.group(1).replace('_', '-')}"),
+    (re.compile(r"(?<![\w-])min_dims=(\d+)"), lambda m: f"--min-dims {m.group(1)}"),
+    (re.compile(r"(?<![\w-])alignment=(\d+)"), lambda m: f"--alignment {m.group(1)}"),
+    (re.compile(r"(?<![\w-])out_prefix\b"), lambda m: "-o/--output"),
+    (re.compile(r"(?<![\w-])bin_path="), lambda m: "a format-1 manifest's .bin (the Python API's bin_path=)"),
+    (re.compile(r" \(--[a-z-]+(?: N)? on the command line\)"), lambda m: ""),
+    (re.compile(r"; --[a-z-]+ on the command line"), lambda m: ""),
+]
+
+
+def _in_flags(message: str) -> str:
+    for pattern, replacement in _FLAGS:
+        message = pattern.sub(replacement, message)
+    return message
 
 
 def _one_line(text: str) -> str:

@@ -186,6 +186,8 @@ def _output_prefix(out_prefix: Any) -> str:
         raise InvalidArgumentError(f"out_prefix {prefix!r} must name a file (without extension), e.g. 'out/model'")
     directory = os.path.dirname(os.path.abspath(prefix))
     if not os.path.isdir(directory):
+        if os.path.lexists(directory):
+            raise DestinationError(f"{directory!r} is a file, not a folder: the prefix {prefix!r} cannot be under it")
         raise DestinationError(f"the output directory {directory!r} does not exist")
     return prefix
 

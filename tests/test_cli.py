@@ -255,3 +255,37 @@ def test_ctrl_c_from_the_first_instruction_prints_one_line(small: Path, tmp_path
 def test_version() -> None:
     result = run("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"dmlbridge {dmlbridge.__version__}"
+
+
+def test_messages_name_the_commands_flags(small: Path, tmp_path: Path) -> None:
+    """An error printed by the command line names its flag, never the Python keyword."""
+    model, doubles = tmp_path / "s.onnx", tmp_path / "d.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.array(["a"], dtype=object), "s")])), model)
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.array([1.0, 2.0], np.float64), "d")])), doubles)
+    cases = [
+        (["convert", model, "-o", tmp_path / "o", "--strict"], ["--strict"]),
+        (["convert", small, "-o", tmp_path / "o", "--max-tensor-bytes", "4"], ["--max-tensor-bytes 4"]),
+        (["convert", doubles, "-o", tmp_path / "o", "--unsupported", "FLOAT64", "--strict"], ["--allow-lossy"]),
+        (["convert", small, "-o", tmp_path / "o", "--feature-level", "2.0", "--min-dims", "1"], ["--min-dims 1"]),
+    ]
+    for args, words in cases:
+        result = run(*args)
+        one_line_error(result, *words)
+        assert not any(f"{word}=" in result.stderr for word in ("strict", "max_tensor_bytes", "allow_lossy",
+                                                                "min_dims", "external_data_root")), result.stderr
+
+
+def test_output_prefix_forms(small: Path, tmp_path: Path) -> None:
+    """-o w.json and -o w.bin mean the prefix w; -o DIR writes DIR/<model>.dml; a prefix under a file says so."""
+    for given, prefix in (("w.json", "w"), ("x.bin", "x")):
+        assert run("convert", small, "-o", tmp_path / given, "--quiet").returncode == 0
+        assert (tmp_path / f"{prefix}.json").exists() and not (tmp_path / f"{given}.json").exists()
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert run("convert", small, "-o", folder, "--quiet").returncode == 0
+    assert (folder / "small.dml.json").exists()
+    assert run("convert", small, "-o", ".", "--quiet", cwd=folder).returncode == 0
+    assert (folder / "small.dml.json").exists()
+    one_line_error(run("convert", small, "-o", small / "w"), "is a file, not a folder")
