@@ -183,7 +183,7 @@ def test_demo(tmp_path: Path) -> None:
         (["convert", "{small}", "--feature-level", "9.9"], ["9.9"]),
         (["convert", "{small}", "--unsupported", "BOGUS"], ["BOGUS"]),
         (["convert", "{small}", "-o", "{tmp}/no/such/dir/x"], ["does not exist"]),
-        (["convert", "{small}", "--max-tensor-bytes", "8"], ["max_tensor_bytes"]),
+        (["convert", "{small}", "--max-tensor-bytes", "8"], ["--max-tensor-bytes 8"]),
         (["verify", "{tmp}/missing.json", "{small}"], ["missing.json"]),
         (["verify", "{tmp}/garbage.json", "{small}"], ["not valid JSON"]),
         (["frobnicate"], ["invalid choice"]),
