@@ -122,20 +122,21 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     # A .bin that fails its fingerprint is reported by find_mismatches, with the constants that differ (exit 1).
+    # Exit 1 for every way the files do not match the model (the SHA-256 too); 2 only for usage and configuration.
     limit = args.max_manifest_bytes
     plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
-    if plan.bin_sha256 is not None:
-        plan = read_plan(args.manifest, verify=True, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes
     )
+    if plan.bin_sha256 is not None:
+        problems += [problem for problem in plan.buffer_problems(sha256=True) if "SHA-256" in problem]
     if problems:
         for problem in problems[:20]:
             print(f"dmlbridge verify: mismatch: {problem}", file=sys.stderr)
         more = " (first 20 shown)" if len(problems) > 20 else ""
         print(f"dmlbridge verify: FAILED: {len(problems)} mismatches{more}", file=sys.stderr)
         return 1
-    checksum = "; .bin SHA-256 matches" if plan.bin_sha256 else ""
+    checksum = "; the buffer file's SHA-256 matches" if plan.bin_sha256 else ""
     print(
         f"ok: {len(plan.converted)} converted constants match {args.model} bit for bit, "
         f"{len(plan.skipped)} skipped{checksum}"

@@ -24,7 +24,7 @@ import numpy as np
 
 from dmlbridge.constants import ModelConstant, find_constants
 from dmlbridge.encode import prepare
-from dmlbridge.errors import DmlBridgeError, InvalidArgumentError
+from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.manifest import BufferFile
 from dmlbridge.model_file import external_data_reader, need_reader, read_model
@@ -116,6 +116,8 @@ def _compare(
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
         expected = prepare(values, target=plan.target, min_dims=plan.min_dims,
                            guaranteed_base_offset_alignment=plan.alignment)
+    except ExternalDataError:
+        raise  # the model's files cannot be read: one error for the whole run, not a mismatch per constant
     except DmlBridgeError as exc:
         return f"the model's value cannot be converted: {exc}"
     actual = plan.read(entry.key)
@@ -123,15 +125,32 @@ def _compare(
         differ = np.flatnonzero(expected.data != actual) if expected.data.shape == actual.shape else np.array([0])
         first = int(differ[0])
         assert entry.offset is not None
-        return (f"{len(differ)} byte(s) differ from a fresh conversion, the first at .bin offset "
-                f"{entry.offset + first}")
+        return (f"{len(differ)} byte(s) differ from a fresh conversion, the first at offset {entry.offset + first} "
+                f"of the buffer file{_first_element(plan, entry, values)}")
     back = plan.array(entry.key)
     if entry.conversion == "lossy":
         with np.errstate(over="ignore"):  # out of FLOAT32 range becomes inf, as in the conversion
             values = values.astype(np.float32).astype(values.dtype)
     if not _same_values(back, values, widened_float=entry.conversion == "widen" and constant.onnx_type.is_float):
-        return "the values read back from the .bin differ from the model's"
+        return "the values read back from the buffer file differ from the model's" + _first_element(plan, entry,
+                                                                                                    values)
     return None
+
+
+def _first_element(plan: WrittenPlan, entry: PlanEntry, values: np.ndarray) -> str:
+    """``"; element [i, j]: the buffer holds A, the model B"`` for the first element whose value differs."""
+    try:
+        back = plan.array(entry.key)
+    except DmlBridgeError:
+        return ""
+    if back.shape != values.shape:
+        return ""
+    flat_back, flat_model = back.reshape(-1), values.reshape(-1)
+    for index in range(flat_back.size):  # (stops at the first: a differing tensor has one)
+        if not _same_values(flat_back[index : index + 1], flat_model[index : index + 1], widened_float=False):
+            where = [int(i) for i in np.unravel_index(index, values.shape)] if values.shape else []
+            return f"; element {where}: the buffer holds {flat_back[index]}, the model {flat_model[index]}"
+    return ""
 
 
 def _same_values(a: np.ndarray, b: np.ndarray, *, widened_float: bool) -> bool:

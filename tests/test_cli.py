@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import pytest
 from models import buffer_path, output_names, outputs
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
 from dmlbridge import plan_model
@@ -289,3 +289,29 @@ def test_output_prefix_forms(small: Path, tmp_path: Path) -> None:
     assert run("convert", small, "-o", ".", "--quiet", cwd=folder).returncode == 0
     assert (folder / "small.dml.json").exists()
     one_line_error(run("convert", small, "-o", small / "w"), "is a file, not a folder")
+
+
+def test_verify_exits_1_for_every_mismatch_and_2_for_configuration(tmp_path: Path) -> None:
+    """A changed byte no fingerprint sample covers is caught by the SHA-256: exit 1, like any mismatch, naming
+    the first differing element; external data that cannot be read is one configuration error: exit 2."""
+    values = np.arange(1 << 18, dtype=np.float32)
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(values, "w")])), model)
+    assert run("convert", model, "-o", tmp_path / "w", "--checksum", "--quiet").returncode == 0
+    buffer = buffer_path(tmp_path / "w")
+    data = bytearray(buffer.read_bytes())
+    data[len(data) // 2 + 1000] ^= 0x40  # between the fingerprint's samples
+    buffer.write_bytes(bytes(data))
+    result = run("verify", tmp_path / "w.json", model)
+    assert result.returncode == 1 and "SHA-256" in result.stderr and "Traceback" not in result.stderr
+    assert "'w': 1 byte(s) differ" in result.stderr and "element [131322]" in result.stderr, result.stderr
+
+    external = numpy_helper.from_array(values[:64], "e")
+    (tmp_path / "e.data").write_bytes(external.raw_data)
+    external.ClearField("raw_data")
+    external.data_location = TensorProto.EXTERNAL
+    external.external_data.add(key="location", value="e.data")
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [external])), tmp_path / "x.onnx")
+    assert run("convert", tmp_path / "x.onnx", "-o", tmp_path / "x", "--quiet").returncode == 0
+    os.unlink(tmp_path / "e.data")
+    one_line_error(run("verify", tmp_path / "x.json", tmp_path / "x.onnx"), "e.data")
