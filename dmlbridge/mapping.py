@@ -113,7 +113,8 @@ def resolve(onnx_type: O | int, target: Target | None = None) -> MappingRow:
         if target.supports(small):
             mode = target.int64
             how = (
-                "8-byte elements described as {0} with doubled strides (ONNX Runtime's emulation)"
+                "8-byte elements described as {0} with doubled strides (ONNX Runtime's later scheme, INT64 as "
+                "INT32 and UINT64 as UINT32)"
                 if mode == "emulate"
                 else "values written as 4-byte {0}"
             ).format(small.name)

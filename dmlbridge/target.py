@@ -24,7 +24,9 @@ class Target:
         supported: the types the device reported through ``CheckFeatureSupport`` (names or DmlDataType), or
             None for every type the feature level defines. Types the level does not define are ignored.
         int64: what to do with INT64/UINT64 when the target lacks them: ``"emulate"`` keeps 8-byte elements
-            described as INT32/UINT32 with doubled strides (ONNX Runtime's way); ``"narrow"`` writes 4-byte values.
+            described as INT32/UINT32 with doubled strides (ONNX Runtime's later scheme, its
+            ``Remap64bitDmlDataTypeTo32bit``; its first emulation described both as UINT32); ``"narrow"`` writes
+            4-byte values.
         allow_lossy: allow DOUBLE to become FLOAT32 when the target lacks FLOAT64.
 
     Example:

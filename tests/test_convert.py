@@ -89,7 +89,7 @@ def test_hand_computed_bytes(tmp_path: Path) -> None:
     assert at("k_ints") == struct.pack("<3q", -1, 0, 3)
     assert at("sp") == struct.pack("<12h", 0, 4, 0, 0, 0, 0, 0, 0, 5, 0, 0, 6)
     assert at("ext_f32") == (np.arange(256, dtype=np.float32) / 7).tobytes()
-    # INT64 emulated as ONNX Runtime did: 8-byte elements, INT32 desc with doubled strides.
+    # INT64 emulated in ONNX Runtime's later scheme: 8-byte elements, INT32 desc with doubled strides.
     emulated = convert_model(path, tmp_path / "emu", target=Target(feature_level="2.0"))
     e = emulated.entries["t_int64"]
     # (Feature level 2.0: 4 dimensions at least, so sizes [1, 1, 1, 3] and the padding dims' strides 2 x 3.)
