@@ -13,6 +13,7 @@ from typing import Literal
 from dmlbridge.errors import UnsupportedTypeError
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType as D
+from dmlbridge.types import FeatureLevel
 from dmlbridge.types import OnnxDataType as O
 
 __all__ = ["Conversion", "MappingRow", "dml_type_for", "mapping_table", "resolve"]
@@ -106,7 +107,7 @@ def resolve(onnx_type: O | int, target: Target | None = None) -> MappingRow:
         if target.supports(dml):
             if dml is _SAME_NAME.get(onnx):
                 return MappingRow(int(onnx), onnx.name, dml, "native", True, "stored as is")
-            return MappingRow(int(onnx), onnx.name, dml, "widen", True, _widen_reason(onnx, dml))
+            return MappingRow(int(onnx), onnx.name, dml, "widen", True, _widen_reason(onnx, dml, target))
     level = target.feature_level.dotted
     if onnx in _NARROW_64:
         small = _NARROW_64[onnx]
@@ -139,12 +140,26 @@ def resolve(onnx_type: O | int, target: Target | None = None) -> MappingRow:
     )
 
 
-def _widen_reason(onnx: O, dml: D) -> str:
+# Where storing every value exactly still surprises, the mapping table says so.
+_SURPRISES = {
+    O.BFLOAT16: "; codes below 2^-126 become FLOAT32 subnormals, which Direct3D's float arithmetic flushes to zero",
+    O.FLOAT8E8M0: "; the code 0 (2^-127) becomes a FLOAT32 subnormal, which Direct3D's float arithmetic flushes to "
+                  "zero",
+    O.UINT2: "; only DirectML's QUANTIZE and DEQUANTIZE read 4-bit types",
+    O.INT2: "; only DirectML's QUANTIZE and DEQUANTIZE read 4-bit types",
+}
+
+
+def _widen_reason(onnx: O, dml: D, target: Target) -> str:
     if onnx is O.BOOL:
-        return f"DirectML has no bool: stored as {dml.name} 0 or 1 (DirectML/ONNX Runtime convention)"
+        reason = f"DirectML has no bool: stored as {dml.name} 0 or 1 (DirectML/ONNX Runtime convention)"
+        if target.feature_level < FeatureLevel.FL_2_0:
+            reason += "; at feature level 1.0 the logical operators take UINT32 instead"
+        return reason
+    surprise = _SURPRISES.get(onnx, "") if dml in (D.FLOAT32, D.UINT4, D.INT4) else ""
     if onnx.name in D.__members__ or onnx is O.FLOAT16:
-        return f"target lacks {onnx.name}; {dml.name} holds every value exactly"
-    return f"DirectML has no {onnx.name}; {dml.name} holds every value exactly"
+        return f"target lacks {onnx.name}; {dml.name} holds every value exactly{surprise}"
+    return f"DirectML has no {onnx.name}; {dml.name} holds every value exactly{surprise}"
 
 
 def mapping_table(target: Target | None = None) -> list[MappingRow]:

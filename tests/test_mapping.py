@@ -134,3 +134,13 @@ def test_table_command_for_other_targets() -> None:
     bad = _cli("table", "--unsupported", "BOGUS")
     assert bad.returncode == 2 and "BOGUS" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_table_notes_where_exact_storage_still_surprises() -> None:
+    reasons = {row.onnx_name: row.reason for row in dmlbridge.mapping_table()}
+    assert "subnormal" in reasons["BFLOAT16"] and "subnormal" in reasons["FLOAT8E8M0"]
+    assert "QUANTIZE and DEQUANTIZE" in reasons["INT2"] and "QUANTIZE and DEQUANTIZE" in reasons["UINT2"]
+    assert "UINT32" not in reasons["BOOL"]
+    old = {row.onnx_name: row for row in dmlbridge.mapping_table(dmlbridge.Target("1.0"))}
+    assert "at feature level 1.0 the logical operators take UINT32" in old["BOOL"].reason
+    assert old["INT2"].dml_type is dmlbridge.DmlDataType.INT8 and "QUANTIZE" not in old["INT2"].reason
