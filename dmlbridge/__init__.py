@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dmlbridge.convert import convert_model
 from dmlbridge.decode import decode
+from dmlbridge.descs import BufferTensorDesc, tensor_desc_array
 from dmlbridge.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.errors import (
     DestinationError,
@@ -27,6 +28,7 @@ from dmlbridge.errors import (
     ValueRangeError,
 )
 from dmlbridge.layout import calc_buffer_tensor_size
+from dmlbridge.manifest import BufferFile
 from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
 from dmlbridge.onnx_tensor import TensorInfo, tensor_info, tensor_to_array
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
@@ -39,6 +41,8 @@ from dmlbridge.version import __version__ as __version__
 
 __all__ = [
     "DEFAULT_MAX_TENSOR_BYTES",
+    "BufferFile",
+    "BufferTensorDesc",
     "DestinationError",
     "DmlBridgeError",
     "DmlDataType",
@@ -68,6 +72,7 @@ __all__ = [
     "plan_model",
     "prepare",
     "prepare_into",
+    "tensor_desc_array",
     "tensor_info",
     "tensor_to_array",
     "unpack_4bit",

@@ -25,6 +25,7 @@ __all__ = [
     "BufferTensorDesc",
     "buffer_tensor_desc_fields",
     "make_buffer_tensor_desc",
+    "tensor_desc_array",
 ]
 
 DML_TENSOR_TYPE_BUFFER = 1
@@ -102,7 +103,14 @@ def make_buffer_tensor_desc(
 
 
 class BufferTensorDesc(NamedTuple):
-    """The seven DML_BUFFER_TENSOR_DESC fields (DimensionCount is ``len(sizes)``); ``strides`` None is NULL."""
+    """The seven DML_BUFFER_TENSOR_DESC fields (DimensionCount is ``len(sizes)``); ``strides`` None is NULL.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> desc = dmlbridge.prepare(np.ones((2, 3), np.float16)).buffer_desc
+        >>> desc.sizes, desc.as_dict()["TotalTensorSizeInBytes"]
+        ((2, 3), 12)
+    """
 
     data_type: int
     flags: int
@@ -118,3 +126,39 @@ class BufferTensorDesc(NamedTuple):
     def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
         """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit) that keeps its Sizes and Strides arrays alive."""
         return make_buffer_tensor_desc(int(self.data_type), *self[1:])
+
+
+def tensor_desc_array(items: Sequence[Any]) -> ctypes.Array[DML_TENSOR_DESC]:
+    """A ctypes array of DML_TENSOR_DESC (type BUFFER), one per item, for an operator desc that takes an array
+    of tensor descs (``DML_JOIN_OPERATOR_DESC.InputTensors``, say).
+
+    Each item is a ``PreparedTensor`` or a ``PlanEntry`` (anything with ``as_ctypes()``), a
+    :class:`BufferTensorDesc` or a ``DML_BUFFER_TENSOR_DESC``. Copying a DML_TENSOR_DESC into an array copies
+    its pointer, not what it points at, so a bare ``(DML_TENSOR_DESC * n)(*descs)`` can end up pointing at freed
+    memory. The array this returns keeps every buffer desc it points at (and their Sizes and Strides) alive for
+    as long as the array itself is alive: keep a reference to it until DirectML has created the operator.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> a, b = dmlbridge.prepare(np.ones(2, np.float32)), dmlbridge.prepare(np.ones(3, np.float16))
+        >>> descs = tensor_desc_array([a, b])
+        >>> len(descs), descs[0].Type, ctypes.cast(descs[1].Desc, ctypes.POINTER(DML_BUFFER_TENSOR_DESC))[0].DataType
+        (2, 1, 2)
+    """
+    buffer_descs = []
+    for index, item in enumerate(items):
+        if isinstance(item, DML_BUFFER_TENSOR_DESC):
+            buffer_descs.append(item)
+        elif isinstance(item, BufferTensorDesc) or hasattr(item, "as_ctypes"):
+            buffer_descs.append(item.as_ctypes())
+        else:
+            raise TypeError(
+                f"item {index} is a {type(item).__name__}; give PreparedTensor, PlanEntry, BufferTensorDesc or "
+                "DML_BUFFER_TENSOR_DESC items"
+            )
+    array = (DML_TENSOR_DESC * len(buffer_descs))()
+    for slot, buffer_desc in zip(array, buffer_descs, strict=True):
+        slot.Type = DML_TENSOR_TYPE_BUFFER
+        slot.Desc = ctypes.addressof(buffer_desc)
+    array.buffer_descs = buffer_descs  # type: ignore[attr-defined]  # what the pointers point at, kept alive
+    return array

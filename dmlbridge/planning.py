@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from dmlbridge.constants import ModelConstant
-from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, BufferTensorDesc
+from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, UnsupportedTypeError
 from dmlbridge.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
 from dmlbridge.mapping import Conversion, MappingRow, resolve
@@ -104,6 +104,11 @@ class PlanEntry:
         if desc is None:
             raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no desc")
         return desc.as_ctypes()
+
+    def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC:
+        """A ctypes DML_TENSOR_DESC (type BUFFER) pointing at a fresh ``as_ctypes()`` struct it keeps alive (as
+        ``PreparedTensor.as_ctypes_tensor_desc``); for an array of them, use ``dmlbridge.tensor_desc_array``."""
+        return DML_TENSOR_DESC.pointing_at(self.as_ctypes())
 
     def to_json(self) -> dict[str, Any]:
         """The manifest form of this entry."""

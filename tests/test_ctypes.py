@@ -154,3 +154,30 @@ def test_tensor_desc_outlives_everything() -> None:
         got = read_buffer_desc(pointer)
         assert (got["DataType"], got["Sizes"], got["Strides"]) == (8, [1, 1, 4, 2], [8, 8, 2, 1]), got
         assert got["TotalTensorSizeInBytes"] == 8
+
+
+def test_tensor_desc_array_keeps_what_it_points_at_alive(tmp_path: Any) -> None:
+    """An array of DML_TENSOR_DESC built from prepared tensors and plan entries points at live buffer descs,
+    whatever else is allocated and freed meanwhile."""
+    import gc
+
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    plan = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.ones((2, 2), np.int8), "w")])), tmp_path / "w", progress=False, min_dims=4)
+    array = dmlbridge.tensor_desc_array([dmlbridge.prepare(np.ones((4, 2), np.int8), min_dims=4),
+                                         plan.entries["w"], dmlbridge.BufferTensorDesc(8, 0, (1, 1, 1, 5), None, 8, 0)])
+    gc.collect()
+    junk = [ctypes.create_string_buffer(48) for _ in range(2000)]  # reuse freed memory, if any was freed
+    del junk
+    descs = []
+    for td in array:
+        assert td.Type == 1
+        descs.append(read_buffer_desc(td.Desc))
+    assert [d["Sizes"] for d in descs] == [[1, 1, 4, 2], [1, 1, 2, 2], [1, 1, 1, 5]]
+    assert [d["TotalTensorSizeInBytes"] for d in descs] == [8, 4, 8]
+    entry = plan.entries["w"].as_ctypes_tensor_desc()
+    assert read_buffer_desc(entry.Desc)["Sizes"] == [1, 1, 2, 2]
+    with pytest.raises(TypeError, match="item 0"):
+        dmlbridge.tensor_desc_array(["nope"])
