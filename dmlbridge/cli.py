@@ -109,6 +109,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
         checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
         max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
+        flags=0 if args.flags == "none" else args.flags,
     )
     if not args.quiet:
         for entry in plan.skipped:
@@ -199,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="refuse an upload image larger than N bytes (default: 8 x the model's bytes + 64 MiB)")
     convert.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES, metavar="N",
                          help="refuse a manifest larger than N bytes (default 256 MiB)")
+    convert.add_argument("--flags", choices=("none", "owned-by-dml"), default="none",
+                         help="DML_TENSOR_FLAGS of every converted tensor (owned-by-dml: weights DirectML copies at "
+                         "operator initialization)")
     convert.add_argument("--no-fsync", action="store_true",
                          help="do not flush the outputs to the disk before renaming them into place (faster; still "
                          "atomic if the process dies, but a power loss may leave an empty or partial output)")

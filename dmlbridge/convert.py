@@ -60,6 +60,7 @@ def convert_model(
     fsync: bool = True,
     max_output_bytes: int | None = None,
     max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
+    flags: int | str = 0,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into one DirectML upload buffer: the buffer file
     ``out_prefix.<conversion id>.00000.bin`` and its manifest ``out_prefix.json``, published together (the
@@ -98,6 +99,9 @@ def convert_model(
             constant and 64 MiB: a few bytes that claim gigabytes (sparse tensors densified, say) need the option.
         max_manifest_bytes: refuse (InvalidArgumentError, before any file is created) a conversion whose manifest
             would be larger; ``load_plan`` reads no larger manifest unless given the same limit.
+        flags: the DML_TENSOR_FLAGS of every converted entry: 0, or 1 / ``"owned-by-dml"``
+            (DML_TENSOR_FLAG_OWNED_BY_DML, for weights bound for an operator's initialization, which DirectML
+            copies); recorded in each entry's desc.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -114,7 +118,7 @@ def convert_model(
         (1, '0000c03f000000c0')
         >>> shutil.rmtree(folder)
     """
-    layout = PlanOptions.check(target, alignment, min_dims)
+    layout = PlanOptions.check(target, alignment, min_dims, flags)
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 __all__ = [
+    "DML_BUFFER_BINDING",
     "DML_BUFFER_TENSOR_DESC",
     "DML_TENSOR_DESC",
     "DML_TENSOR_TYPE_BUFFER",
@@ -29,6 +30,13 @@ __all__ = [
 ]
 
 DML_TENSOR_TYPE_BUFFER = 1
+
+
+class DML_BUFFER_BINDING(ctypes.Structure):  # noqa: N801 - the DirectML name
+    """``DML_BUFFER_BINDING`` (DirectML.h): the ``ID3D12Resource*`` holding a buffer, and the offset and size in
+    bytes of one tensor in it (24 bytes on 64-bit)."""
+
+    _fields_ = [("Buffer", ctypes.c_void_p), ("Offset", ctypes.c_uint64), ("SizeInBytes", ctypes.c_uint64)]
 
 
 class DML_BUFFER_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name

@@ -301,7 +301,7 @@ def _write_prepared(
     """Decode the constant, convert it with ``prepare`` and write the result (checked against the plan)."""
     try:
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
-        prepared = prepare(values, target=options.target, min_dims=options.min_dims,
+        prepared = prepare(values, target=options.target, min_dims=options.min_dims, flags=options.flags,
                            guaranteed_base_offset_alignment=options.alignment)
     except DmlBridgeError as exc:
         # Name the constant: messages from the value checks (ValueRangeError, ...) do not know it.

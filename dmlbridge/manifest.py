@@ -26,7 +26,8 @@ Format ``dmlbridge-upload-plan``, version 2
   mapping gives for ``onnx_type``; ``offset`` (in the buffer file) MUST be a multiple of ``alignment``; ``desc``
   MUST be the DML_BUFFER_TENSOR_DESC fields by their DirectML names (DataType, Flags, DimensionCount, Sizes,
   Strides, TotalTensorSizeInBytes, GuaranteedBaseOffsetAlignment), equal to what the layout rules give for the
-  shape, ``min_dims`` and ``alignment``.
+  shape, ``min_dims`` and ``alignment``; Flags is 0 or 1 (DML_TENSOR_FLAG_OWNED_BY_DML, as the conversion was
+  asked).
 - Converted entries MUST NOT overlap, and the last one MUST end exactly at ``total_size``.
 - A reader MUST refuse a ``format`` or ``format_version`` it does not know, and any field that breaks a rule
   above; it MUST NOT allocate memory on the manifest's word alone. It MUST read a manifest only with the buffer
@@ -502,7 +503,8 @@ def _entry_from_json(
         fields.get("desc"), fields.at("desc"),
         _DESC_FIELDS,
     )
-    expected_desc = BufferTensorDesc(dml_type, 0, sizes, strides, total, alignment).as_dict()
+    flags = desc.get("Flags") if desc.get("Flags") in (0, 1) and type(desc.get("Flags")) is int else 0
+    expected_desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment).as_dict()
     for name, want in expected_desc.items():
         have = desc.get(name)
         if isinstance(have, bool) or have != want or type(have) is not type(want):
@@ -515,6 +517,6 @@ def _entry_from_json(
             f"{where}: bytes {offset}..{offset + total} run past total_size {total_size}"
         )
     return PlanEntry(key, origin, onnx_type, shape, conversion, offset, dml_type, sizes, strides, total,
-                     alignment, None)
+                     alignment, None, flags)
 
 

@@ -39,6 +39,7 @@ MAX_KEY_LENGTH = 4096
 """The longest key (in characters) a constant may have; its origin may be twice as long. A model whose names are
 longer is refused: every key is written into the manifest, whose size this bounds."""
 
+DML_TENSOR_FLAG_OWNED_BY_DML = 1
 MAX_ALIGNMENT = 2**31  # GuaranteedBaseOffsetAlignment is a UINT: the largest power of two it holds
 DEFAULT_TARGET = Target()
 
@@ -68,9 +69,12 @@ class PlanOptions(NamedTuple):
     target: Target
     alignment: int
     min_dims: int
+    flags: int = 0
 
     @classmethod
-    def check(cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = None) -> PlanOptions:
+    def check(
+        cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = None, flags: Any = 0
+    ) -> PlanOptions:
         """The options, each checked (InvalidArgumentError names the keyword)."""
         if not isinstance(target, Target):
             raise InvalidArgumentError(f"target must be a dmlbridge.Target, got {type(target).__name__}")
@@ -92,7 +96,14 @@ class PlanOptions(NamedTuple):
                 f"min_dims must be a whole number from 0 to {most} (the most dimensions feature "
                 f"level {target.feature_level.dotted} allows), got {min_dims!r}"
             )
-        return cls(target, alignment, min_dims)
+        if flags == "owned-by-dml":
+            flags = DML_TENSOR_FLAG_OWNED_BY_DML
+        if isinstance(flags, bool) or flags not in (0, DML_TENSOR_FLAG_OWNED_BY_DML):
+            raise InvalidArgumentError(
+                f"flags must be 0 or 1 (DML_TENSOR_FLAG_OWNED_BY_DML, 'owned-by-dml': for weights DirectML copies "
+                f"when it initializes an operator), got {flags!r}"
+            )
+        return cls(target, alignment, min_dims, int(flags))
 
 
 class ConvertOptions(NamedTuple):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from dmlbridge.constants import ModelConstant
-from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
+from dmlbridge.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, UnsupportedTypeError
 from dmlbridge.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
 from dmlbridge.mapping import Conversion, MappingRow, resolve
@@ -76,6 +76,8 @@ class PlanEntry:
     total_tensor_size_in_bytes: int | None
     guaranteed_base_offset_alignment: int | None
     skipped: str | None
+    flags: int = 0
+    """DML_TENSOR_FLAGS: 0, or 1 (DML_TENSOR_FLAG_OWNED_BY_DML) when the conversion asked for it."""
 
     @property
     def end(self) -> int | None:
@@ -90,7 +92,7 @@ class PlanEntry:
         if self.dml_type is None or self.sizes is None:
             return None
         assert self.total_tensor_size_in_bytes is not None and self.guaranteed_base_offset_alignment is not None
-        return BufferTensorDesc(self.dml_type, 0, self.sizes, self.strides, self.total_tensor_size_in_bytes,
+        return BufferTensorDesc(self.dml_type, self.flags, self.sizes, self.strides, self.total_tensor_size_in_bytes,
                                 self.guaranteed_base_offset_alignment)
 
     def desc(self) -> dict[str, Any] | None:
@@ -109,6 +111,13 @@ class PlanEntry:
         """A ctypes DML_TENSOR_DESC (type BUFFER) pointing at a fresh ``as_ctypes()`` struct it keeps alive (as
         ``PreparedTensor.as_ctypes_tensor_desc``); for an array of them, use ``dmlbridge.tensor_desc_array``."""
         return DML_TENSOR_DESC.pointing_at(self.as_ctypes())
+
+    def as_ctypes_binding(self, resource: int) -> DML_BUFFER_BINDING:
+        """The DML_BUFFER_BINDING of this entry in the buffer ``resource`` (an ``ID3D12Resource*`` as an integer,
+        holding the uploaded buffer file): its offset and its TotalTensorSizeInBytes."""
+        if self.offset is None or self.total_tensor_size_in_bytes is None:
+            raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no bytes to bind")
+        return DML_BUFFER_BINDING(resource, self.offset, self.total_tensor_size_in_bytes)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest form of this entry."""
@@ -169,7 +178,7 @@ class PlanEntries(Mapping[str, PlanEntry]):
 
 _ENTRY_FIELDS = (
     "key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "sizes", "strides",
-    "total_tensor_size_in_bytes", "guaranteed_base_offset_alignment", "skipped",
+    "total_tensor_size_in_bytes", "guaranteed_base_offset_alignment", "skipped", "flags",
 )
 
 
@@ -237,7 +246,7 @@ def plan_constants(constants: list[ModelConstant], options: PlanOptions) -> Plan
 
 def _plan_pair(onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions) -> Pair:
     fields: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
-    fields["onnx_type"], fields["shape"] = onnx_type, shape
+    fields["onnx_type"], fields["shape"], fields["flags"] = onnx_type, shape, 0
     if row.dml_type is None:
         fields["skipped"] = f"{onnx_type.name}: {row.reason}"
         return Pair(fields, -1, UnsupportedTypeError, None, None, False)
@@ -251,6 +260,7 @@ def _plan_pair(onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow,
         fields["skipped"] = str(exc)
         return Pair(fields, -1, LayoutError, None, None, False)
     fields.update(conversion=row.conversion, dml_type=row.dml_type, sizes=sizes, strides=strides,
-                  total_tensor_size_in_bytes=total, guaranteed_base_offset_alignment=options.alignment)
+                  total_tensor_size_in_bytes=total, guaranteed_base_offset_alignment=options.alignment,
+                  flags=options.flags)
     as_is = row.conversion == "native" and row.dml_type not in FOUR_BIT
     return Pair(fields, total, DmlBridgeError, row.conversion, row.dml_type, as_is)

@@ -107,14 +107,14 @@ def _compare(
     if constant.onnx_type is not entry.onnx_type or constant.shape != entry.shape:
         return (f"the model has {constant.onnx_type.name} {list(constant.shape)}, the plan "
                 f"{entry.onnx_type.name} {list(entry.shape)}")
-    replanned = plan_constants([constant], PlanOptions(plan.target, plan.alignment, plan.min_dims)).pairs
+    replanned = plan_constants([constant], PlanOptions(plan.target, plan.alignment, plan.min_dims, entry.flags)).pairs
     if (replanned[0].total >= 0) != (entry.skipped is None):
         return f"skipped in {'the plan' if entry.skipped else 'a fresh conversion'} but not in the other"
     if entry.skipped is not None:
         return None
     try:
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
-        expected = prepare(values, target=plan.target, min_dims=plan.min_dims,
+        expected = prepare(values, target=plan.target, min_dims=plan.min_dims, flags=entry.flags,
                            guaranteed_base_offset_alignment=plan.alignment)
     except ExternalDataError:
         raise  # the model's files cannot be read: one error for the whole run, not a mismatch per constant

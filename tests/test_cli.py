@@ -315,3 +315,10 @@ def test_verify_exits_1_for_every_mismatch_and_2_for_configuration(tmp_path: Pat
     assert run("convert", tmp_path / "x.onnx", "-o", tmp_path / "x", "--quiet").returncode == 0
     os.unlink(tmp_path / "e.data")
     one_line_error(run("verify", tmp_path / "x.json", tmp_path / "x.onnx"), "e.data")
+
+
+def test_convert_flags_owned_by_dml(small: Path, tmp_path: Path) -> None:
+    assert run("convert", small, "-o", tmp_path / "w", "--flags", "owned-by-dml", "--quiet").returncode == 0
+    doc = json.loads((tmp_path / "w.json").read_text())
+    assert {e["desc"]["Flags"] for e in doc["entries"] if e["desc"]} == {1}
+    assert run("verify", tmp_path / "w.json", small).returncode == 0

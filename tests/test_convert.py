@@ -305,3 +305,27 @@ def test_plans_compare_by_content_and_print_short(tmp_path: Path) -> None:
     assert other != written and len(repr(loaded)) < 400 and repr(loaded).startswith("UploadPlan(<")
     assert Target() == Target("6.4", supported=Target().types) and Target("6.2") != Target()
     assert len({Target(), Target("6.4", supported=Target().types)}) == 1
+
+
+def test_owned_by_dml_flags_and_buffer_bindings(tmp_path: Path) -> None:
+    """flags="owned-by-dml" marks every converted entry's desc (the bytes are the same); an entry gives the
+    DML_BUFFER_BINDING of its bytes in the buffer that holds the uploaded file."""
+    import ctypes
+
+    path, _ = build_model(tmp_path)
+    plain = convert_model(path, tmp_path / "plain", progress=False)
+    owned = convert_model(path, tmp_path / "owned", progress=False, flags="owned-by-dml")
+    assert buffer_path(tmp_path / "owned").read_bytes() == buffer_path(tmp_path / "plain").read_bytes()
+    loaded = load_plan(tmp_path / "owned")
+    for plan in (owned, loaded):
+        assert all(e.flags == 1 and e.desc()["Flags"] == 1 and e.as_ctypes().Flags == 1 for e in plan.converted)
+    assert all(e.flags == 0 for e in plain.converted)
+    loaded.verify(path)
+    entry = loaded.entries["t_float16"]
+    binding = entry.as_ctypes_binding(0x1234)
+    assert ctypes.sizeof(binding) == 24 and binding.Buffer == 0x1234
+    assert (binding.Offset, binding.SizeInBytes) == (entry.offset, entry.total_tensor_size_in_bytes)
+    with pytest.raises(InvalidArgumentError, match="skipped"):
+        loaded.entries["t_string"].as_ctypes_binding(0x1234)
+    with pytest.raises(InvalidArgumentError, match="flags"):
+        convert_model(path, tmp_path / "bad", flags=2)

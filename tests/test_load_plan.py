@@ -127,7 +127,7 @@ MUTATIONS = {
     "desc_field_missing": _set("E.desc.Flags", _DELETE),
     "desc_extra_field": _set("E.desc.Extra", 0),
     "desc_datatype": _set("E.desc.DataType", 2),
-    "desc_flags": _set("E.desc.Flags", 1),
+    "desc_flags": _set("E.desc.Flags", 2),
     "desc_dimcount": _set("E.desc.DimensionCount", 3),
     "desc_sizes": _set("E.desc.Sizes", [3, 2]),
     "desc_strides": _set("E.desc.Strides", [3, 1]),
