@@ -34,3 +34,25 @@ def test_quickstart_runs_and_its_comments_hold() -> None:
         assert eval(expr, namespace) == expected, (expr, comment)
         promised += 1
     assert promised >= 5
+
+
+def test_every_python_block_runs_in_order(tmp_path: Path) -> None:
+    """Every Python code block of the README runs as written, in order, in one namespace, in a folder where the
+    shell lines they build on have run (`dmlbridge demo --keep demo`)."""
+    import os
+    import subprocess
+    import sys
+
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert len(blocks) >= 2
+    assert "dmlbridge demo --keep demo" in README
+    subprocess.run([sys.executable, "-m", "dmlbridge", "demo", "--keep", "demo"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    namespace: dict[str, object] = {}
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        for block in blocks:
+            exec(compile(block, "README.md", "exec"), namespace)
+    finally:
+        os.chdir(here)
