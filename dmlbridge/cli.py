@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from dmlbridge.convert import convert_model
 from dmlbridge.demo import run_demo
@@ -44,9 +44,12 @@ def _target_from(args: argparse.Namespace) -> Target:
 
 
 def _add_target_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--feature-level", default="6.4", help="DirectML feature level, e.g. 6.2 (default 6.4)")
+    parser.add_argument("--feature-level", default="6.4",
+                        help="DirectML feature level: 1.0 to 6.4, as 6.2, 6_2 or 0x6200 (default 6.4)")
     parser.add_argument(
-        "--unsupported", default="", metavar="TYPES", help="DML types the device lacks, e.g. FLOAT16,INT64"
+        "--unsupported", default="", metavar="TYPES",
+        help="DML types the device lacks, comma-separated, from: "
+        + ",".join(t.name for t in DmlDataType if t is not DmlDataType.UNKNOWN)
     )
     parser.add_argument(
         "--int64", choices=("emulate", "narrow"), default="emulate", help="INT64/UINT64 without 64-bit support"
@@ -166,6 +169,15 @@ def _byte_count(text: str) -> int:
     return value
 
 
+def _help(description: str, example: str, exits: str = "0 done, 2 a usage or input error") -> dict[str, Any]:
+    """A subcommand's description and its epilog: an example and the exit codes (130: interrupted)."""
+    return {
+        "description": description,
+        "epilog": f"example:\n  {example}\n\nexit status: {exits}; 130 interrupted (Ctrl-C)",
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``dmlbridge`` command."""
     parser = _Parser(
@@ -173,21 +185,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dmlbridge {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    table = commands.add_parser("table", help="print the ONNX -> DirectML type mapping for a target")
+    table = commands.add_parser("table", help="print the ONNX -> DirectML type mapping for a target",
+                                **_help("Print how each ONNX type becomes a DirectML type on a target.",
+                                        "dmlbridge table --feature-level 6.2 --unsupported FLOAT16"))
     _add_target_options(table)
     table.add_argument("--markdown", action="store_true", help="print a markdown table")
     table.set_defaults(run=_cmd_table)
 
-    inspect = commands.add_parser("inspect", help="list every constant of a model and how it would convert")
+    inspect = commands.add_parser("inspect", help="list every constant of a model and how it would convert",
+                                  **_help("List every constant of a model and how it would convert, writing "
+                                          "nothing (values and external data are not read).",
+                                          "dmlbridge inspect model.onnx --feature-level 6.2 --json"))
     inspect.add_argument("model", help="the .onnx file")
     inspect.add_argument("--json", action="store_true", help="print the plan as JSON (the manifest + totals)")
     _add_plan_options(inspect)
     inspect.set_defaults(run=_cmd_inspect)
 
-    convert = commands.add_parser("convert", help="write a model's constants as an upload buffer + manifest")
+    convert = commands.add_parser("convert", help="write a model's constants as an upload buffer + manifest",
+                                  **_help("Write every constant of a model as a DirectML upload buffer file "
+                                          "(PREFIX.<id>.00000.bin) and its manifest (PREFIX.json).",
+                                          "dmlbridge convert model.onnx -o weights --min-dims 4 --checksum"))
     convert.add_argument("model", help="the .onnx file")
     convert.add_argument(
-        "-o", "--output", metavar="PREFIX", help="write PREFIX.bin and PREFIX.json (default: MODEL minus .onnx, + .dml)"
+        "-o", "--output", metavar="PREFIX",
+        help="write PREFIX.json and its buffer file (PREFIX.json and PREFIX.bin name the prefix PREFIX; a folder "
+        "gets <model>.dml in it; default: MODEL minus .onnx, + .dml)"
     )
     _add_plan_options(convert)
     convert.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
@@ -208,7 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "atomic if the process dies, but a power loss may leave an empty or partial output)")
     convert.set_defaults(run=_cmd_convert)
 
-    verify = commands.add_parser("verify", help="check that an upload plan matches a model bit for bit")
+    verify = commands.add_parser("verify", help="check that an upload plan matches a model bit for bit",
+                                 **_help("Check that a written plan holds exactly a model's constants, bit for bit.",
+                                         "dmlbridge verify weights.json model.onnx",
+                                         "0 they match, 1 they do not (each mismatch is listed), 2 a usage or "
+                                         "configuration error"))
     verify.add_argument("manifest", help="the PREFIX.json written by convert")
     verify.add_argument("model", help="the .onnx file it was converted from")
     verify.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
@@ -218,7 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refuse a manifest larger than N bytes (default 256 MiB)")
     verify.set_defaults(run=_cmd_verify)
 
-    demo = commands.add_parser("demo", help="build a sample model, convert it, verify it, print the summary")
+    demo = commands.add_parser("demo", help="build a sample model, convert it, verify it, print the summary",
+                               **_help("Build a sample model, convert it, verify it and print what went where.",
+                                       "dmlbridge demo --keep demo"))
     demo.add_argument("--keep", metavar="DIR", help="build and convert in DIR (created) and keep the files")
     demo.set_defaults(run=_cmd_demo)
     return parser

@@ -322,3 +322,11 @@ def test_convert_flags_owned_by_dml(small: Path, tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "w.json").read_text())
     assert {e["desc"]["Flags"] for e in doc["entries"] if e["desc"]} == {1}
     assert run("verify", tmp_path / "w.json", small).returncode == 0
+
+
+@pytest.mark.parametrize("command", ["table", "inspect", "convert", "verify", "demo"])
+def test_each_command_has_help_with_an_example_and_exit_codes(command: str) -> None:
+    result = run(command, "--help")
+    assert result.returncode == 0 and "example:" in result.stdout and "exit status:" in result.stdout
+    if command in ("table", "inspect", "convert"):
+        assert "FLOAT16" in result.stdout and "0x6200" in result.stdout  # the accepted type names and levels
