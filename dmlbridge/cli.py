@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -83,7 +84,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=1))
     else:
-        print(format_plan(plan))
+        print(format_plan(plan, shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
     return 0
 
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 
 from dmlbridge.mapping import MappingRow
@@ -43,21 +44,33 @@ def human_size(size: int) -> str:
     return f"{scaled:.1f} MiB" if scaled < 1024 else f"{scaled / 1024:.2f} GiB"
 
 
-def format_plan(plan: UploadPlan) -> str:
-    """An upload plan as an aligned text table (one row per constant) followed by a totals line."""
+def format_plan(plan: UploadPlan, width: int | None = None) -> str:
+    """An upload plan as an aligned text table (one row per constant) followed by a totals line.
+
+    Names come from the model: control characters are escaped, wide characters take two columns, and the origin
+    leaves out the subgraph path the key already shows. With ``width`` (a terminal's), the key and origin
+    columns are shortened with "…" so that a row fits.
+    """
     header = ("key", "origin", "ONNX", "shape", "DML", "conversion", "offset", "bytes")
     rows = []
     for e in plan.entries.values():
         rows.append((
-            e.key, e.origin, e.onnx_type.name, "x".join(map(str, e.shape)) or "scalar",
-            e.dml_type.name if e.dml_type else "—", e.conversion or "skipped",
-            "" if e.offset is None else str(e.offset),
+            _printable(e.key), _printable(_short_origin(e.key, e.origin)), e.onnx_type.name,
+            "x".join(map(str, e.shape)) or "scalar", e.dml_type.name if e.dml_type else "—",
+            e.conversion or "skipped", "" if e.offset is None else str(e.offset),
             "" if e.total_tensor_size_in_bytes is None else str(e.total_tensor_size_in_bytes),
         ))
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+    widths = [max(_width(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    if width is not None:
+        over = sum(widths) + 2 * (len(widths) - 1) - width
+        for column in (1, 0):  # the origin gives way first, then the key; neither below 12 columns
+            cut = min(over, max(0, widths[column] - 12))
+            widths[column] -= cut
+            over -= cut
+        rows = [(_fit(r[0], widths[0]), _fit(r[1], widths[1]), *r[2:]) for r in rows]
+    lines = ["  ".join(_pad(c, w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
     for e in plan.skipped:
-        lines.append(f"skipped {e.key!r}: {e.skipped}")
+        lines.append(f"skipped {_printable(e.key)!r}: {_printable(e.skipped or '')}")
     converted = plan.converted
     data = sum(e.total_tensor_size_in_bytes or 0 for e in converted)
     lines.append(
@@ -67,3 +80,39 @@ def format_plan(plan: UploadPlan) -> str:
     return "\n".join(lines)
 
 
+
+
+def _short_origin(key: str, origin: str) -> str:
+    """The origin without its `` in SCOPE`` ending when the key already begins with that scope."""
+    head, found, scope = origin.rpartition(" in ")
+    return head if found and key.startswith(scope + "/") else origin
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters (a name can hold any) written as escapes."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+
+
+def _width(text: str) -> int:
+    """The columns ``text`` takes in a terminal: wide characters two, combining marks none."""
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+               for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - _width(text))
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns, with "…" where it was cut."""
+    if _width(text) <= width:
+        return text
+    out, used = "", 0
+    for ch in text:
+        step = _width(ch)
+        if used + step > width - 1:
+            break
+        out, used = out + ch, used + step
+    return out + "…"

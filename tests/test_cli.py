@@ -330,3 +330,28 @@ def test_each_command_has_help_with_an_example_and_exit_codes(command: str) -> N
     assert result.returncode == 0 and "example:" in result.stdout and "exit status:" in result.stdout
     if command in ("table", "inspect", "convert"):
         assert "FLOAT16" in result.stdout and "0x6200" in result.stdout  # the accepted type names and levels
+
+
+def test_plan_tables_stay_readable(tmp_path: Path) -> None:
+    """Subgraph keys are not repeated in the origin, control characters are escaped, wide characters take two
+    columns, and a terminal's width is honoured."""
+    from models import build_model
+
+    from dmlbridge.report import _width, format_plan
+
+    path, _ = build_model(tmp_path)
+    plan = dmlbridge.plan_model(path)
+    text = format_plan(plan)
+    row = next(line for line in text.splitlines() if line.startswith("loop/body/inner/then_branch/T"))
+    assert "then_branch" not in row.split("  ", 1)[1]  # the origin leaves the path to the key
+    narrow = format_plan(plan, width=100).splitlines()[: len(plan.entries) + 1]
+    assert max(map(_width, narrow)) <= 100 < max(map(_width, text.splitlines()[: len(plan.entries) + 1]))
+    assert any("…" in line for line in narrow)
+    odd = helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.ones(1, np.float32), "a\x1b[31mred"),
+        numpy_helper.from_array(np.ones(1, np.float32), "权重"),
+        numpy_helper.from_array(np.ones(1, np.float32), "ab")]))
+    lines = format_plan(dmlbridge.plan_model(odd)).splitlines()
+    assert "\x1b" not in "\n".join(lines) and lines[1].startswith("a\\x1b[31mred")
+    wide, plain = lines[2], lines[3]
+    assert _width(wide[: wide.index("initializer")]) == _width(plain[: plain.index("initializer")])
