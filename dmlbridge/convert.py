@@ -139,7 +139,7 @@ def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> Uploa
     need_reader(stored_elsewhere, reader)
     _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, stored_elsewhere, reader)
     plan = UploadPlan(planned.entries, layout.target, layout.alignment, layout.min_dims, planned.total, loaded.name,
-                      loaded.size, __version__)
+                      loaded.size, __version__, source_sha256=loaded.sha256)
     _refuse_too_large(constants, planned, options.max_tensor_bytes)
     _refuse_large_output(loaded, constants, planned, options)
     lines = entry_lines(planned.entries, options.max_manifest_bytes)  # (before any file: it may be refused)
@@ -239,7 +239,8 @@ def _write_outputs(
             try:
                 name = publication.buffer_names[0]
                 path = os.path.join(publication.directory, name)
-                written = replace(plan, conversion_id=publication.conversion_id,
+                external = () if reader is None else tuple(sorted(reader.files.items()))
+                written = replace(plan, conversion_id=publication.conversion_id, source_external=external,
                                   buffers=(BufferFile(path, plan.total_size, fingerprint, digest),),
                                   manifest_path=os.path.join(publication.directory, publication.manifest_name),
                                   _files=OpenBuffers([path], [kept]))

@@ -215,6 +215,8 @@ class ExternalDataReader:
         self._root = self._directory(root, "external_data_root")
         self._use_mmap = use_mmap
         self._checksums: dict[tuple[int, int, int, int], str] = {}
+        self.files: dict[str, int] = {}
+        """Every external data file this reader opened: location -> size (for the manifest)."""
         # The directories, pinned by descriptor where the system allows (``base_fd``: the model's directory,
         # opened by the caller when it opened the model): locations are resolved in the directories these are,
         # wherever their paths lead later.
@@ -319,6 +321,7 @@ class ExternalDataReader:
         fd = self._open(real, root, where)
         try:
             after = os.fstat(fd)
+            self.files[info.location] = after.st_size
             if not stat.S_ISREG(after.st_mode) or (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
                 raise ExternalDataError(f"{where} was replaced while it was being opened; try again")
             self._check_links(after, where)

@@ -8,9 +8,11 @@ Format ``dmlbridge-upload-plan``, version 2
 ------------------------------------------
 - The file MUST be a UTF-8 JSON object (no duplicate keys, no NaN or Infinity) with exactly these fields:
   ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (2), ``dmlbridge_version`` (a string),
-  ``conversion_id`` (16 lowercase hex digits, random per conversion), ``source`` (``{"name": string or null,
-  "size": integer or null}``: the model file's name and size), ``target`` (``{"feature_level": "6.4",
-  "supported": [DML type names, sorted], "int64": "emulate" or "narrow", "allow_lossy": bool}``, in the
+  ``conversion_id`` (16 lowercase hex digits, random per conversion), ``source`` (the model: ``{"name": string
+  or null, "size": integer or null, "sha256": 64 hex digits or null, "external_data": [{"file": string, "size":
+  integer}]}``, its file's name, size and SHA-256, and the external data files the conversion read, with their
+  sizes), ``target`` (``{"feature_level": "6.4", "supported": [DML type names, sorted], "int64": "emulate" or
+  "narrow", "allow_lossy": bool}``, in the
   canonical form ``Target.describe()`` gives), ``alignment`` (a power of two from 16 to 2^31), ``min_dims`` (0 to
   the target's most dimensions), ``total_size`` (the upload image's size in bytes), ``buffers`` and ``entries``.
 - ``buffers`` MUST be an array of one object ``{"file", "size", "fingerprint", "sha256"}``: the file name of the
@@ -123,6 +125,10 @@ class Manifest:
     conversion_id: str | None = None
     buffers: tuple[BufferFile, ...] = ()
     format_version: int = MANIFEST_FORMAT_VERSION
+    source_sha256: str | None = None
+    """The SHA-256 of the model's bytes (None in format-1 manifests)."""
+    source_external: tuple[tuple[str, int], ...] = ()
+    """The external data files the conversion read: (location, size), sorted."""
 
     @property
     def bin_sha256(self) -> str | None:
@@ -145,7 +151,10 @@ def _head(manifest: Manifest) -> dict[str, Any]:
         "format_version": MANIFEST_FORMAT_VERSION,
         "dmlbridge_version": manifest.dmlbridge_version,
         "conversion_id": manifest.conversion_id,
-        "source": {"name": manifest.source_name, "size": manifest.source_size},
+        "source": {
+            "name": manifest.source_name, "size": manifest.source_size, "sha256": manifest.source_sha256,
+            "external_data": [{"file": file, "size": size} for file, size in manifest.source_external],
+        },
         "target": manifest.target.describe(),
         "alignment": manifest.alignment,
         "min_dims": manifest.min_dims,
@@ -356,9 +365,13 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     if top.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
     dmlbridge_version = top.string("dmlbridge_version")
-    source = _Fields(top.get("source"), top.at("source"), ("name", "size"))
+    source = _Fields(top.get("source"), top.at("source"),
+                     ("name", "size") if version == 1 else ("name", "size", "sha256", "external_data"))
     source_name = source.string("name", nullable=True)
     source_size = source.integer("size", nullable=True)
+    source_sha256 = None if version == 1 else _sha256(source, "sha256", nullable=True)
+    source_external = () if version == 1 else _external_from_json(source.get("external_data"),
+                                                                 source.at("external_data"))
     target = _target_from_json(top.get("target"), top.at("target"))
     alignment = top.integer("alignment", 16, MAX_ALIGNMENT)
     if alignment & (alignment - 1):
@@ -402,7 +415,17 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
             f"{where}: total_size is {total_size} but the entries end at byte {end}; the two must agree"
         )
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
-                    source_size, dmlbridge_version, conversion_id, buffers, version)
+                    source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external)
+
+
+def _external_from_json(value: Any, where: str) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, list) or len(value) > 1 << 16:
+        raise ManifestError(f"{where} must be an array of at most 65536 files, got {_kind(value)}")
+    files = []
+    for index, item in enumerate(value):
+        fields = _Fields(item, f"{where}[{index}]", ("file", "size"))
+        files.append((fields.string("file", nonempty=True)[:4096], fields.integer("size")))
+    return tuple(files)
 
 
 def _sha256(fields: _Fields, key: str, nullable: bool) -> Any:

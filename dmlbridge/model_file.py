@@ -16,6 +16,7 @@ read its constants straight from them (:func:`model_constants`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -51,6 +52,8 @@ class LoadedModel:
     serialized: bytes | None = field(default=None, repr=False, compare=False)
     """The model's bytes, kept when the model is at most BYTE_SCAN_MAX_BYTES (for the byte scan); else None."""
     base_fd: int | None = field(default=None, repr=False, compare=False)
+    sha256: str | None = field(default=None, repr=False, compare=False)
+    """The SHA-256 of the model's bytes (of its serialization, for a ModelProto)."""
 
     def close(self) -> None:
         if self.base_fd is not None:
@@ -78,6 +81,7 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
             path = os.fsdecode(path)
         directory = os.path.dirname(os.path.abspath(path))
         data, size, base_fd = _read_pinned(path, directory, pin=base_dir is None)
+        digest = hashlib.sha256(data).hexdigest()
         try:
             text_format = registry.get_format_from_file_extension(os.path.splitext(path)[1])
             proto = onnx.load_model_from_string(data, format=text_format or "protobuf")
@@ -92,6 +96,7 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
             base_dir = directory
     elif isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
+        digest = hashlib.sha256(data).hexdigest()
         try:
             proto = onnx.load_model_from_string(data)
         except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeError, ...
@@ -101,7 +106,9 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
     elif getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) == "onnx.ModelProto":
         proto, name, size = model, None, model.ByteSize()
         # (Serializing it costs a tenth of what the byte scan saves on a model of many small constants.)
-        serialized = model.SerializeToString() if size <= BYTE_SCAN_MAX_BYTES else None
+        whole = model.SerializeToString()
+        digest = hashlib.sha256(whole).hexdigest()
+        serialized = whole if size <= BYTE_SCAN_MAX_BYTES else None
     else:
         raise InvalidArgumentError(
             f"model must be a path, the bytes of a .onnx file or an onnx.ModelProto, not {type(model).__name__}"
@@ -112,7 +119,8 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
         what = repr(path) if path else "the model"
         raise InvalidArgumentError(f"{what} has no graph: it is not an ONNX model (or an empty one)")
     folder = None if base_dir is None else os.fspath(base_dir)
-    return LoadedModel(proto, name, size, path, None if folder is None else str(folder), serialized, base_fd)
+    return LoadedModel(proto, name, size, path, None if folder is None else str(folder), serialized, base_fd,
+                       digest)
 
 
 def _read_pinned(path: str, directory: str, pin: bool) -> tuple[bytes, int, int | None]:

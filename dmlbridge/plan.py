@@ -255,7 +255,7 @@ def plan_model(
     if strict:
         raise_if_skipped(constants, planned.pairs)
     return UploadPlan(planned.entries, target, alignment, options.min_dims, planned.total, loaded.name, loaded.size,
-                      __version__)
+                      __version__, source_sha256=loaded.sha256)
 
 
 def raise_if_skipped(constants: list[ModelConstant], pairs: list[Pair]) -> None:

@@ -50,6 +50,10 @@ class WrittenPlan(Protocol):
     def total_size(self) -> int: ...
     @property
     def buffers(self) -> tuple[BufferFile, ...]: ...
+    @property
+    def source_sha256(self) -> str | None: ...
+    @property
+    def source_external(self) -> tuple[tuple[str, int], ...]: ...
     def buffer_problems(self) -> list[str]: ...
     def read(self, key: str) -> np.ndarray: ...
     def array(self, key: str) -> np.ndarray: ...
@@ -75,7 +79,17 @@ def find_mismatches(
         reader = external_data_reader(loaded, external_data_root)
         constants = find_constants(loaded.proto)
         need_reader(constants, reader)
-        return _find(plan, constants, reader, max_tensor_bytes, limit)
+        problems = _find(plan, constants, reader, max_tensor_bytes, limit)
+        source = plan.source_sha256
+        if source is not None and loaded.sha256 is not None and source != loaded.sha256:
+            problems.insert(0, f"the plan was made from another model file (SHA-256 {source[:16]}..., this one's "
+                               f"{loaded.sha256[:16]}...)")
+        for file, size in plan.source_external:
+            seen = None if reader is None else reader.files.get(file)
+            if seen is not None and seen != size:
+                problems.insert(0, f"the external data file {file!r} holds {seen} bytes; the plan was made from one "
+                                   f"of {size}")
+        return problems
 
 
 def _find(
