@@ -18,12 +18,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from dmlbridge.convert import convert_model
+from dmlbridge.constants import find_constants
+from dmlbridge.convert import check_conversion, convert_model
 from dmlbridge.demo import run_demo
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.mapping import mapping_table
+from dmlbridge.model_file import read_model
 from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES
-from dmlbridge.plan import plan_model, read_plan
+from dmlbridge.plan import UploadPlan, plan_model, read_plan
 from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
@@ -71,7 +73,14 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    plan = plan_model(args.model, target=_target_from(args), alignment=args.alignment, min_dims=args.min_dims)
+    options = {"target": _target_from(args), "alignment": args.alignment, "min_dims": args.min_dims,
+               "strict": args.strict}
+    if args.check:
+        plan = check_conversion(args.model, **options, external_data_root=args.external_data_root)
+        notes: dict[str, str] = {}
+    else:
+        plan = plan_model(args.model, **options)
+        notes = _unchecked(args.model, plan)
     if args.json:
         document = plan.manifest()
         converted = plan.converted
@@ -84,8 +93,24 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=1))
     else:
-        print(format_plan(plan, shutil.get_terminal_size().columns if sys.stdout.isatty() else None))
+        print(format_plan(plan, shutil.get_terminal_size().columns if sys.stdout.isatty() else None, notes))
+        if notes:
+            print(f"{len(notes)} constants unchecked: values that must fit 32 bits or live in external data are "
+                  "read only by convert; --check reads them now and reports what convert would")
     return 0
+
+
+def _unchecked(model: str, plan: UploadPlan) -> dict[str, str]:
+    """Per key, what inspect did not check: "external data", and "values must fit 32 bits" (narrowed or emulated
+    INT64/UINT64)."""
+    notes: dict[str, list[str]] = {}
+    for constant in find_constants(read_model(model).proto):
+        if constant.storage == "external" or any(t.data_location == 1 for t in constant.tensors()):
+            notes.setdefault(constant.key, []).append("external data")
+    for entry in plan.converted:
+        if entry.conversion in ("narrow", "emulate"):
+            notes.setdefault(entry.key, []).append("values must fit 32 bits")
+    return {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
 
 
 def _default_prefix(model: str) -> str:
@@ -199,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
                                           "dmlbridge inspect model.onnx --feature-level 6.2 --json"))
     inspect.add_argument("model", help="the .onnx file")
     inspect.add_argument("--json", action="store_true", help="print the plan as JSON (the manifest + totals)")
+    inspect.add_argument("--check", action="store_true",
+                         help="read every value (external data too) and report exactly what convert would")
+    inspect.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
+    inspect.add_argument("--external-data-root", metavar="DIR", help="with --check: allow external data under DIR")
     _add_plan_options(inspect)
     inspect.set_defaults(run=_cmd_inspect)
 

@@ -41,7 +41,7 @@ from dmlbridge.planning import Planned, plan_constants
 from dmlbridge.target import Target
 from dmlbridge.version import __version__
 
-__all__ = ["convert_model"]
+__all__ = ["check_conversion", "convert_model"]
 
 
 def convert_model(
@@ -125,6 +125,40 @@ def convert_model(
     prefix = _output_prefix(out_prefix)
     with read_model(model, base_dir) as loaded, collector_paused():
         return _convert(loaded, prefix, options)
+
+
+def check_conversion(
+    model: Any,
+    *,
+    target: Target = DEFAULT_TARGET,
+    alignment: int = 256,
+    min_dims: int | None = None,
+    strict: bool = False,
+    external_data_root: str | os.PathLike[str] | None = None,
+    max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> UploadPlan:
+    """Everything :func:`convert_model` does but write: every value decoded and converted (external data read,
+    values that must narrow checked), each error the one convert_model would raise. ``dmlbridge inspect --check``.
+
+    Returns the plan (not written: it has no buffer file).
+    """
+    layout = PlanOptions.check(target, alignment, min_dims)
+    options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,
+                                   checksum=True, max_tensor_bytes=max_tensor_bytes, fsync=False)
+    with read_model(model, base_dir) as loaded, collector_paused():
+        constants, scan = model_constants(loaded)
+        planned = plan_constants(constants, layout)
+        if options.strict:
+            raise_if_skipped(constants, planned.pairs)
+        reader = external_data_reader(loaded, options.external_data_root)
+        need_reader(constants if scan is None else [c for c in constants if c.proto is not None], reader)
+        _refuse_too_large(constants, planned, options.max_tensor_bytes)
+        # (checksum=True: the bytes pass through here, none is copied file to file; nothing is kept)
+        with open(os.devnull, "wb", buffering=0) as sink:
+            write_image(sink, constants, planned, scan, reader, options, Progress(False, 0, ""))
+        return UploadPlan(planned.entries, layout.target, layout.alignment, layout.min_dims, planned.total,
+                          loaded.name, loaded.size, __version__, source_sha256=loaded.sha256)
 
 
 def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> UploadPlan:

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from dmlbridge.mapping import MappingRow
 from dmlbridge.plan import UploadPlan
@@ -44,14 +44,15 @@ def human_size(size: int) -> str:
     return f"{scaled:.1f} MiB" if scaled < 1024 else f"{scaled / 1024:.2f} GiB"
 
 
-def format_plan(plan: UploadPlan, width: int | None = None) -> str:
+def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, str] | None = None) -> str:
     """An upload plan as an aligned text table (one row per constant) followed by a totals line.
 
     Names come from the model: control characters are escaped, wide characters take two columns, and the origin
     leaves out the subgraph path the key already shows. With ``width`` (a terminal's), the key and origin
-    columns are shortened with "…" so that a row fits.
+    columns are shortened with "…" so that a row fits. ``notes``: a last column, by key (what was not checked).
     """
-    header = ("key", "origin", "ONNX", "shape", "DML", "conversion", "offset", "bytes")
+    header: tuple[str, ...] = ("key", "origin", "ONNX", "shape", "DML", "conversion", "offset", "bytes")
+    notes = notes or {}
     rows = []
     for e in plan.entries.values():
         rows.append((
@@ -59,7 +60,9 @@ def format_plan(plan: UploadPlan, width: int | None = None) -> str:
             "x".join(map(str, e.shape)) or "scalar", e.dml_type.name if e.dml_type else "—",
             e.conversion or "skipped", "" if e.offset is None else str(e.offset),
             "" if e.total_tensor_size_in_bytes is None else str(e.total_tensor_size_in_bytes),
-        ))
+        ) + ((notes.get(e.key, ""),) if notes else ()))
+    if notes:
+        header = (*header, "note")
     widths = [max(_width(r[i]) for r in [header, *rows]) for i in range(len(header))]
     if width is not None:
         over = sum(widths) + 2 * (len(widths) - 1) - width

@@ -355,3 +355,23 @@ def test_plan_tables_stay_readable(tmp_path: Path) -> None:
     assert "\x1b" not in "\n".join(lines) and lines[1].startswith("a\\x1b[31mred")
     wide, plain = lines[2], lines[3]
     assert _width(wide[: wide.index("initializer")]) == _width(plain[: plain.index("initializer")])
+
+
+def test_inspect_marks_what_it_did_not_check_and_check_reports_what_convert_would(tmp_path: Path) -> None:
+    """inspect never says a constant converts where convert would then fail: what it did not read (external data,
+    values that must fit 32 bits) is marked; --check reads it and fails exactly as convert does."""
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    model = Path(build_sample_model(folder))
+    plain = run("inspect", model, "--feature-level", "2.0")
+    assert plain.returncode == 0, plain.stderr
+    rows = {line.split()[0]: line for line in plain.stdout.splitlines() if line.strip()}
+    assert "unchecked: values must fit 32 bits" in rows["w_int64"] and "unchecked: external data" in rows["weight"]
+    checked = run("inspect", model, "--feature-level", "2.0", "--check")
+    converted = run("convert", model, "-o", tmp_path / "out", "--feature-level", "2.0")
+    one_line_error(checked, "w_int64", "does not fit INT32")
+    one_line_error(converted, "w_int64", "does not fit INT32")
+    assert checked.stderr.split("error: ", 1)[1] == converted.stderr.split("error: ", 1)[1]
+    ok = run("inspect", model, "--check")
+    assert ok.returncode == 0 and "unchecked" not in ok.stdout
+    one_line_error(run("inspect", model, "--strict"), "labels", "--strict")
