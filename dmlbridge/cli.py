@@ -93,10 +93,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=1))
     else:
-        print(format_plan(plan, shutil.get_terminal_size().columns if sys.stdout.isatty() else None, notes))
         if notes:
-            print(f"{len(notes)} constants unchecked: values that must fit 32 bits or live in external data are "
-                  "read only by convert; --check reads them now and reports what convert would")
+            print(f"dmlbridge inspect: {len(notes)} constants unchecked (see the note column): values that must fit "
+                  "32 bits or live in external data are read only by convert; --check reads them now and reports what "
+                  "convert would", file=sys.stderr)
+        print(format_plan(plan, shutil.get_terminal_size().columns if sys.stdout.isatty() else None, notes))
     return 0
 
 
