@@ -11,7 +11,7 @@ submodules (``dmlbridge.plan``, ``dmlbridge.convert``, ...) are the library's ow
 
 from __future__ import annotations
 
-from dmlbridge.convert import convert_model
+from dmlbridge.convert import check_conversion, convert_model
 from dmlbridge.decode import decode
 from dmlbridge.descs import BufferTensorDesc, tensor_desc_array
 from dmlbridge.encode import PreparedTensor, prepare, prepare_into
@@ -63,6 +63,7 @@ __all__ = [
     "UploadPlan",
     "ValueRangeError",
     "calc_buffer_tensor_size",
+    "check_conversion",
     "convert_model",
     "decode",
     "dml_type_for",

@@ -18,14 +18,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from dmlbridge.constants import find_constants
 from dmlbridge.convert import check_conversion, convert_model
 from dmlbridge.demo import run_demo
+from dmlbridge.descs import DML_TENSOR_FLAG_OWNED_BY_DML
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.mapping import mapping_table
-from dmlbridge.model_file import read_model
 from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES
-from dmlbridge.plan import UploadPlan, plan_model, read_plan
+from dmlbridge.plan import plan_with_notes, read_plan
 from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
@@ -72,15 +71,36 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help="pad sizes with leading 1s to N dims (default: 4 below feature level 3.0, else 1)")
 
 
+# --flags: the DML_TENSOR_FLAGS value of each choice
+_FLAG_VALUES = {"none": 0, "owned-by-dml": DML_TENSOR_FLAG_OWNED_BY_DML}
+
+
+def _add_limit_options(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """The limits and flags convert takes (``inspect --check`` takes them too, to refuse what convert would)."""
+    parser.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
+                        help=when + "refuse constants larger than N bytes (default 16 GiB)")
+    parser.add_argument("--max-output-bytes", type=_byte_count, default=None, metavar="N",
+                        help=when + "refuse an upload image larger than N bytes (default: 8 x the model's bytes + "
+                        "64 MiB)")
+    parser.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES, metavar="N",
+                        help=when + "refuse a manifest larger than N bytes (default 256 MiB)")
+    parser.add_argument("--flags", choices=tuple(_FLAG_VALUES), default="none",
+                        help="DML_TENSOR_FLAGS of every converted tensor (owned-by-dml: weights DirectML copies at "
+                        "operator initialization)")
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     options = {"target": _target_from(args), "alignment": args.alignment, "min_dims": args.min_dims,
                "strict": args.strict}
+    notes: dict[str, str] = {}
     if args.check:
-        plan = check_conversion(args.model, **options, external_data_root=args.external_data_root)
-        notes: dict[str, str] = {}
+        plan = check_conversion(
+            args.model, **options, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
+            max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
+            flags=_FLAG_VALUES[args.flags],
+        )
     else:
-        plan = plan_model(args.model, **options)
-        notes = _unchecked(args.model, plan)
+        plan, notes = plan_with_notes(args.model, **options)
     if args.json:
         document = plan.manifest()
         converted = plan.converted
@@ -99,19 +119,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                   "convert would", file=sys.stderr)
         print(format_plan(plan, shutil.get_terminal_size().columns if sys.stdout.isatty() else None, notes))
     return 0
-
-
-def _unchecked(model: str, plan: UploadPlan) -> dict[str, str]:
-    """Per key, what inspect did not check: "external data", and "values must fit 32 bits" (narrowed or emulated
-    INT64/UINT64)."""
-    notes: dict[str, list[str]] = {}
-    for constant in find_constants(read_model(model).proto):
-        if constant.storage == "external" or any(t.data_location == 1 for t in constant.tensors()):
-            notes.setdefault(constant.key, []).append("external data")
-    for entry in plan.converted:
-        if entry.conversion in ("narrow", "emulate"):
-            notes.setdefault(entry.key, []).append("values must fit 32 bits")
-    return {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
 
 
 def _default_prefix(model: str) -> str:
@@ -139,7 +146,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
         checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
         max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
-        flags=0 if args.flags == "none" else args.flags,
+        flags=_FLAG_VALUES[args.flags],
     )
     if not args.quiet:
         for entry in plan.skipped:
@@ -230,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
     inspect.add_argument("--external-data-root", metavar="DIR", help="with --check: allow external data under DIR")
     _add_plan_options(inspect)
+    _add_limit_options(inspect, "with --check: ")
     inspect.set_defaults(run=_cmd_inspect)
 
     convert = commands.add_parser("convert", help="write a model's constants as an upload buffer + manifest",
@@ -247,15 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     convert.add_argument("--checksum", action="store_true", help="record the SHA-256 of the .bin in the manifest")
     convert.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
-    convert.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
-                         help="refuse constants larger than N bytes (default 16 GiB)")
-    convert.add_argument("--max-output-bytes", type=_byte_count, default=None, metavar="N",
-                         help="refuse an upload image larger than N bytes (default: 8 x the model's bytes + 64 MiB)")
-    convert.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES, metavar="N",
-                         help="refuse a manifest larger than N bytes (default 256 MiB)")
-    convert.add_argument("--flags", choices=("none", "owned-by-dml"), default="none",
-                         help="DML_TENSOR_FLAGS of every converted tensor (owned-by-dml: weights DirectML copies at "
-                         "operator initialization)")
+    _add_limit_options(convert)
     convert.add_argument("--no-fsync", action="store_true",
                          help="do not flush the outputs to the disk before renaming them into place (faster; still "
                          "atomic if the process dies, but a power loss may leave an empty or partial output)")

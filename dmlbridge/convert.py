@@ -17,10 +17,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from dmlbridge.buffer_files import OpenBuffers
-from dmlbridge.byte_scan import BytesScan
 from dmlbridge.commit import LOCK_SUFFIX, Publication
 from dmlbridge.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.errors import DestinationError, InvalidArgumentError, TensorTooLargeError
@@ -28,7 +25,7 @@ from dmlbridge.external_data import ExternalDataReader, check_location
 from dmlbridge.fingerprint import bin_fingerprint
 from dmlbridge.image_writer import Progress, write_image
 from dmlbridge.manifest import BufferFile, entry_lines, manifest_text
-from dmlbridge.model_file import LoadedModel, external_data_reader, model_constants, need_reader, read_model
+from dmlbridge.model_file import LoadedModel, external_data_reader, need_reader, read_model
 from dmlbridge.options import (
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
@@ -36,10 +33,9 @@ from dmlbridge.options import (
     ConvertOptions,
     PlanOptions,
 )
-from dmlbridge.plan import UploadPlan, raise_if_skipped
-from dmlbridge.planning import Planned, plan_constants
+from dmlbridge.plan import PlannedModel, UploadPlan, plan_loaded
+from dmlbridge.planning import Planned
 from dmlbridge.target import Target
-from dmlbridge.version import __version__
 
 __all__ = ["check_conversion", "convert_model"]
 
@@ -137,47 +133,68 @@ def check_conversion(
     external_data_root: str | os.PathLike[str] | None = None,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
     base_dir: str | os.PathLike[str] | None = None,
+    max_output_bytes: int | None = None,
+    max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
+    flags: int | str = 0,
 ) -> UploadPlan:
-    """Everything :func:`convert_model` does but write: every value decoded and converted (external data read,
-    values that must narrow checked), each error the one convert_model would raise. ``dmlbridge inspect --check``.
+    """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
+    value decoded and converted (external data read, values that must narrow checked), each error the one
+    convert_model would raise. ``dmlbridge inspect --check``. The keywords are convert_model's.
 
     Returns the plan (not written: it has no buffer file).
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> big = numpy_helper.from_array(np.array([2**40], dtype=np.int64), "big")
+        >>> model = helper.make_model(helper.make_graph([], "g", [], [], [big]))
+        >>> dmlbridge.check_conversion(model, target=dmlbridge.Target("2.0", int64="narrow"))
+        Traceback (most recent call last):
+        ...
+        dmlbridge.errors.ValueRangeError: constant 'big' (initializer): value 1099511627776 at index [0] ...64-bit types
     """
-    layout = PlanOptions.check(target, alignment, min_dims)
+    layout = PlanOptions.check(target, alignment, min_dims, flags)
     options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,
-                                   checksum=True, max_tensor_bytes=max_tensor_bytes, fsync=False)
+                                   checksum=False, max_tensor_bytes=max_tensor_bytes, fsync=False,
+                                   max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes)
     with read_model(model, base_dir) as loaded, collector_paused():
-        constants, scan = model_constants(loaded)
-        planned = plan_constants(constants, layout)
-        if options.strict:
-            raise_if_skipped(constants, planned.pairs)
-        reader = external_data_reader(loaded, options.external_data_root)
-        need_reader(constants if scan is None else [c for c in constants if c.proto is not None], reader)
+        model_plan, reader, _ = _checked(loaded, options)
+        try:
+            with open(os.devnull, "wb", buffering=0) as sink:  # every value passes through; nothing is kept
+                write_image(sink, model_plan.constants, model_plan.planned, model_plan.scan, reader, options,
+                            Progress(False, 0, ""), kernel_copy=False)
+        finally:
+            if reader is not None:
+                reader.close()
+        return model_plan.plan
+
+
+def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[PlannedModel, ExternalDataReader | None, list[str]]:
+    """The model planned, its external-data reader and its manifest's entry lines, after every refusal that
+    comes before any output exists (convert_model and check_conversion make the same ones)."""
+    model_plan = plan_loaded(loaded, options.layout, options.strict)
+    constants, planned = model_plan.constants, model_plan.planned
+    reader = external_data_reader(loaded, options.external_data_root)
+    try:
+        need_reader(constants, reader)
         _refuse_too_large(constants, planned, options.max_tensor_bytes)
-        # (checksum=True: the bytes pass through here, none is copied file to file; nothing is kept)
-        with open(os.devnull, "wb", buffering=0) as sink:
-            write_image(sink, constants, planned, scan, reader, options, Progress(False, 0, ""))
-        return UploadPlan(planned.entries, layout.target, layout.alignment, layout.min_dims, planned.total,
-                          loaded.name, loaded.size, __version__, source_sha256=loaded.sha256)
+        _refuse_large_output(loaded, constants, planned, options)
+        lines = entry_lines(planned.entries, options.max_manifest_bytes)
+    except BaseException:
+        if reader is not None:
+            reader.close()
+        raise
+    return model_plan, reader, lines
 
 
 def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> UploadPlan:
-    layout = options.layout
-    constants, scan = model_constants(loaded)
-    planned = plan_constants(constants, layout)
-    if options.strict:
-        raise_if_skipped(constants, planned.pairs)
-    reader = external_data_reader(loaded, options.external_data_root)
-    # (What the byte scan read is stored in the model: only the others may use external data.)
-    stored_elsewhere = constants if scan is None else [constants[i] for i in np.flatnonzero(scan.starts < 0).tolist()]
-    need_reader(stored_elsewhere, reader)
-    _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, stored_elsewhere, reader)
-    plan = UploadPlan(planned.entries, layout.target, layout.alignment, layout.min_dims, planned.total, loaded.name,
-                      loaded.size, __version__, source_sha256=loaded.sha256)
-    _refuse_too_large(constants, planned, options.max_tensor_bytes)
-    _refuse_large_output(loaded, constants, planned, options)
-    lines = entry_lines(planned.entries, options.max_manifest_bytes)  # (before any file: it may be refused)
-    return _write_outputs(plan, constants, planned, scan, prefix, reader, options, lines)
+    model_plan, reader, lines = _checked(loaded, options)
+    try:
+        _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, model_plan.constants, reader)
+        return _write_outputs(model_plan, prefix, reader, options, lines)
+    finally:
+        if reader is not None:
+            reader.close()
 
 
 def _refuse_too_large(constants: list[ModelConstant], planned: Planned, max_tensor_bytes: int) -> None:
@@ -256,11 +273,12 @@ def _refuse_overwriting_inputs(
 
 
 def _write_outputs(
-    plan: UploadPlan, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None, prefix: str,
-    reader: ExternalDataReader | None, options: ConvertOptions, lines: list[str],
+    model_plan: PlannedModel, prefix: str, reader: ExternalDataReader | None, options: ConvertOptions,
+    lines: list[str],
 ) -> UploadPlan:
     """Write the buffer file and the manifest, and publish them together (dmlbridge.commit); returns the written
     plan, which holds its buffer file open."""
+    constants, scan, planned, plan = model_plan
     bar = Progress(options.progress, plan.total_size, os.path.basename(prefix))
     try:
         with Publication(prefix, fsync=options.fsync) as publication:

@@ -18,18 +18,43 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
+from dmlbridge.errors import InvalidArgumentError
+
 __all__ = [
     "DML_BUFFER_BINDING",
     "DML_BUFFER_TENSOR_DESC",
     "DML_TENSOR_DESC",
+    "DML_TENSOR_FLAG_OWNED_BY_DML",
     "DML_TENSOR_TYPE_BUFFER",
     "BufferTensorDesc",
     "buffer_tensor_desc_fields",
+    "check_flags",
     "make_buffer_tensor_desc",
     "tensor_desc_array",
 ]
 
 DML_TENSOR_TYPE_BUFFER = 1
+DML_TENSOR_FLAG_OWNED_BY_DML = 1  # DML_TENSOR_FLAGS: the only flag besides DML_TENSOR_FLAG_NONE (0)
+
+
+def check_flags(flags: Any) -> int:
+    """A DML_TENSOR_FLAGS value checked: 0 (DML_TENSOR_FLAG_NONE), or 1 / ``"owned-by-dml"``
+    (DML_TENSOR_FLAG_OWNED_BY_DML); anything else is an InvalidArgumentError naming the ``flags`` keyword.
+
+    Example:
+        >>> check_flags("owned-by-dml"), check_flags(np.uint8(0))
+        (1, 0)
+    """
+    if isinstance(flags, str) and flags == "owned-by-dml":
+        return DML_TENSOR_FLAG_OWNED_BY_DML
+    if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or flags not in (0, 1):
+        raise InvalidArgumentError(
+            f"flags must be 0 (DML_TENSOR_FLAG_NONE) or 1 (DML_TENSOR_FLAG_OWNED_BY_DML, also 'owned-by-dml': for "
+            f"weights DirectML copies when it initializes an operator), got {flags!r}"
+        )
+    return int(flags)
 
 
 class DML_BUFFER_BINDING(ctypes.Structure):  # noqa: N801 - the DirectML name

@@ -16,7 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from dmlbridge.buffers import as_writable_bytes
 from dmlbridge.decode import decode, read_elements, restore_values
-from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
+from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc, check_flags
 from dmlbridge.errors import (
     DestinationError,
     ExternalDataError,
@@ -35,7 +35,6 @@ from dmlbridge.types import DmlDataType, OnnxDataType, onnx_type_of_dtype
 __all__ = ["PreparedTensor", "prepare", "prepare_into"]
 
 DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT = 16
-DML_TENSOR_FLAG_OWNED_BY_DML = 1
 _DEFAULT_TARGET = Target()
 
 
@@ -173,11 +172,9 @@ def _plan(
         raise LayoutError(
             f"the array has shape {source.shape} and no elements; DirectML has no empty tensors, leave it out"
         )
-    layout = plan_layout(source.shape, strides, target.effective_min_dims(min_dims), target.max_dimension_count)
-    if isinstance(flags, bool) or not isinstance(flags, (int, np.integer)) or flags not in (0, 1):
-        raise InvalidArgumentError(
-            f"flags must be 0 (DML_TENSOR_FLAG_NONE) or 1 (DML_TENSOR_FLAG_OWNED_BY_DML), got {flags!r}"
-        )
+    min_dims = target.check_min_dims(min_dims, LayoutError)
+    layout = plan_layout(source.shape, strides, min_dims, target.max_dimension_count)
+    flags = check_flags(flags)
     alignment = guaranteed_base_offset_alignment
     if (
         isinstance(alignment, bool)
@@ -256,7 +253,7 @@ def prepare(
     plan = _plan(array, target, strides, min_dims, flags, guaranteed_base_offset_alignment)
     if _can_share(plan):
         if plan.conversion == "emulate":
-            _check_fits_32(plan.source, plan.onnx_type)
+            _check_fits_32(plan.source, plan.onnx_type, len(plan.source_shape))
         data = plan.source.reshape(-1).view(np.uint8)
         data.flags.writeable = False
         return plan.result(data)
@@ -381,12 +378,12 @@ def _convert_values(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
     conversion = plan.conversion
     if conversion in ("native", "emulate"):
         if conversion == "emulate":
-            _check_fits_32(source, plan.onnx_type)
+            _check_fits_32(source, plan.onnx_type, len(plan.source_shape))
         # A bit copy (through unsigned views) keeps NaN payloads and swaps byte order when needed.
         bits = f"u{dest.dtype.itemsize}"
         np.copyto(dest.view("<" + bits), source.view(source.dtype.byteorder.replace("|", "=") + bits))
     elif conversion == "narrow":
-        _check_fits_32(source, plan.onnx_type)
+        _check_fits_32(source, plan.onnx_type, len(plan.source_shape))
         np.copyto(dest, source, casting="unsafe")
     elif conversion == "lossy":
         np.copyto(dest, source, casting="unsafe")
@@ -447,15 +444,16 @@ def _widening_table(source: np.dtype, dest: np.dtype) -> np.ndarray:
     return table
 
 
-def _check_fits_32(values: np.ndarray, onnx_type: OnnxDataType) -> None:
-    """INT64 must fit INT32 and UINT64 UINT32 to be emulated or narrowed; name the first value that does not."""
+def _check_fits_32(values: np.ndarray, onnx_type: OnnxDataType, rank: int) -> None:
+    """INT64 must fit INT32 and UINT64 UINT32 to be emulated or narrowed; name the first value that does not, by
+    its index in the caller's array (``rank`` dimensions: the layout's leading 1s left out)."""
     info = np.iinfo(np.int32 if onnx_type is OnnxDataType.INT64 else np.uint32)
     if values.size == 0:
         return
     if values.min() >= info.min and values.max() <= info.max:
         return
-    bad = np.argwhere((values < info.min) | (values > info.max))[0]
-    value = values[tuple(bad)].item()
+    bad = np.argwhere((values < info.min) | (values > info.max))[0][values.ndim - rank :]
+    value = values.reshape(values.shape[values.ndim - rank :])[tuple(bad)].item()
     name = "INT32" if onnx_type is OnnxDataType.INT64 else "UINT32"
     raise ValueRangeError(
         f"value {value} at index {list(int(i) for i in bad)} does not fit {name} ({info.min}..{info.max}), "

@@ -92,8 +92,9 @@ class ImageWriter:
 
     GATHER = 1 << 20  # writes below this size are gathered; the gathered bytes are written at this size
 
-    def __init__(self, file: BinaryIO, hashing: bool) -> None:
+    def __init__(self, file: BinaryIO, hashing: bool, kernel_copy: bool = True) -> None:
         self._file = file
+        self._kernel_copy = kernel_copy and not hashing  # (hashing needs the bytes here)
         self._hash = hashlib.sha256() if hashing else None
         self._buffer = memoryview(bytearray(self.GATHER))  # reused: no fresh pages to fault in
         self._array = np.frombuffer(self._buffer, dtype=np.uint8)
@@ -147,8 +148,9 @@ class ImageWriter:
 
     def copy_external(self, reader: ExternalDataReader, tensor: Any, nbytes: int, count: int) -> int:
         """Copy the first ``count`` bytes of a tensor's external data into the file in the kernel; returns how
-        many were copied (0 when hashing, which needs the bytes here, or when the kernel cannot copy them)."""
-        if self._hash is not None:
+        many were copied (0 when hashing, which needs the bytes here, when told not to (the bytes must pass
+        through: ``inspect --check`` writes to a null device) or when the kernel cannot copy them)."""
+        if not self._kernel_copy:
             return 0
         self.flush()
         done = reader.copy_to(tensor, nbytes, self._file.fileno(), count)
@@ -175,11 +177,12 @@ class ImageWriter:
 
 def write_image(
     file: BinaryIO, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
-    reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
+    reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress, *, kernel_copy: bool = True,
 ) -> str | None:
     """Write the image of ``planned`` into ``file`` (unbuffered, empty); returns its SHA-256 when
-    ``options.checksum``. ``scan``: the byte scan that found ``constants``, if one did."""
-    writer = ImageWriter(file, options.checksum)
+    ``options.checksum``. ``scan``: the byte scan that found ``constants``, if one did. ``kernel_copy=False``:
+    external data passes through this process (and its checks) even where the kernel could copy it."""
+    writer = ImageWriter(file, options.checksum, kernel_copy)
     for first, stop, as_is in _runs(constants, planned.pairs, scan):
         if as_is:
             _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
+from dmlbridge.descs import check_flags
 from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.target import Target
 
@@ -39,7 +40,6 @@ MAX_KEY_LENGTH = 4096
 """The longest key (in characters) a constant may have; its origin may be twice as long. A model whose names are
 longer is refused: every key is written into the manifest, whose size this bounds."""
 
-DML_TENSOR_FLAG_OWNED_BY_DML = 1
 MAX_ALIGNMENT = 2**31  # GuaranteedBaseOffsetAlignment is a UINT: the largest power of two it holds
 DEFAULT_TARGET = Target()
 
@@ -89,21 +89,7 @@ class PlanOptions(NamedTuple):
                 f"alignment must be a power of two from 16 (DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT) to 2^31, got "
                 f"{alignment!r}; 256 suits most uses"
             )
-        min_dims = target.effective_min_dims(min_dims)
-        most = target.max_dimension_count
-        if isinstance(min_dims, bool) or not isinstance(min_dims, int) or not 0 <= min_dims <= most:
-            raise InvalidArgumentError(
-                f"min_dims must be a whole number from 0 to {most} (the most dimensions feature "
-                f"level {target.feature_level.dotted} allows), got {min_dims!r}"
-            )
-        if flags == "owned-by-dml":
-            flags = DML_TENSOR_FLAG_OWNED_BY_DML
-        if isinstance(flags, bool) or flags not in (0, DML_TENSOR_FLAG_OWNED_BY_DML):
-            raise InvalidArgumentError(
-                f"flags must be 0 or 1 (DML_TENSOR_FLAG_OWNED_BY_DML, 'owned-by-dml': for weights DirectML copies "
-                f"when it initializes an operator), got {flags!r}"
-            )
-        return cls(target, alignment, min_dims, int(flags))
+        return cls(target, alignment, target.check_min_dims(min_dims), check_flags(flags))
 
 
 class ConvertOptions(NamedTuple):

@@ -11,31 +11,36 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from dmlbridge.buffer_files import OpenBuffers
-from dmlbridge.constants import ModelConstant, collector_paused
+from dmlbridge.byte_scan import BytesScan
+from dmlbridge.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.decode import decode
 from dmlbridge.encode import PreparedTensor
 from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
 from dmlbridge.fingerprint import fingerprint_problem, read_at
 from dmlbridge.manifest import BufferFile, Manifest, manifest_document, parse_manifest
-from dmlbridge.model_file import model_constants, read_model
+from dmlbridge.model_file import LoadedModel, model_constants, read_model
 from dmlbridge.options import (
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
     DEFAULT_TARGET,
     PlanOptions,
+    check_flag,
     check_max_tensor_bytes,
 )
-from dmlbridge.planning import Pair, PlanEntry, plan_constants
+from dmlbridge.planning import Pair, PlanEntry, Planned, plan_constants
 from dmlbridge.target import Target
 from dmlbridge.verify import find_mismatches
 from dmlbridge.version import __version__
 
-__all__ = ["UploadPlan", "load_plan", "plan_model", "raise_if_skipped", "read_plan"]
+__all__ = [
+    "PlannedModel", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes", "raise_if_skipped",
+    "read_plan",
+]
 
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
@@ -248,14 +253,55 @@ def plan_model(
         >>> plan.entries["w"].sizes
         (1, 1, 2, 3)
     """
+    return plan_with_notes(model, target=target, alignment=alignment, min_dims=min_dims, strict=strict,
+                           base_dir=base_dir)[0]
+
+
+def plan_with_notes(
+    model: Any,
+    *,
+    target: Target = DEFAULT_TARGET,
+    alignment: int = 256,
+    min_dims: int | None = None,
+    strict: bool = False,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> tuple[UploadPlan, dict[str, str]]:
+    """:func:`plan_model`, and per key what it did not check (``dmlbridge inspect``'s note column):
+    "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
     options = PlanOptions.check(target, alignment, min_dims)
+    strict = check_flag("strict", strict)
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
-        constants, _ = model_constants(loaded)
-        planned = plan_constants(constants, options)
+        planned = plan_loaded(loaded, options, strict)
+    notes: dict[str, list[str]] = {}
+    for constant in planned.constants:
+        if next(iter_external_tensors([constant]), None) is not None:
+            notes.setdefault(constant.key, []).append("external data")
+    for entry in planned.plan.converted:
+        if entry.conversion in ("narrow", "emulate"):
+            notes.setdefault(entry.key, []).append("values must fit 32 bits")
+    return planned.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
+
+
+class PlannedModel(NamedTuple):
+    """A model's constants and their plan: what plan_model, ``inspect --check`` and convert_model share."""
+
+    constants: list[ModelConstant]
+    scan: BytesScan | None
+    """The byte scan that found ``constants``, if one did (the image writer reads their bytes from it)."""
+    planned: Planned
+    plan: UploadPlan
+    """The plan (not written: no buffer file)."""
+
+
+def plan_loaded(loaded: LoadedModel, options: PlanOptions, strict: bool) -> PlannedModel:
+    """Find and plan the constants of a read model; ``strict``: the first that would be skipped is an error."""
+    constants, scan = model_constants(loaded)
+    planned = plan_constants(constants, options)
     if strict:
         raise_if_skipped(constants, planned.pairs)
-    return UploadPlan(planned.entries, target, alignment, options.min_dims, planned.total, loaded.name, loaded.size,
-                      __version__, source_sha256=loaded.sha256)
+    plan = UploadPlan(planned.entries, options.target, options.alignment, options.min_dims, planned.total,
+                      loaded.name, loaded.size, __version__, source_sha256=loaded.sha256)
+    return PlannedModel(constants, scan, planned, plan)
 
 
 def raise_if_skipped(constants: list[ModelConstant], pairs: list[Pair]) -> None:

@@ -6,7 +6,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dmlbridge.errors import InvalidArgumentError
+import numpy as np
+
+from dmlbridge.errors import DmlBridgeError, InvalidArgumentError
 from dmlbridge.types import DmlDataType, FeatureLevel
 
 __all__ = ["Int64Mode", "Target"]
@@ -91,19 +93,31 @@ class Target:
         "all buffer tensors must have a DimensionCount of either 4 or 5"), 1 from it."""
         return self.feature_level.min_dimension_count
 
-    def effective_min_dims(self, min_dims: Any) -> Any:
-        """``min_dims`` as the caller gave it, or this target's fewest dimensions for None; a number below that
-        fewest is an InvalidArgumentError (other problems are the layout's to name)."""
+    def check_min_dims(self, min_dims: Any, error: type[DmlBridgeError] = InvalidArgumentError) -> int:
+        """``min_dims`` checked for this target: None is the target's fewest dimensions; otherwise a whole number
+        (numpy integers too) from that fewest (0 from feature level 3.0) to the most. A value below the fewest is
+        an InvalidArgumentError, any other bad value an ``error`` (``prepare`` has always called those a
+        LayoutError); both name the ``min_dims`` keyword.
+
+        Example:
+            >>> Target("2.0").check_min_dims(None), Target().check_min_dims(1)
+            (4, 1)
+        """
+        least, most = self.min_dimension_count, self.max_dimension_count
         if min_dims is None:
-            return self.min_dimension_count
-        least = self.min_dimension_count
-        if isinstance(min_dims, int) and not isinstance(min_dims, bool) and 0 <= min_dims < least:
+            return least
+        if isinstance(min_dims, bool) or not isinstance(min_dims, (int, np.integer)) or not 0 <= min_dims <= most:
+            raise error(
+                f"min_dims must be a whole number from {least if least > 1 else 0} to {most} (the most dimensions "
+                f"feature level {self.feature_level.dotted} allows), got {min_dims!r}"
+            )
+        if min_dims < least:
             raise InvalidArgumentError(
-                f"min_dims={min_dims} is below the {least} dimensions every buffer tensor has at feature level "
+                f"min_dims={int(min_dims)} is below the {least} dimensions every buffer tensor has at feature level "
                 f"{self.feature_level.dotted} (below 3.0 DirectML takes 4 or 5); leave min_dims out (None: {least}) "
                 f"or pass {least} or 5"
             )
-        return min_dims
+        return int(min_dims)
 
     def supports(self, dml_type: DmlDataType) -> bool:
         """True when the target can use ``dml_type``."""

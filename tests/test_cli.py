@@ -375,3 +375,19 @@ def test_inspect_marks_what_it_did_not_check_and_check_reports_what_convert_woul
     ok = run("inspect", model, "--check")
     assert ok.returncode == 0 and "unchecked" not in ok.stdout
     one_line_error(run("inspect", model, "--strict"), "labels", "--strict")
+
+
+def test_inspect_check_refuses_what_convert_refuses_up_front(small: Path, tmp_path: Path) -> None:
+    """The output and manifest limits are checked by inspect --check too, with the same flags and messages."""
+    for flag, value, words in [("--max-output-bytes", "8", ["upload image", "--max-output-bytes"]),
+                               ("--max-manifest-bytes", "100", ["max-manifest-bytes"]),
+                               ("--max-tensor-bytes", "4", ["--max-tensor-bytes"])]:
+        checked = run("inspect", small, "--check", flag, value)
+        converted = run("convert", small, "-o", tmp_path / "out", flag, value)
+        one_line_error(checked, *words)
+        one_line_error(converted, *words)
+        assert checked.stderr.split("error: ", 1)[1] == converted.stderr.split("error: ", 1)[1]
+        assert not list(tmp_path.glob("out*.json"))
+    flagged = run("inspect", small, "--check", "--json", "--flags", "owned-by-dml")
+    assert flagged.returncode == 0, flagged.stderr
+    assert {entry["desc"]["Flags"] for entry in json.loads(flagged.stdout)["entries"]} == {1}

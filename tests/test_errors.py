@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import onnx
 import pytest
+from onnx import helper, numpy_helper
 
 import dmlbridge
 from dmlbridge import (
@@ -13,9 +15,17 @@ from dmlbridge import (
     InvalidArgumentError,
     LayoutError,
     Target,
+    TensorTooLargeError,
     UnsupportedTypeError,
     ValueRangeError,
 )
+
+
+def tiny_model() -> onnx.ModelProto:
+    """One FLOAT initializer "w" of shape [2]."""
+    w = numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "w")
+    return helper.make_model(helper.make_graph([], "g", [], [], [w]))
+
 
 NO_64 = Target(supported={"FLOAT32", "FLOAT16", "UINT32", "UINT16", "UINT8", "INT32", "INT16", "INT8"})
 
@@ -225,3 +235,47 @@ def test_nothing_the_caller_passed_is_modified() -> None:
     sizes, strides = [2, 3], [3, 1]
     dmlbridge.calc_buffer_tensor_size("INT4", sizes, strides)
     assert sizes == [2, 3] and strides == [3, 1]
+
+
+def test_numpy_integer_min_dims_below_the_targets_fewest_is_refused() -> None:
+    """A numpy integer is checked like an int: below feature level 3.0 fewer than 4 dimensions is refused."""
+    x = np.zeros(3, np.float32)
+    for value in (1, np.int64(1), np.uint8(3)):
+        with pytest.raises(InvalidArgumentError, match=r"min_dims=.* is below the 4 dimensions"):
+            dmlbridge.prepare(x, target=Target("2.0"), min_dims=value)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match=r"min_dims=.* is below the 4 dimensions"):
+            dmlbridge.plan_model(tiny_model(), target=Target("2.0"), min_dims=value)  # type: ignore[arg-type]
+    assert dmlbridge.prepare(x, target=Target("2.0"), min_dims=np.int64(5)).sizes == (1, 1, 1, 1, 3)
+    assert dmlbridge.plan_model(tiny_model(), min_dims=np.int64(2)).entries["w"].sizes == (1, 2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flags", [2, -1, True, 1.0, "OWNED_BY_DML", None])
+def test_bad_flags_are_refused_the_same_everywhere(flags: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="flags must be 0"):
+        dmlbridge.prepare(np.zeros(2, np.float32), flags=flags)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="flags must be 0"):
+        dmlbridge.check_conversion(tiny_model(), flags=flags)  # type: ignore[arg-type]
+
+
+def test_flags_by_name_and_numpy_integer() -> None:
+    assert dmlbridge.prepare(np.zeros(2, np.float32), flags="owned-by-dml").flags == 1  # type: ignore[arg-type]
+    assert dmlbridge.prepare(np.zeros(2, np.float32), flags=np.uint32(1)).flags == 1  # type: ignore[arg-type]
+    assert dmlbridge.check_conversion(tiny_model(), flags="owned-by-dml").entries["w"].flags == 1
+
+
+def test_a_value_that_does_not_fit_32_bits_is_named_by_its_own_index() -> None:
+    """The index is in the caller's array, not in the padded layout."""
+    narrow = Target("2.0", int64="narrow")
+    with pytest.raises(ValueRangeError, match=r"value 1099511627776 at index \[1, 0\] does not fit INT32"):
+        dmlbridge.prepare(np.array([[1], [2**40]], np.int64), target=narrow)
+    with pytest.raises(ValueRangeError, match=r"value 1099511627776 at index \[\] does not fit INT32"):
+        dmlbridge.prepare(np.array(2**40, np.int64), target=Target("2.0"))
+
+
+def test_check_conversion_refuses_what_convert_model_refuses_up_front() -> None:
+    with pytest.raises(TensorTooLargeError, match="upload image would take"):
+        dmlbridge.check_conversion(tiny_model(), max_output_bytes=4)
+    with pytest.raises(InvalidArgumentError, match="max_manifest_bytes=10 "):
+        dmlbridge.check_conversion(tiny_model(), max_manifest_bytes=10)
+    with pytest.raises(InvalidArgumentError, match="strict must be True or False"):
+        dmlbridge.plan_model(tiny_model(), strict="no")  # type: ignore[arg-type]

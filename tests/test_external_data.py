@@ -694,7 +694,7 @@ def test_the_models_directory_is_pinned_when_the_model_is_opened(tmp_path: Path,
     """An attacker who controls the parent of the model's folder swaps the folder for a symlink to another one
     after the model was read: external data is still read in the folder the model was read from."""
     import dmlbridge
-    import dmlbridge.convert as convert_module
+    import dmlbridge.plan as plan_module
 
     values = np.arange(16, dtype=np.float32)
     tensor = numpy_helper.from_array(values, "w")
@@ -707,14 +707,14 @@ def test_the_models_directory_is_pinned_when_the_model_is_opened(tmp_path: Path,
     tensor.data_location = TensorProto.EXTERNAL
     tensor.external_data.add(key="location", value="w.data")
     (folder / "m.onnx").write_bytes(helper.make_model(helper.make_graph([], "g", [], [], [tensor])).SerializeToString())
-    real_constants = convert_module.model_constants
+    real_constants = plan_module.model_constants
 
     def swap_then_find(loaded: Any) -> Any:
         os.rename(folder, tmp_path / "moved")
         os.symlink(victim, folder)  # the path now leads to the victim's folder
         return real_constants(loaded)
 
-    monkeypatch.setattr(convert_module, "model_constants", swap_then_find)
+    monkeypatch.setattr(plan_module, "model_constants", swap_then_find)
     plan = dmlbridge.convert_model(folder / "m.onnx", tmp_path / "out", progress=False)
     assert plan.array("w").tobytes() == values.tobytes()
 
