@@ -169,8 +169,8 @@ class OpenBuffers:
 def _open_regular(name: str, path: str, flags: int, dir_fd: int | None) -> int:
     try:
         fd = os.open(name, flags, dir_fd=dir_fd)
-    except OSError as exc:
-        raise ManifestError(f"cannot open the buffer file {path!r}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # (ValueError: a NUL in the path)
+        raise ManifestError(f"cannot open the buffer file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     kind = os.fstat(fd).st_mode
     if not stat.S_ISREG(kind):
         os.close(fd)

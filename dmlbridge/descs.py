@@ -185,7 +185,7 @@ def tensor_desc_array(items: Sequence[Any]) -> ctypes.Array[DML_TENSOR_DESC]:
         elif isinstance(item, BufferTensorDesc) or hasattr(item, "as_ctypes"):
             buffer_descs.append(item.as_ctypes())
         else:
-            raise TypeError(
+            raise InvalidArgumentError(
                 f"item {index} is a {type(item).__name__}; give PreparedTensor, PlanEntry, BufferTensorDesc or "
                 "DML_BUFFER_TENSOR_DESC items"
             )

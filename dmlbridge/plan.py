@@ -190,7 +190,7 @@ class UploadPlan(Manifest):
             sizes=entry.sizes,
             strides=entry.strides,
             total_tensor_size_in_bytes=entry.total_tensor_size_in_bytes,
-            flags=0,
+            flags=entry.flags,
             guaranteed_base_offset_alignment=self.alignment,
             data=self.read(key, max_tensor_bytes=max_tensor_bytes),
             source_dtype=entry.onnx_type.numpy(),
@@ -409,8 +409,8 @@ def _read_manifest(path: str, limit: int) -> bytes:
     a device or a huge sparse file is refused, never read)."""
     try:
         fd = os.open(path, os.O_RDONLY | _O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    except OSError as exc:
-        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # (ValueError: a NUL in the path)
+        raise ManifestError(f"cannot read manifest {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

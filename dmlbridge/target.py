@@ -73,14 +73,18 @@ class Target:
         object.__setattr__(self, "types", level_types if chosen is None else level_types & chosen)
 
     def __eq__(self, other: object) -> bool:
-        """Targets are equal when they take the same types the same way (``Target("6.4")`` and ``Target("6.4",
-        supported=<every 6.4 type>)`` are one target)."""
+        """Targets are equal when they are one feature level and take the same types the same way
+        (``Target("6.4")`` and ``Target("6.4", supported=<every 6.4 type>)`` are one target; ``Target("1.0")`` and
+        ``Target("2.0")`` are not, even where their types agree: BOOL and dimension counts differ)."""
         if not isinstance(other, Target):
             return NotImplemented
-        return (self.types, self.int64, self.allow_lossy) == (other.types, other.int64, other.allow_lossy)
+        return self._identity() == other._identity()
 
     def __hash__(self) -> int:
-        return hash((self.types, self.int64, self.allow_lossy))
+        return hash(self._identity())
+
+    def _identity(self) -> tuple[object, ...]:
+        return (self.feature_level, self.types, self.int64, self.allow_lossy)
 
     @property
     def max_dimension_count(self) -> int:

@@ -304,6 +304,8 @@ def test_plans_compare_by_content_and_print_short(tmp_path: Path) -> None:
     other = convert_model(path, tmp_path / "again", progress=False)  # another conversion: another id and file
     assert other != written and len(repr(loaded)) < 400 and repr(loaded).startswith("UploadPlan(<")
     assert Target() == Target("6.4", supported=Target().types) and Target("6.2") != Target()
+    assert Target("1.0").types == Target("2.0").types and Target("1.0") != Target("2.0")  # BOOL, dims differ
+    assert hash(Target()) == hash(Target("6.4", supported=Target().types))
     assert len({Target(), Target("6.4", supported=Target().types)}) == 1
 
 

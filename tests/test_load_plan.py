@@ -249,6 +249,14 @@ def test_format_1_manifests_are_still_read(written: tuple[Path, dict[str, Any]],
         load_plan(tmp_path / "m.manifest")
     (tmp_path / "other.data").write_bytes(data)
     assert load_plan(tmp_path / "m.manifest", bin_path=tmp_path / "other.data").bin_path == str(tmp_path / "other.data")
+    with pytest.raises(ManifestError, match=r"cannot open the buffer file .*embedded null"):
+        load_plan(tmp_path / "m.manifest", bin_path=str(tmp_path / "other\x00.data"))
+
+
+def test_a_nul_in_a_path_is_a_manifest_error() -> None:
+    for path in ("a\x00b.json", "a\x00b"):
+        with pytest.raises(ManifestError, match=r"cannot read manifest .*embedded null"):
+            load_plan(path)
 
 
 @pytest.mark.skipif(os.name != "posix", reason="FIFOs and /dev/zero are POSIX")
