@@ -38,8 +38,6 @@ from the parsed model when it is needed (:meth:`BytesScan.with_tensor`).
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -50,10 +48,12 @@ from dmlbridge.constants import (
     ModelConstant,
     function_constants,
     initializer_constant,
+    make_constant,
     make_keys_unique,
     node_constants,
     sparse_constants,
 )
+from dmlbridge.onnx_tensor import TYPE_OF_CODE, tensor_sizes
 from dmlbridge.protobuf_wire import (
     LENGTH,
     VARINT,
@@ -132,7 +132,6 @@ _TYPED_FIELD = {
     OnnxDataType.DOUBLE: (TensorField.DOUBLE_DATA, 8),
     OnnxDataType.COMPLEX128: (TensorField.DOUBLE_DATA, 8),
 }
-_TYPE_OF_CODE = {int(t): t for t in OnnxDataType}
 _DATA_FIELDS = (TensorField.FLOAT_DATA, TensorField.RAW_DATA, TensorField.DOUBLE_DATA)
 
 
@@ -166,7 +165,6 @@ class BytesScan:
         return constant._replace(proto=tensor)
 
 
-_make = functools.partial(tuple.__new__, ModelConstant)  # ModelConstant._make without its length check
 
 
 def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
@@ -224,8 +222,8 @@ def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
     for first in range(0, len(init_starts), _CHUNK):
         tensors = _Tensors(source, init_starts[first : first + _CHUNK], init_ends[first : first + _CHUNK])
         made: list[ModelConstant | None] = [
-            None if tail is None else _make((name or f"<unnamed {index}>", name, "", "initializer", "initializer",
-                                             None, name, *tail))
+            None if tail is None else make_constant((name or f"<unnamed {index}>", name, "", "initializer",
+                                                     "initializer", None, name, *tail))
             for index, name, tail in zip(range(first, first + tensors.count), tensors.names, tensors.tails,
                                          strict=True)
         ]
@@ -236,7 +234,7 @@ def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
     for first in range(0, len(node_starts), _CHUNK):
         nodes = _Nodes(source, node_starts[first : first + _CHUNK], node_ends[first : first + _CHUNK])
         made = [
-            None if tail is None else _make((
+            None if tail is None else make_constant((
                 name or f"<unnamed {index}>", name, "", "value",
                 f"Constant node {node_name!r} (value)" if node_name else f"Constant node #{index} (value)",
                 None, tensor_name, *tail))
@@ -281,15 +279,15 @@ _SHAPES_MAX = 4096
 
 def shape_facts(code: int, shape: tuple[int, ...]) -> tuple[OnnxDataType, int, int, int, int, int] | None:
     """The facts of a tensor of ONNX type ``code`` and dims ``shape`` (see _SHAPE_FACTS), or None when the type is
-    unknown, UNDEFINED or STRING, a dim is negative, or the tensor is over _MAX_DATA bytes."""
-    onnx_type = _TYPE_OF_CODE.get(code)
-    if onnx_type is None or onnx_type in (OnnxDataType.UNDEFINED, OnnxDataType.STRING) or (shape and min(shape) < 0):
+    unknown, UNDEFINED or STRING, a dim is negative, the dims are more than any array can hold, or the tensor is
+    over _MAX_DATA bytes."""
+    onnx_type = TYPE_OF_CODE.get(code)
+    if onnx_type is None or onnx_type in (OnnxDataType.UNDEFINED, OnnxDataType.STRING):
         return None
-    size = math.prod(shape)
-    nbytes = size * onnx_type.numpy().itemsize
-    if nbytes > _MAX_DATA:
+    counts = tensor_sizes(onnx_type, shape)  # (None: the checked path names what is wrong)
+    if counts is None or counts[1] > _MAX_DATA:
         return None
-    packed = -(-size * onnx_type.bitwidth // 8)
+    size, nbytes, packed = counts
     typed_field, width = _TYPED_FIELD.get(onnx_type, (0, 0))
     entries = size * (2 if onnx_type in (OnnxDataType.COMPLEX64, OnnxDataType.COMPLEX128) else 1)
     facts = (onnx_type, size, nbytes, packed, typed_field if size else 0, entries * width)

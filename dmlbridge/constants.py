@@ -46,6 +46,7 @@ __all__ = [
     "function_constants",
     "initializer_constant",
     "iter_external_tensors",
+    "make_constant",
     "make_keys_unique",
     "node_constants",
     "sparse_constants",
@@ -191,7 +192,8 @@ class ModelConstant(NamedTuple):
         return values.reshape(self.shape)
 
 
-_make = functools.partial(tuple.__new__, ModelConstant)  # ModelConstant._make without its length check
+make_constant = functools.partial(tuple.__new__, ModelConstant)
+"""ModelConstant._make without its length check (the finders make one per constant: 100,000 in some models)."""
 
 
 def _tensor_facts(tensor: Any) -> tuple[Any, ...]:
@@ -265,7 +267,7 @@ def initializer_constant(tensor: Any, index: int, scope: str) -> ModelConstant:
     facts = _tensor_facts(tensor)
     name = facts[0]  # the tensor's name, decoded as _text does
     key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
-    return _make((key, name, scope, "initializer", "initializer" + _where(scope), tensor, *facts))
+    return make_constant((key, name, scope, "initializer", "initializer" + _where(scope), tensor, *facts))
 
 
 def sparse_constants(graph: Any, scope: str, found: list[ModelConstant]) -> None:
@@ -275,7 +277,7 @@ def sparse_constants(graph: Any, scope: str, found: list[ModelConstant]) -> None
         name = _text(sparse.values.name)
         label = f"sparse initializer {name!r}" if name else f"sparse initializer #{index}"
         onnx_type, shape, nbytes = _sparse_info(sparse, label + where)
-        found.append(_make((f"{prefix}{name or f'<unnamed sparse {index}>'}", name, scope, "sparse_initializer",
+        found.append(make_constant((f"{prefix}{name or f'<unnamed sparse {index}>'}", name, scope, "sparse_initializer",
                              "sparse_initializer" + where, sparse, "", onnx_type, shape, nbytes, "sparse",
                              math.prod(shape), 0)))
 
@@ -369,17 +371,17 @@ def _constant_of(node: Any, kind: ConstantKind, attr: Any, index: int, scope: st
     origin = f"{label} ({kind}) in {scope}" if scope else f"{label} ({kind})"
     key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
     if kind == "value":
-        return _make((key, name, scope, kind, origin, attr.t, *_tensor_facts(attr.t)))
+        return make_constant((key, name, scope, kind, origin, attr.t, *_tensor_facts(attr.t)))
     if kind == "sparse_value":
         proto = attr.sparse_tensor
         onnx_type, shape, nbytes = _sparse_info(proto, label + _where(scope))
-        return _make((key, name, scope, kind, origin, proto, "", onnx_type, shape, nbytes, "sparse",
+        return make_constant((key, name, scope, kind, origin, proto, "", onnx_type, shape, nbytes, "sparse",
                        math.prod(shape), 0))
     # The list and scalar forms: the attribute itself holds the values.
     onnx_type = _ATTR_ONNX_TYPE[kind]
     shape = (len(getattr(attr, _ATTR_FIELD[kind])),) if kind.endswith("s") else ()
     size = math.prod(shape)
-    return _make((key, name, scope, kind, origin, attr, "", onnx_type, shape, size * onnx_type.numpy().itemsize,
+    return make_constant((key, name, scope, kind, origin, attr, "", onnx_type, shape, size * onnx_type.numpy().itemsize,
                    "attribute", size, 0))
 
 

@@ -48,7 +48,8 @@ from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
 
 __all__ = [
-    "DEFAULT_MAX_TENSOR_BYTES", "TensorInfo", "decode_examined", "examine_tensor", "tensor_info", "tensor_to_array",
+    "DEFAULT_MAX_TENSOR_BYTES", "TYPE_OF_CODE", "TensorInfo", "decode_examined", "examine_tensor", "tensor_info",
+    "tensor_sizes", "tensor_to_array",
 ]
 
 Storage = Literal["raw", "typed", "external"]
@@ -179,10 +180,30 @@ def examine_tensor(tensor: Any) -> tuple[TensorInfo, bytes | None]:
 
 
 # Per-type constants, looked up once per tensor (a model may have 100,000 small constants).
-_TYPE_OF_CODE = {int(t): t for t in OnnxDataType}
+TYPE_OF_CODE = {int(t): t for t in OnnxDataType}
+"""Each ONNX data_type code's OnnxDataType."""
 _ITEMSIZE: dict[OnnxDataType, int] = {t: t.numpy().itemsize for t in OnnxDataType if t is not _T.UNDEFINED}
 _BITS: dict[OnnxDataType, int] = {t: t.bitwidth for t in OnnxDataType}
 _STRING = _T.STRING
+
+
+def tensor_sizes(onnx_type: OnnxDataType, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """The elements, decoded bytes and packed bytes (0 for STRING) of a tensor of ``onnx_type`` and ``shape``;
+    None when a dim is negative or numpy could not make the array (the one rule for the checked path and the
+    byte scan).
+
+    Example:
+        >>> tensor_sizes(OnnxDataType.INT4, (3,)), tensor_sizes(OnnxDataType.FLOAT, (0, 2**62))
+        ((3, 3, 2), None)
+    """
+    if shape and min(shape) < 0:
+        return None
+    itemsize = _ITEMSIZE[onnx_type]
+    size = math.prod(shape)
+    # numpy's own bound: the product of the non-zero dims times the item size must fit an intp.
+    if (size or math.prod(d for d in shape if d)) * itemsize > sys.maxsize:
+        return None
+    return size, size * itemsize, 0 if onnx_type is _STRING else -(-size * _BITS[onnx_type] // 8)
 
 
 def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
@@ -194,7 +215,7 @@ def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
     code = tensor.data_type
     if code == _T.UNDEFINED:
         raise TensorProtoError(f"{tensor_label(tensor)} has data_type UNDEFINED (0); it must name the element type")
-    onnx_type = _TYPE_OF_CODE.get(code)
+    onnx_type = TYPE_OF_CODE.get(code)
     if onnx_type is None:
         raise UnsupportedTypeError(
             f"{tensor_label(tensor)} has unknown data_type {code}; dmlbridge knows ONNX types 1..{max(OnnxDataType)} "
@@ -206,13 +227,10 @@ def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
         raise TensorProtoError(
             f"{tensor_label(tensor)} has negative dims {list(shape)}; every dimension must be >= 0"
         )
-    itemsize = _ITEMSIZE[onnx_type]
-    size = math.prod(shape)
-    # numpy's own bound: the product of the non-zero dims times the item size must fit an intp.
-    if (size or math.prod(d for d in shape if d)) * itemsize > sys.maxsize:
+    counts = tensor_sizes(onnx_type, shape)
+    if counts is None:
         raise TensorProtoError(f"{tensor_label(tensor)} has dims {list(shape)}, more elements than any array can hold")
-    nbytes = size * itemsize
-    packed = 0 if onnx_type is _STRING else -(-size * _BITS[onnx_type] // 8)
+    size, nbytes, packed = counts
 
     location = tensor.data_location
     if location != 0 and location != _EXTERNAL:

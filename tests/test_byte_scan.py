@@ -36,7 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 import dmlbridge.model_file as model_file
 from dmlbridge import Target, byte_scan, convert_model, plan_model
 from dmlbridge.constants import find_constants
-from dmlbridge.errors import DmlBridgeError
+from dmlbridge.errors import DmlBridgeError, TensorProtoError
 from dmlbridge.model_file import read_model
 
 EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
@@ -557,3 +557,18 @@ def test_the_field_numbers_are_onnx_protos() -> None:
         for field_name in fields:
             assert message.DESCRIPTOR.fields_by_name[field_name.name.lower()].number == field_name, field_name
     assert onnx.AttributeProto.TENSOR == byte_scan.ATTRIBUTE_TYPE_TENSOR
+
+
+def test_dims_no_array_can_hold_are_refused_with_and_without_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """[0, 2^62] FLOAT has no elements, but numpy cannot make its array: the checked path refuses it, so the byte
+    scan must leave it to the checked path rather than accept it."""
+    data = model_bytes([usual_tensor(1, (0, 2**62), b"huge")], [])
+    scan = same_as_parsed(data)
+    assert scan is None or isinstance(scan, tuple) or read_from_bytes(scan) == 0
+    messages = []
+    for checked_only in ("", "1"):
+        monkeypatch.setenv("DMLBRIDGE_CHECKED_PATH_ONLY", checked_only)
+        with pytest.raises(TensorProtoError, match="more elements than any array can hold") as caught:
+            plan_model(data)
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
