@@ -164,10 +164,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     limit = args.max_manifest_bytes
     plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
     problems = find_mismatches(
-        plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes
+        plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
+        sha256=plan.bin_sha256 is not None,
     )
-    if plan.bin_sha256 is not None:
-        problems += [problem for problem in plan.buffer_problems(sha256=True) if "SHA-256" in problem]
     if problems:
         for problem in problems[:20]:
             print(f"dmlbridge verify: mismatch: {problem}", file=sys.stderr)

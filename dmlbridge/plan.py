@@ -147,6 +147,10 @@ class UploadPlan(Manifest):
     def buffer_problems(self, *, sha256: bool = False) -> list[str]:
         """Why the buffer files do not match the manifest (empty when they do): their size and fingerprint, and
         with ``sha256`` their SHA-256 (ManifestError when none was recorded)."""
+        return [message for _, message in self.buffer_checks(sha256=sha256)]
+
+    def buffer_checks(self, *, sha256: bool = False) -> list[tuple[str, str]]:
+        """:meth:`buffer_problems`, each with what failed: ``"size"``, ``"fingerprint"`` or ``"sha256"``."""
         files = self._open_files()
         converted = self.converted  # (converted entries have an offset and a total)
         offsets = [e.offset or 0 for e in converted]
@@ -155,15 +159,15 @@ class UploadPlan(Manifest):
         for index, buffer in enumerate(self.buffers):
             size = files.size(index)
             if size != buffer.size:
-                problems.append(
+                problems.append(("size",
                     f"the buffer file {buffer.path!r} holds {size} bytes but the manifest says {buffer.size}; the "
                     "two files do not belong together (or one was cut short)"
-                )
+                ))
                 continue
             problem = fingerprint_problem(files.fd(index), buffer.path, buffer.fingerprint, buffer.size, offsets,
                                           totals)
             if problem is not None:
-                problems.append(problem)
+                problems.append(("fingerprint", problem))
             elif sha256:
                 if buffer.sha256 is None:
                     raise ManifestError(
@@ -172,10 +176,10 @@ class UploadPlan(Manifest):
                     )
                 digest = files.sha256(index)
                 if digest != buffer.sha256:
-                    problems.append(
+                    problems.append(("sha256",
                         f"the buffer file {buffer.path!r} has SHA-256 {digest}, but the manifest records "
                         f"{buffer.sha256}; the file is corrupt or belongs to another manifest"
-                    )
+                    ))
         return problems
 
     def _prepared(self, key: str, max_tensor_bytes: int) -> PreparedTensor:
@@ -393,11 +397,12 @@ def read_plan(
         buffers = tuple(replace(buffer, path=os.path.join(directory, buffer.path)) for buffer in manifest.buffers)
     plan = UploadPlan(**{**vars(manifest), "buffers": buffers}, manifest_path=path, _files=files)
     try:
-        problems = plan.buffer_problems(sha256=verify)
-        if check_fingerprint and problems:
+        # Without check_fingerprint (dmlbridge verify), a buffer file that fails its fingerprint is for
+        # find_mismatches to report, with the constants that differ; any other problem is an error here.
+        problems = [message for kind, message in plan.buffer_checks(sha256=verify)
+                    if check_fingerprint or kind != "fingerprint"]
+        if problems:
             raise ManifestError(problems[0])
-        if problems and not all("fingerprint" in problem for problem in problems):
-            raise ManifestError(next(problem for problem in problems if "fingerprint" not in problem))
     except BaseException:
         files.close()
         raise

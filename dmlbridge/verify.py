@@ -54,7 +54,7 @@ class WrittenPlan(Protocol):
     def source_sha256(self) -> str | None: ...
     @property
     def source_external(self) -> tuple[tuple[str, int], ...]: ...
-    def buffer_problems(self) -> list[str]: ...
+    def buffer_problems(self, *, sha256: bool = False) -> list[str]: ...
     def read(self, key: str) -> np.ndarray: ...
     def array(self, key: str) -> np.ndarray: ...
 
@@ -67,9 +67,11 @@ def find_mismatches(
     external_data_root: str | os.PathLike[str] | None = None,
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
     limit: int = 1000,
+    sha256: bool = False,
 ) -> list[str]:
     """Where a written plan and a model's constants differ, one message each (empty when they agree); the
-    first ones say so when a buffer file no longer matches its size or fingerprint.
+    first ones say so when a buffer file no longer matches its size or fingerprint (or, with ``sha256``, the
+    SHA-256 its manifest records).
 
     The engine of :meth:`UploadPlan.verify` and ``dmlbridge verify``.
     """
@@ -79,7 +81,7 @@ def find_mismatches(
         reader = external_data_reader(loaded, external_data_root)
         constants = find_constants(loaded.proto)
         need_reader(constants, reader)
-        problems = _find(plan, constants, reader, max_tensor_bytes, limit)
+        problems = _find(plan, constants, reader, max_tensor_bytes, limit, sha256)
         source = plan.source_sha256
         if source is not None and loaded.sha256 is not None and source != loaded.sha256:
             problems.insert(0, f"the plan was made from another model file (SHA-256 {source[:16]}..., this one's "
@@ -94,35 +96,38 @@ def find_mismatches(
 
 def _find(
     plan: WrittenPlan, constants: list[ModelConstant], reader: ExternalDataReader | None, max_tensor_bytes: int,
-    limit: int,
+    limit: int, sha256: bool,
 ) -> list[str]:
-    problems = plan.buffer_problems()
+    problems = plan.buffer_problems(sha256=sha256)
     keys = {c.key for c in constants}
     for key in plan.entries:
         if key not in keys:
             problems.append(f"{key!r} is in the plan but not in the model")
-    for constant in constants:
+    # A fresh plan of every constant at once (flags change no size: each entry's own are used below).
+    fresh = plan_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0)).pairs
+    for constant, pair in zip(constants, fresh, strict=True):
         if len(problems) >= limit:
             break
         entry = plan.entries.get(constant.key)
         if entry is None:
             problems.append(f"{constant.key!r} ({constant.origin}) is in the model but not in the plan")
             continue
-        problem = _compare(plan, constant, entry, reader, max_tensor_bytes)
+        problem = _compare(plan, constant, entry, pair.total >= 0, reader, max_tensor_bytes)
         if problem:
             problems.append(f"{constant.key!r}: {problem}")
     return problems
 
 
 def _compare(
-    plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, reader: ExternalDataReader | None,
+    plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, converts: bool, reader: ExternalDataReader | None,
     max_tensor_bytes: int,
 ) -> str | None:
+    """What differs between a constant and its entry (None: nothing); ``converts``: whether a fresh conversion
+    converts the constant (or skips it)."""
     if constant.onnx_type is not entry.onnx_type or constant.shape != entry.shape:
         return (f"the model has {constant.onnx_type.name} {list(constant.shape)}, the plan "
                 f"{entry.onnx_type.name} {list(entry.shape)}")
-    replanned = plan_constants([constant], PlanOptions(plan.target, plan.alignment, plan.min_dims, entry.flags)).pairs
-    if (replanned[0].total >= 0) != (entry.skipped is None):
+    if converts != (entry.skipped is None):
         return f"skipped in {'the plan' if entry.skipped else 'a fresh conversion'} but not in the other"
     if entry.skipped is not None:
         return None
@@ -146,40 +151,47 @@ def _compare(
         with np.errstate(over="ignore"):  # out of FLOAT32 range becomes inf, as in the conversion
             values = values.astype(np.float32).astype(values.dtype)
     if not _same_values(back, values, widened_float=entry.conversion == "widen" and constant.onnx_type.is_float):
-        return "the values read back from the buffer file differ from the model's" + _first_element(plan, entry,
-                                                                                                    values)
+        return ("the values read back from the buffer file differ from the model's"
+                + _first_element(plan, entry, values, back))
     return None
 
 
-def _first_element(plan: WrittenPlan, entry: PlanEntry, values: np.ndarray) -> str:
-    """``"; element [i, j]: the buffer holds A, the model B"`` for the first element whose value differs."""
+def _first_element(plan: WrittenPlan, entry: PlanEntry, values: np.ndarray, back: np.ndarray | None = None) -> str:
+    """``"; element [i, j]: the buffer holds A, the model B"`` for the first element whose value differs (``back``:
+    the values read back, when the caller has them)."""
     try:
-        back = plan.array(entry.key)
+        back = plan.array(entry.key) if back is None else back
     except DmlBridgeError:
         return ""
-    if back.shape != values.shape:
+    if back.shape != values.shape or back.dtype != values.dtype:
         return ""
-    flat_back, flat_model = back.reshape(-1), values.reshape(-1)
-    for index in range(flat_back.size):  # (stops at the first: a differing tensor has one)
-        if not _same_values(flat_back[index : index + 1], flat_model[index : index + 1], widened_float=False):
-            where = [int(i) for i in np.unravel_index(index, values.shape)] if values.shape else []
-            return f"; element {where}: the buffer holds {flat_back[index]}, the model {flat_model[index]}"
-    return ""
+    differ = np.flatnonzero(_differing(back, values, widened_float=False))
+    if not differ.size:
+        return ""
+    index = int(differ[0])
+    where = [int(i) for i in np.unravel_index(index, values.shape)] if values.shape else []
+    return f"; element {where}: the buffer holds {back.reshape(-1)[index]}, the model {values.reshape(-1)[index]}"
 
 
 def _same_values(a: np.ndarray, b: np.ndarray, *, widened_float: bool) -> bool:
     """Bit-for-bit equality of two arrays of one dtype (NaN vs NaN of any payload allowed when widened_float)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    return not _differing(a, b, widened_float=widened_float).any()
+
+
+def _differing(a: np.ndarray, b: np.ndarray, *, widened_float: bool) -> np.ndarray:
+    """Per element, whether two arrays of one shape and dtype differ bit for bit (a NaN and a NaN of any payload
+    do not, when widened_float)."""
     if a.dtype == np.bool_:
-        return bool(np.array_equal(a, b))
+        return np.asarray(a != b)
     if a.dtype.kind == "V":  # ml_dtypes sub-byte types, one byte per element
         if a.dtype.name.startswith(("int", "uint")):
-            return bool(np.array_equal(a.astype(np.int64), b.astype(np.int64)))
+            return np.asarray(a.astype(np.int64) != b.astype(np.int64))
         # float4/float6: float32 holds every value exactly and keeps -0 apart from +0.
         a, b = a.astype(np.float32), b.astype(np.float32)
     bits = np.dtype(f"u{a.dtype.itemsize}")
-    same = a.view(bits) == b.view(bits)
+    differ = np.asarray(a.view(bits) != b.view(bits))
     if widened_float:
-        same |= np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
-    return bool(same.all())
+        differ &= ~(np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64)))
+    return differ
