@@ -141,18 +141,17 @@ def float_field(message: Any, name: str) -> np.ndarray:
     """
     field = message.DESCRIPTOR.fields_by_name[name]
     dtype = np.dtype("<f4" if field.type == field.TYPE_FLOAT else "<f8")
-    only = type(message)()
-    only.CopyFrom(message)  # a copy of the message: its values keep their bits
-    for other, _ in only.ListFields():
-        if other.name != name:
-            only.ClearField(other.name)
-    data = only.SerializeToString()
-    del only  # (peak memory: the copy and its serialization are never both alive with the result)
+    data = message.SerializeToString()  # (its values keep their bits; the other fields are skipped below)
     pieces: list[memoryview] = []
     view = memoryview(data)
     at, end = 0, len(data)
-    while at < end:  # every field left is ``name``: packed runs (LENGTH) or single values (FIXED32/FIXED64)
+    while at < end:  # ``name``'s occurrences: packed runs (LENGTH) or single values (FIXED32/FIXED64)
         tag, at = varint(data, at, end)
+        if tag < 0:
+            break  # (protobuf's own serialization: never malformed)
+        if tag >> 3 != field.number:
+            at = skip(data, tag & 7, at, end)
+            continue
         if tag & 7 == LENGTH:
             length, at = varint(data, at, end)
         else:
