@@ -319,26 +319,35 @@ def _escape_unencodable_output() -> None:
                 reconfigure(errors="backslashreplace")
 
 
-# Messages speak Python (a keyword and its value); on the command line they name the flag instead.
+# Messages speak Python (a keyword and its value); on the command line they name the flag instead. Text the user
+# gave (names and paths, which messages quote with repr) is never rewritten.
+_KEYWORDS = ("max_tensor_bytes|max_output_bytes|max_manifest_bytes|external_data_root|min_dims|allow_lossy|strict|"
+             "checksum")
 _FLAGS = [
-    (re.compile(r"(?<![\w-])(max_tensor_bytes|max_output_bytes|max_manifest_bytes)=(\d+)"),
+    (re.compile(rf"(?<![\w-])({_KEYWORDS}|alignment)=(\d+)"),
      lambda m: f"--{m.group(1).replace('_', '-')} {m.group(2)}"),
-    (re.compile(r"(?<![\w-])(max_tensor_bytes|max_output_bytes|max_manifest_bytes|external_data_root|min_dims)="
-                r"(?=[\s;,.)]|$)"), lambda m: f"--{m.group(1).replace('_', '-')}"),
-    (re.compile(r"(?<![\w-])(strict|checksum|allow_lossy)=True"), lambda m: f"--{m.group(1).replace('_', '-')}"),
-    (re.compile(r"(?<![\w-])min_dims=(\d+)"), lambda m: f"--min-dims {m.group(1)}"),
-    (re.compile(r"(?<![\w-])alignment=(\d+)"), lambda m: f"--alignment {m.group(1)}"),
+    (re.compile(rf"(?<![\w-])({_KEYWORDS})=(True)?"), lambda m: f"--{m.group(1).replace('_', '-')}"),
+    (re.compile(r"(?<![\w-])(max_tensor_bytes|max_output_bytes|max_manifest_bytes|external_data_root|min_dims|"
+                r"allow_lossy)\b"), lambda m: f"--{m.group(1).replace('_', '-')}"),
+    (re.compile(r"^alignment must be"), lambda m: "--alignment must be"),
+    (re.compile(r"\(None: (\d+)\)"), lambda m: f"(the default: {m.group(1)})"),
     (re.compile(r"(?<![\w-])out_prefix\b"), lambda m: "-o/--output"),
     (re.compile(r"(?<![\w-])bin_path="), lambda m: "a format-1 manifest's .bin (the Python API's bin_path=)"),
     (re.compile(r" \(--[a-z-]+(?: N)? on the command line\)"), lambda m: ""),
     (re.compile(r"; --[a-z-]+ on the command line"), lambda m: ""),
 ]
+# A quoted name or path, as repr writes it: opened after a space or bracket, closed before one or at the end
+# (an apostrophe inside a word, as in "model's", opens nothing).
+_QUOTED = re.compile(r"""(?<![\w'"])('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?![\w'"])""")
 
 
 def _in_flags(message: str) -> str:
-    for pattern, replacement in _FLAGS:
-        message = pattern.sub(replacement, message)
-    return message
+    """``message`` with each Python keyword replaced by the command-line flag it came from."""
+    pieces = _QUOTED.split(message)
+    for index in range(0, len(pieces), 2):  # (the odd pieces are the quoted text)
+        for pattern, replacement in _FLAGS:
+            pieces[index] = pattern.sub(replacement, pieces[index])
+    return "".join(pieces)
 
 
 def _one_line(text: str) -> str:

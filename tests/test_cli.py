@@ -179,7 +179,7 @@ def test_demo(tmp_path: Path) -> None:
         (["convert", "{tmp}"], ["not a regular file"]),
         (["convert", "{small}", "--alignment", "24"], ["alignment"]),
         (["convert", "{small}", "--alignment", "abc"], ["--alignment", "invalid int"]),
-        (["convert", "{small}", "--min-dims", "9"], ["min_dims"]),
+        (["convert", "{small}", "--min-dims", "9"], ["--min-dims must be"]),
         (["convert", "{small}", "--feature-level", "9.9"], ["9.9"]),
         (["convert", "{small}", "--unsupported", "BOGUS"], ["BOGUS"]),
         (["convert", "{small}", "-o", "{tmp}/no/such/dir/x"], ["does not exist"]),
@@ -391,3 +391,20 @@ def test_inspect_check_refuses_what_convert_refuses_up_front(small: Path, tmp_pa
     flagged = run("inspect", small, "--check", "--json", "--flags", "owned-by-dml")
     assert flagged.returncode == 0, flagged.stderr
     assert {entry["desc"]["Flags"] for entry in json.loads(flagged.stdout)["entries"]} == {1}
+
+
+def test_messages_name_flags_but_never_rewrite_the_users_names(tmp_path: Path) -> None:
+    """Keywords become the flags that set them; a constant named like a keyword stays as the model spells it."""
+    named = numpy_helper.from_array(np.arange(64, dtype=np.float32), "min_dims=3 max_tensor_bytes")
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [named])), model)
+    too_big = run("convert", model, "-o", tmp_path / "out", "--max-tensor-bytes", "8")
+    one_line_error(too_big, "'min_dims=3 max_tensor_bytes'", "more than --max-tensor-bytes 8")
+    below = run("convert", model, "-o", tmp_path / "out", "--feature-level", "2.0", "--min-dims", "1")
+    one_line_error(below, "--min-dims 1 is below", "leave --min-dims out (the default: 4)")
+    assert "min_dims" not in below.stderr and "None" not in below.stderr
+    one_line_error(run("convert", model, "-o", tmp_path / "out", "--min-dims", "9"), "--min-dims must be", "got 9")
+    one_line_error(run("convert", model, "-o", tmp_path / "out", "--alignment", "24"), "--alignment must be")
+    image = run("convert", model, "-o", tmp_path / "out", "--max-output-bytes", "8")
+    one_line_error(image, "(--max-output-bytes)", "pass --max-output-bytes if")
+    assert "max_output_bytes" not in image.stderr
