@@ -204,6 +204,10 @@ def layout_cases() -> list[dict[str, Any]]:
     c.append(case("INT32/default/overlap-conflict", s("int32", [2, 2], [1, 2, 5, 3]), strides=[1, 1]))
     c.append(case("BOOL/default/broadcast-nonzero-bytes", s("bool", [2, 2], [1, 0, 7, 0]), strides=[0, 1]))
     c.append(case("UINT8/default/all-zero-strides", s("uint8", [2, 3], [9] * 6), strides=[0, 0]))
+    # the index of the last element, sum((size_i - 1) * stride_i), must fit UINT32 (each stride does)
+    c.append(case("INT8/default/last-index-2^32", s("int8", [2, 2], [1, 2, 3, 4]), strides=[2**31, 2**31]))
+    c.append(case("INT64/no16-no64-emulate/doubled-last-index", s("int64", [3], [1, 2, 3]),
+                  target="no16-no64-emulate", strides=[2**30]))  # fmt: skip
     c.append(case("UINT8/default/packed-strides-given", s("uint8", [2, 3], [1, 2, 3, 4, 5, 6]), strides=[3, 1]))
     c.append(case("FLOAT8E4M3FN/default/broadcast-nan", s("float8_e4m3fn", [2], [0x7F, 0x7F]), strides=[0]))
     c.append(case("BFLOAT16/default/gaps", s("bfloat16", [3], [0x3F80, 0x7FC1, 0xFF80]), strides=[3]))

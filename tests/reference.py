@@ -479,10 +479,14 @@ def prepare(
             raise LayoutError("padding stride out of UINT32 range")
     place = logical if logical is not None else packed_strides(sizes)
     span = sum((s - 1) * st for s, st in zip(sizes, place, strict=True)) + 1
+    if span - 1 > UINT32_MAX:  # DirectML computes element indices in 32 bits
+        raise LayoutError("the last element's index does not fit UINT32")
 
     if conversion == "emulate":
         elem_bits = 64
         desc_strides: list[int] | None = [2 * s for s in place]
+        if any(s > UINT32_MAX for s in desc_strides) or 2 * (span - 1) > UINT32_MAX:
+            raise LayoutError("the doubled strides of the emulation do not fit UINT32")
         total = 8 * span
     else:
         elem_bits = dml_bits
