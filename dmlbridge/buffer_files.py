@@ -26,22 +26,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import stat
 from typing import Any
 
 import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError, ManifestError
-from dmlbridge.fingerprint import read_at
+from dmlbridge.file_reads import NotRegularFileError, open_regular, read_at, read_into
 
 __all__ = ["OpenBuffers"]
 
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_BINARY = getattr(os, "O_BINARY", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-_READ = os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC | _O_BINARY  # a FIFO swapped in cannot block the open
 _DIR_FD = os.open in os.supports_dir_fd
 _CHUNK = 4 << 20
 Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
@@ -71,7 +66,7 @@ class OpenBuffers:
             if _DIR_FD:
                 dir_fd = os.open(directory, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
             for name, path in zip(names, paths, strict=True):
-                fds.append(_open_regular(name if dir_fd is not None else path, path, _READ | _O_NOFOLLOW, dir_fd))
+                fds.append(_open_regular(name if dir_fd is not None else path, path, dir_fd, nofollow=True))
         except BaseException:
             for fd in fds:
                 os.close(fd)
@@ -88,7 +83,7 @@ class OpenBuffers:
         fds: list[int] = []
         try:
             for path in paths:
-                fds.append(_open_regular(path, path, _READ, None))
+                fds.append(_open_regular(path, path, None))
         except BaseException:
             for fd in fds:
                 os.close(fd)
@@ -103,7 +98,7 @@ class OpenBuffers:
             fds = []
             try:
                 for path, identity in zip(self.paths, self._identities, strict=True):
-                    fd = _open_regular(path, path, _READ, None)
+                    fd = _open_regular(path, path, None)
                     fds.append(fd)
                     if _identity(os.fstat(fd)) != identity:
                         raise ManifestError(
@@ -122,19 +117,16 @@ class OpenBuffers:
 
     def read_into(self, index: int, offset: int, out: np.ndarray) -> None:
         """Fill ``out`` (a contiguous uint8 array) with the bytes of buffer ``index`` from ``offset``."""
-        fd, view, done = self.fd(index), out.data.cast("B"), 0
+        view = out.data.cast("B")
         try:
-            while done < len(view):
-                chunk = read_at(fd, offset + done, min(len(view) - done, _CHUNK))
-                if not chunk:
-                    raise ManifestError(
-                        f"the buffer file {self.paths[index]!r} ended at byte {offset + done}, before byte "
-                        f"{offset + len(view)}; it was cut short after the plan was loaded"
-                    )
-                view[done : done + len(chunk)] = chunk
-                done += len(chunk)
+            done = read_into(self.fd(index), view, offset)
         except OSError as exc:
             raise ManifestError(f"cannot read {self.paths[index]!r}: {exc.strerror or exc}") from None
+        if done < len(view):
+            raise ManifestError(
+                f"the buffer file {self.paths[index]!r} ended at byte {offset + done}, before byte "
+                f"{offset + len(view)}; it was cut short after the plan was loaded"
+            )
 
     def sha256(self, index: int) -> str:
         sha, fd, offset = hashlib.sha256(), self.fd(index), 0
@@ -166,13 +158,10 @@ class OpenBuffers:
             self.close()
 
 
-def _open_regular(name: str, path: str, flags: int, dir_fd: int | None) -> int:
+def _open_regular(name: str, path: str, dir_fd: int | None, *, nofollow: bool = False) -> int:
     try:
-        fd = os.open(name, flags, dir_fd=dir_fd)
-    except (OSError, ValueError) as exc:  # (ValueError: a NUL in the path)
-        raise ManifestError(f"cannot open the buffer file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    kind = os.fstat(fd).st_mode
-    if not stat.S_ISREG(kind):
-        os.close(fd)
-        raise ManifestError(f"the buffer file {path!r} is not a regular file")
-    return fd
+        return open_regular(name, dir_fd=dir_fd, nofollow=nofollow)[0]
+    except NotRegularFileError:
+        raise ManifestError(f"the buffer file {path!r} is not a regular file") from None
+    except OSError as exc:
+        raise ManifestError(f"cannot open the buffer file {path!r}: {exc.strerror or exc}") from None

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from dmlbridge.errors import ExternalDataError, InvalidArgumentError
+from dmlbridge.file_reads import read_at, read_into
 
 __all__ = ["ExternalDataInfo", "ExternalDataReader", "check_location", "parse_external_data", "tensor_label"]
 
@@ -405,7 +406,7 @@ class ExternalDataReader:
             sha1 = hashlib.sha1(usedforsecurity=False)
             done = 0
             while done < st.st_size:
-                chunk = _pread(fd, min(_CHUNK, st.st_size - done), done)
+                chunk = read_at(fd, done, min(_CHUNK, st.st_size - done))
                 if not chunk:
                     raise ExternalDataError(f"{where} shrank while its checksum was being computed")
                 sha1.update(chunk)
@@ -435,30 +436,12 @@ class ExternalDataReader:
     def _copy(fd: int, offset: int, nbytes: int, where: str) -> np.ndarray:
         out = np.empty(nbytes, dtype=np.uint8)
         view = out.data  # a writable memoryview of the fresh array
-        done = 0
-        while done < nbytes:
-            n = _pread_into(fd, view[done : done + _CHUNK], offset + done)
-            if n <= 0:
-                raise ExternalDataError(
-                    f"{where}: short read, {done} of {nbytes} bytes at offset {offset}; the file shrank"
-                )
-            done += n
+        done = read_into(fd, view, offset)
+        if done < nbytes:
+            raise ExternalDataError(
+                f"{where}: short read, {done} of {nbytes} bytes at offset {offset}; the file shrank"
+            )
         return _readonly(out)
-
-
-def _pread(fd: int, size: int, offset: int) -> bytes:
-    if hasattr(os, "pread"):
-        return os.pread(fd, size, offset)
-    os.lseek(fd, offset, os.SEEK_SET)  # Windows: no pread
-    return os.read(fd, size)
-
-
-def _pread_into(fd: int, view: memoryview, offset: int) -> int:
-    if hasattr(os, "preadv"):
-        return os.preadv(fd, [view], offset)
-    data = _pread(fd, len(view), offset)
-    view[: len(data)] = data
-    return len(data)
 
 
 # errno values meaning "the kernel will not copy between these two files" (old kernels, other file systems,

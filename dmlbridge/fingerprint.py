@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 from typing import Any
 
 import numpy as np
 
 from dmlbridge.errors import ManifestError
+from dmlbridge.file_reads import read_at
 
 __all__ = ["bin_fingerprint", "fingerprint_problem"]
 
@@ -36,7 +36,6 @@ _FINGERPRINT_ENTRY = 64
 _FINGERPRINT_SPREAD = 1024
 _FINGERPRINT_WINDOW = 64 << 10  # sampled ranges closer than this are read with one read
 _CHUNK = 4 << 20
-_PREAD = hasattr(os, "pread")
 
 
 def bin_fingerprint(fd: int, size: int, offsets: list[int], totals: list[int], name: str = "the buffer") -> str:
@@ -125,25 +124,6 @@ def _hash_ranges(sha: Any, window: memoryview, starts: np.ndarray, stops: np.nda
             for k in range(low, high):
                 sha.update(headers[k])
                 sha.update(window[int(starts[k]) : int(stops[k])])
-
-
-def read_at(fd: int, offset: int, size: int) -> bytes:
-    """Up to ``size`` bytes of the file ``fd`` from ``offset`` (fewer only where the file ends), by positioned
-    reads: the descriptor's own position is not used, so threads and forked processes may share it."""
-    parts = []
-    while size > 0:
-        chunk = os.pread(fd, min(size, _CHUNK), offset) if _PREAD else _seek_read(fd, min(size, _CHUNK), offset)
-        if not chunk:
-            break
-        parts.append(chunk)
-        size -= len(chunk)
-        offset += len(chunk)
-    return b"".join(parts)
-
-
-def _seek_read(fd: int, size: int, offset: int) -> bytes:  # Windows has no pread
-    os.lseek(fd, offset, os.SEEK_SET)
-    return os.read(fd, size)
 
 
 def fingerprint_problem(

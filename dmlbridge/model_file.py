@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +28,10 @@ from dmlbridge.byte_scan import BYTE_SCAN_MAX_BYTES, BytesScan, scan_bytes
 from dmlbridge.constants import ModelConstant, find_constants, iter_external_tensors
 from dmlbridge.errors import ExternalDataError, InvalidArgumentError
 from dmlbridge.external_data import ExternalDataReader
+from dmlbridge.file_reads import NotRegularFileError, open_regular, read_at
 from dmlbridge.options import checked_path_only
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO named as the model must not block the open
 _DIR_FD = os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
 
 __all__ = ["LoadedModel", "external_data_reader", "model_constants", "need_reader", "read_model"]
@@ -104,9 +103,9 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
         name, size = None, len(data)
         serialized = data if size <= BYTE_SCAN_MAX_BYTES else None
     elif getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) == "onnx.ModelProto":
-        proto, name, size = model, None, model.ByteSize()
         # (Serializing it costs a tenth of what the byte scan saves on a model of many small constants.)
         whole = model.SerializeToString()
+        proto, name, size = model, None, len(whole)
         digest = hashlib.sha256(whole).hexdigest()
         serialized = whole if size <= BYTE_SCAN_MAX_BYTES else None
     else:
@@ -130,19 +129,19 @@ def _read_pinned(path: str, directory: str, pin: bool) -> tuple[bytes, int, int 
     try:
         if pin and _DIR_FD:
             base_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
-            fd = os.open(os.path.basename(path), os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC, dir_fd=base_fd)
+            fd, size = open_regular(os.path.basename(path), dir_fd=base_fd)
         else:
-            fd = os.open(path, os.O_RDONLY | _O_NONBLOCK | _O_CLOEXEC | getattr(os, "O_BINARY", 0))
+            fd, size = open_regular(path)
     except (OSError, ValueError) as exc:
         if base_fd is not None:
             os.close(base_fd)
+        if isinstance(exc, NotRegularFileError):
+            raise InvalidArgumentError(f"model {path!r} is not a regular file") from None
         raise InvalidArgumentError(f"cannot read model {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidArgumentError(f"model {path!r} is not a regular file")
-        with open(fd, "rb", closefd=False) as file:
-            data = file.read()
+        data = read_at(fd, 0, size)
+        while more := read_at(fd, len(data), 1 << 20):  # (a file that grew since fstat: read to its end)
+            data += more
         return data, len(data), base_fd
     except OSError as exc:
         if base_fd is not None:

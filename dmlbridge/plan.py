@@ -9,7 +9,6 @@ asked, its SHA-256). A written plan reads its entries' bytes from the .bin one e
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -21,7 +20,8 @@ from dmlbridge.constants import ModelConstant, collector_paused, iter_external_t
 from dmlbridge.decode import decode
 from dmlbridge.encode import PreparedTensor
 from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
-from dmlbridge.fingerprint import fingerprint_problem, read_at
+from dmlbridge.file_reads import NotRegularFileError, open_regular, read_at
+from dmlbridge.fingerprint import fingerprint_problem
 from dmlbridge.manifest import BufferFile, Manifest, manifest_document, parse_manifest
 from dmlbridge.model_file import LoadedModel, model_constants, read_model
 from dmlbridge.options import (
@@ -413,19 +413,18 @@ def _read_manifest(path: str, limit: int) -> bytes:
     """The manifest's bytes: a regular file of at most ``limit`` bytes, checked before anything is read (a FIFO,
     a device or a huge sparse file is refused, never read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-    except (OSError, ValueError) as exc:  # (ValueError: a NUL in the path)
-        raise ManifestError(f"cannot read manifest {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        fd, size = open_regular(path)
+    except NotRegularFileError:
+        raise ManifestError(f"manifest {path!r} is not a regular file") from None
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ManifestError(f"manifest {path!r} is not a regular file")
-        if info.st_size > limit:
+        if size > limit:
             raise ManifestError(
-                f"manifest {path!r} holds {info.st_size} bytes, more than max_manifest_bytes={limit}; raise the "
+                f"manifest {path!r} holds {size} bytes, more than max_manifest_bytes={limit}; raise the "
                 "limit if you trust this file"
             )
-        return read_at(fd, 0, info.st_size)
+        return read_at(fd, 0, size)
     except OSError as exc:
         raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
     finally:

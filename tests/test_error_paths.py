@@ -49,6 +49,7 @@ def test_a_buffer_file_cut_short_after_loading(written: Path) -> None:
 def test_a_failing_read_of_a_buffer_file(written: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with dmlbridge.load_plan(written) as plan:
         monkeypatch.setattr(buffer_files, "read_at", failing_read)
+        monkeypatch.setattr(buffer_files, "read_into", failing_read)
         with pytest.raises(ManifestError, match=r"cannot read .*Input/output error"):
             plan.read("w")
         with pytest.raises(ManifestError, match=r"cannot read .*Input/output error"):
