@@ -259,11 +259,13 @@ def parse_manifest(raw: bytes, where: str, bin_name: str = "") -> Manifest:
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ManifestError(f"duplicate field {key!r}")
-        result[key] = value
+    result = dict(pairs)
+    if len(result) != len(pairs):  # (the usual case, no duplicate, costs one dict)
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ManifestError(f"duplicate field {key!r}")
+            seen.add(key)
     return result
 
 
@@ -394,8 +396,10 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     if not isinstance(raw_entries, list):
         raise ManifestError(f"{top.at('entries')} must be an array, got {_kind(raw_entries)}")
     entries: dict[str, PlanEntry] = {}
+    layouts: dict[tuple[Any, ...], Any] = {}  # (see _entry_from_json)
     for index, raw in enumerate(raw_entries):
-        entry = _entry_from_json(raw, f"{where}: entries[{index}]", target, alignment, min_dims, total_size)
+        entry = _entry_from_json(raw, f"{where}: entries[{index}]", target, alignment, min_dims, total_size,
+                                 layouts)
         if entry.key in entries:
             raise ManifestError(f"{where}: entries[{index}] repeats the key {entry.key!r}")
         entries[entry.key] = entry
@@ -476,8 +480,36 @@ def _target_from_json(value: Any, where: str) -> Target:
     return target
 
 
+def _demanded(
+    fields: _Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
+    target: Target, alignment: int, min_dims: int,
+) -> tuple[DmlDataType, tuple[int, ...], tuple[int, ...] | None, int, dict[str, Any]]:
+    """What the target's mapping and the layout rules demand of a converted entry of this type and shape: its
+    DML type, sizes, strides, total and desc (ManifestError when the entry's type or conversion is not theirs)."""
+    if conversion not in _CONVERSIONS:
+        raise ManifestError(f"{fields.at('conversion')} is {conversion[:40]!r}, not one of {', '.join(_CONVERSIONS)}")
+    dml_type = DmlDataType.__members__.get(dml_name)
+    if dml_type is None or dml_type is DmlDataType.UNKNOWN:
+        raise ManifestError(f"{fields.at('dml_type')} is {dml_name[:40]!r}, not a DirectML data type name")
+    row = resolve(onnx_type, target)
+    if row.dml_type is not dml_type or row.conversion != conversion:
+        expected = "unsupported" if row.dml_type is None else f"{row.dml_type.name} ({row.conversion})"
+        raise ManifestError(
+            f"{fields.where} says {onnx_type.name} -> {dml_type.name} ({conversion}), but the manifest's target maps "
+            f"{onnx_type.name} to {expected}"
+        )
+    try:
+        sizes, strides, total = entry_layout(onnx_type, shape, dml_type, conversion, min_dims,
+                                             target.max_dimension_count)
+    except LayoutError as exc:
+        raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
+    desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment).as_dict()
+    return dml_type, sizes, strides, total, desc
+
+
 def _entry_from_json(
-    raw: Any, where: str, target: Target, alignment: int, min_dims: int, total_size: int
+    raw: Any, where: str, target: Target, alignment: int, min_dims: int, total_size: int,
+    layouts: dict[tuple[Any, ...], Any],
 ) -> PlanEntry:
     fields = _Fields(
         raw, where, ("key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "desc", "skipped")
@@ -501,36 +533,23 @@ def _entry_from_json(
         return PlanEntry(key, origin, onnx_type, shape, None, None, None, None, None, None, None, skipped)
 
     conversion = fields.string("conversion")
-    if conversion not in _CONVERSIONS:
-        raise ManifestError(f"{fields.at('conversion')} is {conversion[:40]!r}, not one of {', '.join(_CONVERSIONS)}")
     dml_name = fields.string("dml_type")
-    dml_type = DmlDataType.__members__.get(dml_name)
-    if dml_type is None or dml_type is DmlDataType.UNKNOWN:
-        raise ManifestError(f"{fields.at('dml_type')} is {dml_name[:40]!r}, not a DirectML data type name")
-    row = resolve(onnx_type, target)
-    if row.dml_type is not dml_type or row.conversion != conversion:
-        expected = "unsupported" if row.dml_type is None else f"{row.dml_type.name} ({row.conversion})"
-        raise ManifestError(
-            f"{where} says {onnx_type.name} -> {dml_type.name} ({conversion}), but the manifest's target maps "
-            f"{onnx_type.name} to {expected}"
-        )
-    try:
-        sizes, strides, total = entry_layout(onnx_type, shape, dml_type, conversion, min_dims,
-                                             target.max_dimension_count)
-    except LayoutError as exc:
-        raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
     offset = fields.integer("offset")
     if offset % alignment:
         raise ManifestError(f"{fields.at('offset')} {offset} is not a multiple of the alignment {alignment}")
-    desc = _Fields(
-        fields.get("desc"), fields.at("desc"),
-        _DESC_FIELDS,
-    )
+    desc = _Fields(fields.get("desc"), fields.at("desc"), _DESC_FIELDS)
     flags = desc.get("Flags") if desc.get("Flags") in (0, 1) and type(desc.get("Flags")) is int else 0
-    expected_desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment).as_dict()
+    # What the type, shape, conversion and flags demand is worked out once for each (a model may have 100,000
+    # entries of a few shapes).
+    cache_key = (onnx_type, shape, dml_name, conversion, flags)
+    demanded = layouts.get(cache_key)
+    if demanded is None:
+        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, target, alignment, min_dims)
+        layouts[cache_key] = demanded
+    dml_type, sizes, strides, total, expected_desc = demanded
     for name, want in expected_desc.items():
         have = desc.get(name)
-        if isinstance(have, bool) or have != want or type(have) is not type(want):
+        if have != want or type(have) is not type(want):  # (type: JSON's true is not the number 1)
             raise ManifestError(
                 f"{desc.at(name)} is {json.dumps(have)[:80]}, but {onnx_type.name} {list(shape)} as {dml_type.name} "
                 f"({conversion}, min_dims {min_dims}) needs {json.dumps(want)}"

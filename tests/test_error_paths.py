@@ -155,3 +155,12 @@ def test_an_origin_too_long_for_the_manifest() -> None:
 def test_external_data_root_without_a_directory() -> None:
     with pytest.raises(InvalidArgumentError, match="external_data_root= needs base_dir= when the model is given"):
         dmlbridge.check_conversion(small_model().SerializeToString(), external_data_root=".")
+
+
+def test_a_field_given_twice_in_a_manifest(written: Path) -> None:
+    """JSON allows a repeated name and keeps the last; a manifest must not (which one would the reader trust?)."""
+    text = written.read_text()
+    first_entry = text.index('"key"')
+    written.write_text(text[:first_entry] + '"key": "other", ' + text[first_entry:])
+    with pytest.raises(ManifestError, match="duplicate field 'key'"):
+        dmlbridge.load_plan(written)
