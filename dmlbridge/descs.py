@@ -29,9 +29,7 @@ __all__ = [
     "DML_TENSOR_FLAG_OWNED_BY_DML",
     "DML_TENSOR_TYPE_BUFFER",
     "BufferTensorDesc",
-    "buffer_tensor_desc_fields",
     "check_flags",
-    "make_buffer_tensor_desc",
     "tensor_desc_array",
 ]
 
@@ -94,47 +92,6 @@ class DML_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
         return desc
 
 
-def buffer_tensor_desc_fields(
-    data_type: int,
-    flags: int,
-    sizes: Sequence[int],
-    strides: Sequence[int] | None,
-    total_tensor_size_in_bytes: int,
-    guaranteed_base_offset_alignment: int,
-) -> dict[str, Any]:
-    """The DML_BUFFER_TENSOR_DESC fields as a JSON-friendly dict, by their DirectML names."""
-    return {
-        "DataType": int(data_type),
-        "Flags": flags,
-        "DimensionCount": len(sizes),
-        "Sizes": list(sizes),
-        "Strides": None if strides is None else list(strides),
-        "TotalTensorSizeInBytes": total_tensor_size_in_bytes,
-        "GuaranteedBaseOffsetAlignment": guaranteed_base_offset_alignment,
-    }
-
-
-def make_buffer_tensor_desc(
-    data_type: int,
-    flags: int,
-    sizes: Sequence[int],
-    strides: Sequence[int] | None,
-    total_tensor_size_in_bytes: int,
-    guaranteed_base_offset_alignment: int,
-) -> DML_BUFFER_TENSOR_DESC:
-    """Fill a DML_BUFFER_TENSOR_DESC; Strides is NULL when ``strides`` is None."""
-    desc = DML_BUFFER_TENSOR_DESC()
-    desc.DataType = data_type
-    desc.Flags = flags
-    desc.DimensionCount = len(sizes)
-    desc.Sizes = (ctypes.c_uint32 * len(sizes))(*sizes)
-    if strides is not None:
-        desc.Strides = (ctypes.c_uint32 * len(strides))(*strides)
-    desc.TotalTensorSizeInBytes = total_tensor_size_in_bytes
-    desc.GuaranteedBaseOffsetAlignment = guaranteed_base_offset_alignment
-    return desc
-
-
 class BufferTensorDesc(NamedTuple):
     """The seven DML_BUFFER_TENSOR_DESC fields (DimensionCount is ``len(sizes)``); ``strides`` None is NULL.
 
@@ -154,11 +111,29 @@ class BufferTensorDesc(NamedTuple):
 
     def as_dict(self) -> dict[str, Any]:
         """The fields by their DirectML names, JSON-friendly (the manifest's ``desc``)."""
-        return buffer_tensor_desc_fields(*self)
+        return {
+            "DataType": int(self.data_type),
+            "Flags": self.flags,
+            "DimensionCount": len(self.sizes),
+            "Sizes": list(self.sizes),
+            "Strides": None if self.strides is None else list(self.strides),
+            "TotalTensorSizeInBytes": self.total_tensor_size_in_bytes,
+            "GuaranteedBaseOffsetAlignment": self.guaranteed_base_offset_alignment,
+        }
 
     def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
-        """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit) that keeps its Sizes and Strides arrays alive."""
-        return make_buffer_tensor_desc(int(self.data_type), *self[1:])
+        """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit) that keeps its Sizes and Strides arrays alive
+        (Strides is NULL when ``strides`` is None)."""
+        desc = DML_BUFFER_TENSOR_DESC()
+        desc.DataType = int(self.data_type)
+        desc.Flags = self.flags
+        desc.DimensionCount = len(self.sizes)
+        desc.Sizes = (ctypes.c_uint32 * len(self.sizes))(*self.sizes)
+        if self.strides is not None:
+            desc.Strides = (ctypes.c_uint32 * len(self.strides))(*self.strides)
+        desc.TotalTensorSizeInBytes = self.total_tensor_size_in_bytes
+        desc.GuaranteedBaseOffsetAlignment = self.guaranteed_base_offset_alignment
+        return desc
 
 
 def tensor_desc_array(items: Sequence[Any]) -> ctypes.Array[DML_TENSOR_DESC]:

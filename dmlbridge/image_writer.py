@@ -268,7 +268,7 @@ def _write_each(
             constant = scan.with_tensor(position)  # type: ignore[union-attr]
         before = writer.position
         writer.zeros(offset - before)
-        entry = planned.entries[constant.key]
+        entry = planned.entries.at(position)
         if not (stored and _write_stored(writer, constant, entry, reader, options.max_tensor_bytes)):
             _write_prepared(writer, constant, entry, reader, options.layout, options.max_tensor_bytes)
         bar.update(writer.position - before)

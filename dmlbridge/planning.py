@@ -151,11 +151,15 @@ class PlanEntries(Mapping[str, PlanEntry]):
         return self._positions
 
     def __getitem__(self, key: str) -> PlanEntry:
-        i = self._index[key]
+        return self.at(self._index[key])
+
+    def at(self, i: int) -> PlanEntry:
+        """The entry of the ``i``-th constant (no lookup by key: the image writer goes through them in order)."""
         entry = self._made[i]
         if entry is None:
             entry = self._made[i] = PlanEntry(
-                **{**self._pairs[i].fields, "key": key, "origin": self._origins[i], "offset": self._offsets[i]}
+                **{**self._pairs[i].fields, "key": self._keys[i], "origin": self._origins[i],
+                   "offset": self._offsets[i]}
             )
         return entry
 
