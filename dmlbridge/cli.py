@@ -165,7 +165,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
-        sha256=plan.bin_sha256 is not None,
+        sha256=plan.bin_sha256 is not None, progress=False if args.quiet else None,
     )
     if problems:
         for problem in problems[:20]:
@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("manifest", help="the PREFIX.json written by convert")
     verify.add_argument("model", help="the .onnx file it was converted from")
     verify.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
+    verify.add_argument("--quiet", action="store_true", help="no progress bar")
     verify.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
                         help="refuse constants larger than N bytes (default 16 GiB)")
     verify.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES, metavar="N",

@@ -23,7 +23,7 @@ from dmlbridge.constants import ModelConstant, collector_paused, iter_external_t
 from dmlbridge.errors import DestinationError, InvalidArgumentError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader, check_location
 from dmlbridge.fingerprint import bin_fingerprint
-from dmlbridge.image_writer import Progress, write_image
+from dmlbridge.image_writer import write_image
 from dmlbridge.manifest import BufferFile, entry_lines, manifest_text
 from dmlbridge.model_file import LoadedModel, external_data_reader, need_reader, read_model
 from dmlbridge.options import (
@@ -35,6 +35,7 @@ from dmlbridge.options import (
 )
 from dmlbridge.plan import PlannedModel, UploadPlan, plan_loaded
 from dmlbridge.planning import Planned
+from dmlbridge.progress import Progress
 from dmlbridge.target import Target
 
 __all__ = ["check_conversion", "convert_model"]

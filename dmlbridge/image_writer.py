@@ -35,7 +35,6 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import numpy as np
-from tqdm import tqdm
 
 from dmlbridge.byte_scan import BytesScan
 from dmlbridge.constants import ModelConstant
@@ -44,42 +43,14 @@ from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
 from dmlbridge.planning import FOUR_BIT, Pair, PlanEntry, Planned
+from dmlbridge.progress import Progress
 from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
 
-__all__ = ["ImageWriter", "Progress", "write_image"]
+__all__ = ["ImageWriter", "write_image"]
 
 _ZEROS = bytes(1 << 16)
 _ZERO_VIEW = memoryview(_ZEROS)
-
-
-class Progress:
-    """A tqdm bar of bytes on stderr, or nothing."""
-
-    def __init__(self, wanted: bool | None, total: int, label: str) -> None:
-        self._bar: Any = None
-        if wanted is False:
-            return
-        if wanted is None:
-            try:
-                if not (sys.stderr is not None and sys.stderr.isatty()):
-                    return
-            except (AttributeError, ValueError):
-                return
-        self._bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, desc=label,
-                         leave=False, dynamic_ncols=True)
-
-    @property
-    def active(self) -> bool:
-        return self._bar is not None
-
-    def update(self, n: int) -> None:
-        if self._bar is not None and n:
-            self._bar.update(n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
 
 
 class ImageWriter:

@@ -220,14 +220,19 @@ class UploadPlan(Manifest):
         base_dir: str | os.PathLike[str] | None = None,
         external_data_root: str | os.PathLike[str] | None = None,
         max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+        progress: bool | None = None,
     ) -> None:
         """Check that the plan is exactly ``model``'s constants: the same keys, types and shapes, the bytes a
         fresh conversion gives, and values that read back bit for bit (NaN payloads of widened floats excepted).
+        ``progress``: a bar on stderr, as ``convert_model`` shows (None: when stderr is a terminal).
 
         Raises ManifestError listing the mismatches.
         """
+        if progress is not None and not isinstance(progress, bool):
+            raise InvalidArgumentError(f"progress must be None, True or False, not {progress!r}")
         problems = find_mismatches(
-            self, model, base_dir=base_dir, external_data_root=external_data_root, max_tensor_bytes=max_tensor_bytes
+            self, model, base_dir=base_dir, external_data_root=external_data_root, max_tensor_bytes=max_tensor_bytes,
+            progress=progress,
         )
         if problems:
             shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")

@@ -30,6 +30,7 @@ from dmlbridge.manifest import BufferFile
 from dmlbridge.model_file import external_data_reader, need_reader, read_model
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
 from dmlbridge.planning import PlanEntry, plan_constants
+from dmlbridge.progress import Progress
 from dmlbridge.target import Target
 
 __all__ = ["WrittenPlan", "find_mismatches"]
@@ -68,10 +69,12 @@ def find_mismatches(
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
     limit: int = 1000,
     sha256: bool = False,
+    progress: bool | None = False,
 ) -> list[str]:
     """Where a written plan and a model's constants differ, one message each (empty when they agree); the
     first ones say so when a buffer file no longer matches its size or fingerprint (or, with ``sha256``, the
-    SHA-256 its manifest records).
+    SHA-256 its manifest records). ``progress``: a bar of the bytes compared on stderr (None: when stderr is a
+    terminal).
 
     The engine of :meth:`UploadPlan.verify` and ``dmlbridge verify``.
     """
@@ -81,7 +84,11 @@ def find_mismatches(
         reader = external_data_reader(loaded, external_data_root)
         constants = find_constants(loaded.proto)
         need_reader(constants, reader)
-        problems = _find(plan, constants, reader, max_tensor_bytes, limit, sha256)
+        bar = Progress(progress, plan.total_size, "verify")
+        try:
+            problems = _find(plan, constants, reader, max_tensor_bytes, limit, sha256, bar)
+        finally:
+            bar.close()
         source = plan.source_sha256
         if source is not None and loaded.sha256 is not None and source != loaded.sha256:
             problems.insert(0, f"the plan was made from another model file (SHA-256 {source[:16]}..., this one's "
@@ -96,7 +103,7 @@ def find_mismatches(
 
 def _find(
     plan: WrittenPlan, constants: list[ModelConstant], reader: ExternalDataReader | None, max_tensor_bytes: int,
-    limit: int, sha256: bool,
+    limit: int, sha256: bool, bar: Progress,
 ) -> list[str]:
     problems = plan.buffer_problems(sha256=sha256)
     keys = {c.key for c in constants}
@@ -113,6 +120,7 @@ def _find(
             problems.append(f"{constant.key!r} ({constant.origin}) is in the model but not in the plan")
             continue
         problem = _compare(plan, constant, entry, pair.total >= 0, reader, max_tensor_bytes)
+        bar.update(entry.total_tensor_size_in_bytes or 0)
         if problem:
             problems.append(f"{constant.key!r}: {problem}")
     return problems

@@ -288,6 +288,18 @@ def test_checksum_is_of_the_bin_and_progress_bar(tmp_path: Path, capsys: pytest.
     assert capsys.readouterr().err == ""
 
 
+def test_verify_shows_a_progress_bar_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = build_model(tmp_path)
+    plan = convert_model(path, tmp_path / "out", progress=False)
+    plan.verify(path, progress=True)
+    assert "verify" in capsys.readouterr().err  # tqdm drew the bar, labelled
+    plan.verify(path)  # progress=None and stderr is not a terminal: silent
+    plan.verify(path, progress=False)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(InvalidArgumentError, match="progress must be None, True or False"):
+        plan.verify(path, progress="yes")  # type: ignore[arg-type]
+
+
 def test_max_tensor_bytes_names_the_constant(tmp_path: Path) -> None:
     path, _ = build_model(tmp_path)
     with pytest.raises(TensorTooLargeError, match="ext_f32"):
