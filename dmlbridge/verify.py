@@ -84,7 +84,8 @@ def find_mismatches(
         reader = external_data_reader(loaded, external_data_root)
         constants = find_constants(loaded.proto)
         need_reader(constants, reader)
-        bar = Progress(progress, plan.total_size, "verify")
+        compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
+        bar = Progress(progress, compared, "verify")
         try:
             problems = _find(plan, constants, reader, max_tensor_bytes, limit, sha256, bar)
         finally:

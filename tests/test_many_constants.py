@@ -199,7 +199,7 @@ def test_many_small_constants_convert_byte_exactly(tmp_path: Path, count: int, a
 
 
 def test_progress_counts_every_byte_of_small_constants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dmlbridge.image_writer as image_writer
+    import dmlbridge.progress as progress
 
     seen = []
 
@@ -214,12 +214,14 @@ def test_progress_counts_every_byte_of_small_constants(tmp_path: Path, monkeypat
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(image_writer, "tqdm", Bar)
+    monkeypatch.setattr(progress, "tqdm", Bar)
     model, _ = small_model(500, seed=5)
     plan = convert_model(model, tmp_path / "out", progress=True)
     (bar,) = seen
     assert bar.total == plan.total_size
     assert bar.n == plan.total_size
+    plan.verify(model, progress=True)  # verify's bar counts each entry's bytes (not the padding between)
+    assert seen[1].n == seen[1].total == sum(e.total_tensor_size_in_bytes or 0 for e in plan.converted)
 
 
 # --- the fingerprint -------------------------------------------------------------------------------------------
