@@ -177,7 +177,7 @@ def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[PlannedModel
     constants, planned = model_plan.constants, model_plan.planned
     reader = external_data_reader(loaded, options.external_data_root)
     try:
-        need_reader(constants, reader)
+        need_reader(model_plan.not_in_the_bytes(), reader)
         _refuse_too_large(constants, planned, options.max_tensor_bytes)
         _refuse_large_output(loaded, constants, planned, options)
         lines = entry_lines(planned.entries, options.max_manifest_bytes)
@@ -191,7 +191,8 @@ def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[PlannedModel
 def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> UploadPlan:
     model_plan, reader, lines = _checked(loaded, options)
     try:
-        _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, model_plan.constants, reader)
+        _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, model_plan.not_in_the_bytes(),
+                                   reader)
         return _write_outputs(model_plan, prefix, reader, options, lines)
     finally:
         if reader is not None:

@@ -301,6 +301,14 @@ class PlannedModel(NamedTuple):
     plan: UploadPlan
     """The plan (not written: no buffer file)."""
 
+    def not_in_the_bytes(self) -> list[ModelConstant]:
+        """The constants the byte scan did not read from the model's bytes: the only ones that may use external
+        data (every constant when there was no scan). A model may hold 100,000 constants the scan read; looking
+        at each again costs as much as a tenth of the whole conversion."""
+        if self.scan is None:
+            return self.constants
+        return [self.constants[i] for i in np.flatnonzero(self.scan.starts < 0).tolist()]
+
 
 def plan_loaded(loaded: LoadedModel, options: PlanOptions, strict: bool) -> PlannedModel:
     """Find and plan the constants of a read model; ``strict``: the first that would be skipped is an error."""
