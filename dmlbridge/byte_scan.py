@@ -38,7 +38,7 @@ from the parsed model when it is needed (:meth:`BytesScan.with_tensor`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
 
@@ -151,6 +151,12 @@ class BytesScan:
     lengths: np.ndarray
     indices: np.ndarray
     graph: Any
+
+    def subset(self, positions: list[int]) -> BytesScan:
+        """The scan of ``found[i]`` for each of ``positions`` only, in that order (a selection of constants)."""
+        at = np.asarray(positions, dtype=np.intp)
+        return replace(self, found=[self.found[i] for i in positions], starts=self.starts[at],
+                       lengths=self.lengths[at], indices=self.indices[at])
 
     def with_tensor(self, position: int) -> ModelConstant:
         """``found[position]`` with its TensorProto, fetched from the parsed model if it was read here."""

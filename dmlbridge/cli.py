@@ -26,6 +26,7 @@ from dmlbridge.mapping import mapping_table
 from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.plan import plan_with_notes, read_plan
 from dmlbridge.report import format_plan, format_table, human_size
+from dmlbridge.selection import CONSTANT_KINDS
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
 from dmlbridge.verify import find_mismatches
@@ -69,6 +70,20 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alignment", type=int, default=256, help="offset alignment in bytes, a power of two >= 16")
     parser.add_argument("--min-dims", type=int, default=None, metavar="N",
                         help="pad sizes with leading 1s to N dims (default: 4 below feature level 3.0, else 1)")
+    choose = parser.add_argument_group("choosing constants (the manifest records the choice)")
+    choose.add_argument("--include", action="append", metavar="GLOB",
+                        help="only constants whose key matches GLOB (repeatable; shell-style, e.g. 'layers.*')")
+    choose.add_argument("--exclude", action="append", metavar="GLOB",
+                        help="leave out constants whose key matches GLOB (repeatable)")
+    choose.add_argument("--kinds", metavar="KINDS",
+                        help="only constants of these origin kinds, comma-separated, from: " + ",".join(CONSTANT_KINDS))
+    choose.add_argument("--min-bytes", type=_byte_count, default=0, metavar="N",
+                        help="only constants whose values take at least N bytes")
+
+
+def _selection_from(args: argparse.Namespace) -> dict[str, Any]:
+    kinds = None if args.kinds is None else [k.strip() for k in args.kinds.split(",") if k.strip()]
+    return {"include": args.include, "exclude": args.exclude, "kinds": kinds, "min_bytes": args.min_bytes}
 
 
 # --flags: the DML_TENSOR_FLAGS value of each choice
@@ -91,7 +106,7 @@ def _add_limit_options(parser: argparse.ArgumentParser, when: str = "") -> None:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     options = {"target": _target_from(args), "alignment": args.alignment, "min_dims": args.min_dims,
-               "strict": args.strict}
+               "strict": args.strict, **_selection_from(args)}
     notes: dict[str, str] = {}
     if args.check:
         plan = check_conversion(
@@ -146,7 +161,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
         checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
         max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
-        flags=_FLAG_VALUES[args.flags],
+        flags=_FLAG_VALUES[args.flags], **_selection_from(args),
     )
     if not args.quiet:
         for entry in plan.skipped:
@@ -330,7 +345,8 @@ _FLAGS = [
     (re.compile(rf"(?<![\w-])({_KEYWORDS})=(True)?"), lambda m: f"--{m.group(1).replace('_', '-')}"),
     (re.compile(r"(?<![\w-])(max_tensor_bytes|max_output_bytes|max_manifest_bytes|external_data_root|min_dims|"
                 r"allow_lossy)\b"), lambda m: f"--{m.group(1).replace('_', '-')}"),
-    (re.compile(r"^alignment must be"), lambda m: "--alignment must be"),
+    (re.compile(r"^(alignment|include|exclude|kinds) (must|names|holds)"), lambda m: f"--{m.group(1)} {m.group(2)}"),
+    (re.compile(r"(?<![\w-])min_bytes\b"), lambda m: "--min-bytes"),
     (re.compile(r"\(None: (\d+)\)"), lambda m: f"(the default: {m.group(1)})"),
     (re.compile(r"(?<![\w-])out_prefix\b"), lambda m: "-o/--output"),
     (re.compile(r"(?<![\w-])bin_path="), lambda m: "a format-1 manifest's .bin (the Python API's bin_path=)"),

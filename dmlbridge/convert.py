@@ -14,6 +14,7 @@ a ModelProto has no directory: its external data is refused unless the caller pa
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +37,7 @@ from dmlbridge.options import (
 from dmlbridge.plan import PlannedModel, UploadPlan, plan_loaded
 from dmlbridge.planning import Planned
 from dmlbridge.progress import Progress
+from dmlbridge.selection import Selection
 from dmlbridge.target import Target
 
 __all__ = ["check_conversion", "convert_model"]
@@ -58,6 +60,10 @@ def convert_model(
     max_output_bytes: int | None = None,
     max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
     flags: int | str = 0,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    min_bytes: int = 0,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into one DirectML upload buffer: the buffer file
     ``out_prefix.<conversion id>.00000.bin`` and its manifest ``out_prefix.json``, published together (the
@@ -99,6 +105,12 @@ def convert_model(
         flags: the DML_TENSOR_FLAGS of every converted entry: 0, or 1 / ``"owned-by-dml"``
             (DML_TENSOR_FLAG_OWNED_BY_DML, for weights bound for an operator's initialization, which DirectML
             copies); recorded in each entry's desc.
+        include, exclude: shell-style patterns (``fnmatch``) on keys: only constants whose key matches one of
+            ``include`` (default: every key) and none of ``exclude`` are converted; the others are not entries.
+        kinds: only constants of these origin kinds (``"initializer"``, ``"value"`` for Constant nodes, ...; see
+            ``dmlbridge.selection.CONSTANT_KINDS``); default: every kind.
+        min_bytes: only constants whose values take at least this many bytes as a numpy array. The manifest
+            records the selection; ``verify`` compares the plan with the constants it selects.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -118,7 +130,8 @@ def convert_model(
     layout = PlanOptions.check(target, alignment, min_dims, flags)
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
-                                   max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes)
+                                   max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
+                                   selection=Selection.check(include, exclude, kinds, min_bytes))
     prefix = _output_prefix(out_prefix)
     with read_model(model, base_dir) as loaded, collector_paused():
         return _convert(loaded, prefix, options)
@@ -137,6 +150,10 @@ def check_conversion(
     max_output_bytes: int | None = None,
     max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
     flags: int | str = 0,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    min_bytes: int = 0,
 ) -> UploadPlan:
     """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
     value decoded and converted (external data read, values that must narrow checked), each error the one
@@ -157,7 +174,8 @@ def check_conversion(
     layout = PlanOptions.check(target, alignment, min_dims, flags)
     options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,
                                    checksum=False, max_tensor_bytes=max_tensor_bytes, fsync=False,
-                                   max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes)
+                                   max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
+                                   selection=Selection.check(include, exclude, kinds, min_bytes))
     with read_model(model, base_dir) as loaded, collector_paused():
         model_plan, reader, _ = _checked(loaded, options)
         try:
@@ -173,7 +191,7 @@ def check_conversion(
 def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[PlannedModel, ExternalDataReader | None, list[str]]:
     """The model planned, its external-data reader and its manifest's entry lines, after every refusal that
     comes before any output exists (convert_model and check_conversion make the same ones)."""
-    model_plan = plan_loaded(loaded, options.layout, options.strict)
+    model_plan = plan_loaded(loaded, options.layout, options.strict, options.selection)
     constants, planned = model_plan.constants, model_plan.planned
     reader = external_data_reader(loaded, options.external_data_root)
     try:

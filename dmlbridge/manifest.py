@@ -4,22 +4,27 @@ A manifest describes an upload image (``PREFIX.bin``): every constant of the mod
 DirectML sees them. This module turns a :class:`Manifest` (the plan's fields) into the manifest's text and reads
 that text back into one, trusting nothing; :mod:`dmlbridge.plan` pairs it with its .bin.
 
-Format ``dmlbridge-upload-plan``, version 2
+Format ``dmlbridge-upload-plan``, version 3
 ------------------------------------------
 - The file MUST be a UTF-8 JSON object (no duplicate keys, no NaN or Infinity) with exactly these fields:
-  ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (2), ``dmlbridge_version`` (a string),
+  ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (3), ``dmlbridge_version`` (a string),
   ``conversion_id`` (16 lowercase hex digits, random per conversion), ``source`` (the model: ``{"name": string
   or null, "size": integer or null, "sha256": 64 hex digits or null, "external_data": [{"file": string, "size":
   integer}]}``, its file's name, size and SHA-256, and the external data files the conversion read, with their
   sizes), ``target`` (``{"feature_level": "6.4", "supported": [DML type names, sorted], "int64": "emulate" or
   "narrow", "allow_lossy": bool}``, in the
   canonical form ``Target.describe()`` gives), ``alignment`` (a power of two from 16 to 2^31), ``min_dims`` (0 to
-  the target's most dimensions), ``total_size`` (the upload image's size in bytes), ``buffers`` and ``entries``.
+  the target's most dimensions), ``total_size`` (the upload image's size in bytes), ``buffers``, ``selection``
+  and ``entries``.
+- ``selection`` MUST be ``{"include": [patterns] or null, "exclude": [patterns], "kinds": [kind names] or null,
+  "min_bytes": integer}``: which of the model's constants the entries are (:mod:`dmlbridge.selection`; null
+  include and kinds, an empty exclude and 0 select every one). At most 1024 patterns per list, each a non-empty
+  string of at most 4096 characters; kinds from ``ModelConstant.kind``'s names.
 - ``buffers`` MUST be an array of one object ``{"file", "size", "fingerprint", "sha256"}``: the file name of the
   buffer file beside the manifest (no folder; it ends in ``.<conversion_id>.00000.bin``), its size (equal to
   ``total_size``), its fingerprint (64 lowercase hex digits, see :mod:`dmlbridge.fingerprint`) and its SHA-256
   (64 lowercase hex digits) or null when the conversion did not compute it.
-- ``entries`` MUST be an array of objects, one per constant in model order, each with exactly ``key`` (a
+- ``entries`` MUST be an array of objects, one per selected constant in model order, each with exactly ``key`` (a
   non-empty string, unique), ``origin`` (a string), ``onnx_type`` (an ONNX type name), ``shape`` (an array of
   at most 64 non-negative integers), ``conversion``, ``offset``, ``dml_type``, ``desc`` and ``skipped``.
 - A skipped entry MUST have ``skipped`` (a non-empty string: why) and null ``conversion``, ``offset``,
@@ -37,9 +42,9 @@ Format ``dmlbridge-upload-plan``, version 2
 - The writer puts one top-level field per line and one entry per line (readable, diffable, compact); a reader
   MUST NOT depend on that.
 
-Version 1 (read, no longer written) had no ``conversion_id`` and no ``buffers``: its one buffer was
-``PREFIX.bin`` beside ``PREFIX.json``, described by the top-level fields ``bin_fingerprint`` and, optionally,
-``bin_sha256``.
+Versions 1 and 2 are read, no longer written. Version 2 had no ``selection`` (every constant is an entry).
+Version 1 had no ``conversion_id`` and no ``buffers`` either: its one buffer was ``PREFIX.bin`` beside
+``PREFIX.json``, described by the top-level fields ``bin_fingerprint`` and, optionally, ``bin_sha256``.
 
     >>> import tempfile, os, numpy as np, dmlbridge
     >>> from onnx import helper, numpy_helper
@@ -66,6 +71,7 @@ from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, 
 from dmlbridge.mapping import resolve
 from dmlbridge.options import MAX_ALIGNMENT
 from dmlbridge.planning import PlanEntries, PlanEntry, entry_layout
+from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
 
@@ -82,8 +88,8 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "dmlbridge-upload-plan"
-MANIFEST_FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+MANIFEST_FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 _CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -129,6 +135,8 @@ class Manifest:
     """The SHA-256 of the model's bytes (None in format-1 manifests)."""
     source_external: tuple[tuple[str, int], ...] = ()
     """The external data files the conversion read: (location, size), sorted."""
+    selection: Selection = EVERY_CONSTANT
+    """Which of the model's constants the plan holds (format 3; every one before)."""
 
     @property
     def bin_sha256(self) -> str | None:
@@ -163,6 +171,7 @@ def _head(manifest: Manifest) -> dict[str, Any]:
             {"file": os.path.basename(b.path), "size": b.size, "fingerprint": b.fingerprint, "sha256": b.sha256}
             for b in manifest.buffers
         ],
+        "selection": manifest.selection.describe(),
     }
 
 
@@ -363,7 +372,8 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
                       ("bin_sha256",))
     else:
         top = _Fields(document, where, ("format", "format_version", "dmlbridge_version", "conversion_id", "source",
-                                         "target", "alignment", "min_dims", "total_size", "buffers", "entries"))
+                                         "target", "alignment", "min_dims", "total_size", "buffers", "entries")
+                      + (("selection",) if version >= 3 else ()))
     if top.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
     dmlbridge_version = top.string("dmlbridge_version")
@@ -392,6 +402,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
                 f"{top.at('conversion_id')} must be 16 lowercase hex digits, got {conversion_id[:80]!r}"
             )
         buffers = _buffers_from_json(top.get("buffers"), top.at("buffers"), conversion_id, total_size)
+    selection = EVERY_CONSTANT if version < 3 else _selection_from_json(top.get("selection"), top.at("selection"))
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
         raise ManifestError(f"{top.at('entries')} must be an array, got {_kind(raw_entries)}")
@@ -419,7 +430,17 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
             f"{where}: total_size is {total_size} but the entries end at byte {end}; the two must agree"
         )
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
-                    source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external)
+                    source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
+                    selection)
+
+
+def _selection_from_json(value: Any, where: str) -> Selection:
+    fields = _Fields(value, where, ("include", "exclude", "kinds", "min_bytes"))
+    try:
+        return Selection.check(fields.get("include"), fields.get("exclude"), fields.get("kinds"),
+                               fields.integer("min_bytes"))
+    except InvalidArgumentError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
 
 
 def _external_from_json(value: Any, where: str) -> tuple[tuple[str, int], ...]:

@@ -9,6 +9,7 @@ asked, its SHA-256). A written plan reads its entries' bytes from the .bin one e
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -33,6 +34,7 @@ from dmlbridge.options import (
     check_max_tensor_bytes,
 )
 from dmlbridge.planning import Pair, PlanEntry, Planned, plan_constants
+from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
 from dmlbridge.verify import find_mismatches
 from dmlbridge.version import __version__
@@ -248,11 +250,16 @@ def plan_model(
     min_dims: int | None = None,
     strict: bool = False,
     base_dir: str | os.PathLike[str] | None = None,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    min_bytes: int = 0,
 ) -> UploadPlan:
     """The plan :func:`convert_model` would write, computed from the model's protobuf alone (no value is decoded
     and no external file opened, so value errors such as an INT64 too large to narrow are not found here).
 
     The result has no .bin (``bin_path`` is None): its entries, offsets and total size are what conversion gives.
+    ``include``, ``exclude``, ``kinds`` and ``min_bytes`` choose the constants, as for ``convert_model``.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -263,7 +270,7 @@ def plan_model(
         (1, 1, 2, 3)
     """
     return plan_with_notes(model, target=target, alignment=alignment, min_dims=min_dims, strict=strict,
-                           base_dir=base_dir)[0]
+                           base_dir=base_dir, include=include, exclude=exclude, kinds=kinds, min_bytes=min_bytes)[0]
 
 
 def plan_with_notes(
@@ -274,13 +281,18 @@ def plan_with_notes(
     min_dims: int | None = None,
     strict: bool = False,
     base_dir: str | os.PathLike[str] | None = None,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    min_bytes: int = 0,
 ) -> tuple[UploadPlan, dict[str, str]]:
     """:func:`plan_model`, and per key what it did not check (``dmlbridge inspect``'s note column):
     "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
     options = PlanOptions.check(target, alignment, min_dims)
     strict = check_flag("strict", strict)
+    selection = Selection.check(include, exclude, kinds, min_bytes)
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
-        planned = plan_loaded(loaded, options, strict)
+        planned = plan_loaded(loaded, options, strict, selection)
     notes: dict[str, list[str]] = {}
     for constant in planned.constants:
         if next(iter_external_tensors([constant]), None) is not None:
@@ -310,14 +322,21 @@ class PlannedModel(NamedTuple):
         return [self.constants[i] for i in np.flatnonzero(self.scan.starts < 0).tolist()]
 
 
-def plan_loaded(loaded: LoadedModel, options: PlanOptions, strict: bool) -> PlannedModel:
-    """Find and plan the constants of a read model; ``strict``: the first that would be skipped is an error."""
+def plan_loaded(
+    loaded: LoadedModel, options: PlanOptions, strict: bool, selection: Selection = EVERY_CONSTANT
+) -> PlannedModel:
+    """Find, select and plan the constants of a read model; ``strict``: the first selected one that would be
+    skipped is an error."""
     constants, scan = model_constants(loaded)
+    if not selection.everything:
+        keep = [i for i, c in enumerate(constants) if selection.selects(c.key, c.kind, c.nbytes)]
+        constants = [constants[i] for i in keep]
+        scan = None if scan is None else scan.subset(keep)
     planned = plan_constants(constants, options)
     if strict:
         raise_if_skipped(constants, planned.pairs)
     plan = UploadPlan(planned.entries, options.target, options.alignment, options.min_dims, planned.total,
-                      loaded.name, loaded.size, __version__, source_sha256=loaded.sha256)
+                      loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection)
     return PlannedModel(constants, scan, planned, plan)
 
 

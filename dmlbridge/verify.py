@@ -31,6 +31,7 @@ from dmlbridge.model_file import external_data_reader, need_reader, read_model
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
 from dmlbridge.planning import PlanEntry, plan_constants
 from dmlbridge.progress import Progress
+from dmlbridge.selection import Selection
 from dmlbridge.target import Target
 
 __all__ = ["WrittenPlan", "find_mismatches"]
@@ -55,6 +56,8 @@ class WrittenPlan(Protocol):
     def source_sha256(self) -> str | None: ...
     @property
     def source_external(self) -> tuple[tuple[str, int], ...]: ...
+    @property
+    def selection(self) -> Selection: ...
     def buffer_problems(self, *, sha256: bool = False) -> list[str]: ...
     def read(self, key: str) -> np.ndarray: ...
     def array(self, key: str) -> np.ndarray: ...
@@ -82,7 +85,8 @@ def find_mismatches(
         raise InvalidArgumentError("this plan was not written (plan_model); there is no buffer file to verify")
     with read_model(model, base_dir) as loaded:
         reader = external_data_reader(loaded, external_data_root)
-        constants = find_constants(loaded.proto)
+        selection = plan.selection
+        constants = [c for c in find_constants(loaded.proto) if selection.selects(c.key, c.kind, c.nbytes)]
         need_reader(constants, reader)
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")

@@ -159,7 +159,8 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
     """Recompute every offset, desc and byte from the rules, with no help from dmlbridge's layout code."""
     doc = json.loads(prefix.with_suffix(".json").read_text())
     data = buffer_path(prefix).read_bytes()
-    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 2
+    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 3
+    assert doc["selection"] == {"include": None, "exclude": [], "kinds": None, "min_bytes": 0}
     assert doc["alignment"] == alignment and doc["min_dims"] == min_dims and doc["target"] == target.describe()
     assert [e["key"] for e in doc["entries"]] == list(expected)  # every constant, in model order
     ref = ref_target(target)

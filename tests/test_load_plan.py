@@ -61,7 +61,7 @@ _DELETE = object()
 
 MUTATIONS = {
     "format": _set("format", "onnx"),
-    "format_version": _set("format_version", 3),
+    "format_version": _set("format_version", 4),
     "format_version_1_fields": _set("format_version", 1),
     "format_version_str": _set("format_version", "1"),
     "format_version_bool": _set("format_version", True),
@@ -232,7 +232,7 @@ def test_format_1_manifests_are_still_read(written: tuple[Path, dict[str, Any]],
     the file bin_path= names."""
     directory, doc = written
     data = buffer_path(directory / "out").read_bytes()
-    old = {k: v for k, v in doc.items() if k not in ("conversion_id", "buffers")}
+    old = {k: v for k, v in doc.items() if k not in ("conversion_id", "buffers", "selection")}
     old.update(format_version=1, bin_fingerprint=doc["buffers"][0]["fingerprint"],
                bin_sha256=doc["buffers"][0]["sha256"], source={k: doc["source"][k] for k in ("name", "size")})
     (tmp_path / "m.json").write_text(json.dumps(old))
@@ -241,7 +241,8 @@ def test_format_1_manifests_are_still_read(written: tuple[Path, dict[str, Any]],
     assert plan.bin_path == str(tmp_path / "m.bin") and plan.format_version == 1 and plan.conversion_id is None
     assert plan.bin_sha256 == doc["buffers"][0]["sha256"]
     assert plan.manifest() == {**doc, "conversion_id": None, "buffers": plan.manifest()["buffers"],
-                               "source": {**old["source"], "sha256": None, "external_data": []}}
+                               "source": {**old["source"], "sha256": None, "external_data": []},
+                               "format_version": 3}
     key = next(e["key"] for e in doc["entries"] if e["skipped"] is None)
     assert plan.read(key).tobytes() == load_plan(directory / "out.json").read(key).tobytes()
     os.rename(tmp_path / "m.json", tmp_path / "m.manifest")
