@@ -55,9 +55,12 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
         + ",".join(t.name for t in DmlDataType if t is not DmlDataType.UNKNOWN)
     )
     parser.add_argument(
-        "--int64", choices=("emulate", "narrow"), default="emulate", help="INT64/UINT64 without 64-bit support"
+        "--int64", choices=("emulate", "narrow", "saturate"), default="emulate",
+        help="INT64/UINT64 without 64-bit support: emulate (8-byte elements), narrow (4-byte values; each must fit), "
+        "saturate (4-byte values clamped to 32 bits; needs --allow-lossy)"
     )
-    parser.add_argument("--allow-lossy", action="store_true", help="round DOUBLE to FLOAT32 without FLOAT64")
+    parser.add_argument("--allow-lossy", action="store_true",
+                        help="round DOUBLE to FLOAT32 without FLOAT64 (and allow --int64 saturate)")
 
 
 def _cmd_table(args: argparse.Namespace) -> int:

@@ -180,12 +180,14 @@ def check_conversion(
         model_plan, reader, _ = _checked(loaded, options)
         try:
             with open(os.devnull, "wb", buffering=0) as sink:  # every value passes through; nothing is kept
-                write_image(sink, model_plan.constants, model_plan.planned, model_plan.scan, reader, options,
-                            Progress(False, 0, ""), kernel_copy=False)
+                image = write_image(sink, model_plan.constants, model_plan.planned, model_plan.scan, reader, options,
+                                    Progress(False, 0, ""), kernel_copy=False)
         finally:
             if reader is not None:
                 reader.close()
-        return model_plan.plan
+        if not image.clamped:
+            return model_plan.plan
+        return replace(model_plan.plan, entries=model_plan.planned.entries.with_clamped(image.clamped))
 
 
 def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[PlannedModel, ExternalDataReader | None, list[str]]:
@@ -303,7 +305,7 @@ def _write_outputs(
     try:
         with Publication(prefix, fsync=options.fsync) as publication:
             with publication.new_buffer(0) as file:
-                digest = write_image(file, constants, planned, scan, reader, options, bar)
+                image = write_image(file, constants, planned, scan, reader, options, bar)
                 fingerprint = bin_fingerprint(file.fileno(), plan.total_size,
                                               [o for o in planned.offsets if o is not None],
                                               [pair.total for pair in planned.pairs if pair.total >= 0])
@@ -312,8 +314,11 @@ def _write_outputs(
                 name = publication.buffer_names[0]
                 path = os.path.join(publication.directory, name)
                 external = () if reader is None else tuple(sorted(reader.files.items()))
+                if image.clamped:  # ("saturate" entries: their counts go into the manifest)
+                    plan = replace(plan, entries=planned.entries.with_clamped(image.clamped))
+                    lines = entry_lines(plan.entries)
                 written = replace(plan, conversion_id=publication.conversion_id, source_external=external,
-                                  buffers=(BufferFile(path, plan.total_size, fingerprint, digest),),
+                                  buffers=(BufferFile(path, plan.total_size, fingerprint, image.sha256),),
                                   manifest_path=os.path.join(publication.directory, publication.manifest_name),
                                   _files=OpenBuffers([path], [kept]))
                 publication.publish(manifest_text(written, lines).encode("ascii"))

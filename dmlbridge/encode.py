@@ -68,6 +68,8 @@ class PreparedTensor:
     source_shape: tuple[int, ...] = field(repr=False)
     # Logical element strides (not doubled for int64 emulation); None when packed without given strides.
     element_strides: tuple[int, ...] | None = field(repr=False)
+    clamped: int = 0
+    """How many values ``"saturate"`` clamped to the 32-bit range (0 for every other conversion)."""
 
     def to_numpy(self) -> np.ndarray:
         """The original logical values read back from ``data``: source dtype (native byte order), source shape."""
@@ -116,6 +118,7 @@ class _Plan:
     source_shape: tuple[int, ...]
 
     def result(self, data: np.ndarray) -> PreparedTensor:
+        clamped = _count_outside_32(self.source, self.onnx_type) if self.conversion == "saturate" else 0
         return PreparedTensor(
             self.onnx_type,
             self.dml_type,
@@ -129,6 +132,7 @@ class _Plan:
             self.source_dtype,
             self.source_shape,
             self.layout.strides,
+            clamped,
         )
 
 
@@ -385,6 +389,9 @@ def _convert_values(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
     elif conversion == "narrow":
         _check_fits_32(source, plan.onnx_type, len(plan.source_shape))
         np.copyto(dest, source, casting="unsafe")
+    elif conversion == "saturate":
+        info = np.iinfo(dest.dtype)
+        np.copyto(dest, np.clip(source, info.min, info.max), casting="unsafe")
     elif conversion == "lossy":
         np.copyto(dest, source, casting="unsafe")
     elif plan.onnx_type is OnnxDataType.BOOL:
@@ -442,6 +449,12 @@ def _widening_table(source: np.dtype, dest: np.dtype) -> np.ndarray:
     table = values.view(f"<u{dest.itemsize}")
     table.flags.writeable = False
     return table
+
+
+def _count_outside_32(values: np.ndarray, onnx_type: OnnxDataType) -> int:
+    """How many of ``values`` (INT64 or UINT64) lie outside INT32 or UINT32: what "saturate" clamps."""
+    info = np.iinfo(np.int32 if onnx_type is OnnxDataType.INT64 else np.uint32)
+    return int(np.count_nonzero((values < info.min) | (values > info.max)))
 
 
 def _check_fits_32(values: np.ndarray, onnx_type: OnnxDataType, rank: int) -> None:

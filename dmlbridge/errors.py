@@ -42,7 +42,7 @@ class InvalidArgumentError(DmlBridgeError, ValueError):
         >>> dmlbridge.Target(int64="wrap")
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.InvalidArgumentError: int64 must be 'emulate' or 'narrow', not 'wrap'
+        dmlbridge.errors.InvalidArgumentError: int64 must be 'emulate', 'narrow' or 'saturate', not 'wrap'
     """
 
 

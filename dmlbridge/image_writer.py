@@ -19,7 +19,7 @@ makes every constant go.
     ...                                checksum=False, max_tensor_bytes=1 << 20, fsync=False)
     >>> constants = find_constants(model)
     >>> planned, out = plan_constants(constants, layout), io.BytesIO()
-    >>> write_image(out, constants, planned, None, None, options, Progress(False, 0, ""))
+    >>> written = write_image(out, constants, planned, None, None, options, Progress(False, 0, ""))
     >>> out.getvalue().hex()
     '0000803f0000803f'
 """
@@ -32,7 +32,7 @@ import itertools
 import operator
 import sys
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -47,7 +47,7 @@ from dmlbridge.progress import Progress
 from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
 
-__all__ = ["ImageWriter", "write_image"]
+__all__ = ["ImageWriter", "WrittenImage", "write_image"]
 
 _ZEROS = bytes(1 << 16)
 _ZERO_VIEW = memoryview(_ZEROS)
@@ -71,6 +71,7 @@ class ImageWriter:
         self._array = np.frombuffer(self._buffer, dtype=np.uint8)
         self._used = 0
         self.position = 0
+        self.clamped: dict[int, int] = {}  # position of a "saturate" constant -> values clamped
 
     def write(self, data: Any) -> None:
         view = data if type(data) is bytes else memoryview(data).cast("B")
@@ -146,13 +147,21 @@ class ImageWriter:
 
 
 
+class WrittenImage(NamedTuple):
+    """What writing an image found out: its SHA-256 (when ``options.checksum``) and, per position of a
+    ``"saturate"`` constant, how many of its values were clamped."""
+
+    sha256: str | None
+    clamped: dict[int, int]
+
+
 def write_image(
     file: BinaryIO, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
     reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress, *, kernel_copy: bool = True,
-) -> str | None:
-    """Write the image of ``planned`` into ``file`` (unbuffered, empty); returns its SHA-256 when
-    ``options.checksum``. ``scan``: the byte scan that found ``constants``, if one did. ``kernel_copy=False``:
-    external data passes through this process (and its checks) even where the kernel could copy it."""
+) -> WrittenImage:
+    """Write the image of ``planned`` into ``file`` (unbuffered, empty). ``scan``: the byte scan that found
+    ``constants``, if one did. ``kernel_copy=False``: external data passes through this process (and its checks)
+    even where the kernel could copy it."""
     writer = ImageWriter(file, options.checksum, kernel_copy)
     for first, stop, as_is in _runs(constants, planned.pairs, scan):
         if as_is:
@@ -164,7 +173,7 @@ def write_image(
     writer.flush()
     if writer.position != planned.total:
         raise DmlBridgeError(f"internal error: wrote {writer.position} bytes but planned {planned.total}")
-    return writer.hexdigest()
+    return WrittenImage(writer.hexdigest(), writer.clamped)
 
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -241,7 +250,9 @@ def _write_each(
         writer.zeros(offset - before)
         entry = planned.entries.at(position)
         if not (stored and _write_stored(writer, constant, entry, reader, options.max_tensor_bytes)):
-            _write_prepared(writer, constant, entry, reader, options.layout, options.max_tensor_bytes)
+            clamped = _write_prepared(writer, constant, entry, reader, options.layout, options.max_tensor_bytes)
+            if entry.conversion == "saturate":
+                writer.clamped[position] = clamped
         bar.update(writer.position - before)
 
 
@@ -271,8 +282,9 @@ def _write_prepared(
     reader: ExternalDataReader | None,
     options: PlanOptions,
     max_tensor_bytes: int,
-) -> None:
-    """Decode the constant, convert it with ``prepare`` and write the result (checked against the plan)."""
+) -> int:
+    """Decode the constant, convert it with ``prepare`` and write the result (checked against the plan); returns
+    how many values were clamped (``"saturate"``)."""
     try:
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
         prepared = prepare(values, target=options.target, min_dims=options.min_dims, flags=options.flags,
@@ -289,6 +301,7 @@ def _write_prepared(
     if prepared.buffer_desc != entry.buffer_desc:
         raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
     writer.write(prepared.data)
+    return prepared.clamped
 
 
 def _write_stored(

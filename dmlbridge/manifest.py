@@ -12,7 +12,7 @@ Format ``dmlbridge-upload-plan``, version 3
   or null, "size": integer or null, "sha256": 64 hex digits or null, "external_data": [{"file": string, "size":
   integer}]}``, its file's name, size and SHA-256, and the external data files the conversion read, with their
   sizes), ``target`` (``{"feature_level": "6.4", "supported": [DML type names, sorted], "int64": "emulate" or
-  "narrow", "allow_lossy": bool}``, in the
+  "narrow" or "saturate" (only with allow_lossy), "allow_lossy": bool}``, in the
   canonical form ``Target.describe()`` gives), ``alignment`` (a power of two from 16 to 2^31), ``min_dims`` (0 to
   the target's most dimensions), ``total_size`` (the upload image's size in bytes), ``buffers``, ``selection``
   and ``entries``.
@@ -26,9 +26,13 @@ Format ``dmlbridge-upload-plan``, version 3
   (64 lowercase hex digits) or null when the conversion did not compute it.
 - ``entries`` MUST be an array of objects, one per selected constant in model order, each with exactly ``key`` (a
   non-empty string, unique), ``origin`` (a string), ``onnx_type`` (an ONNX type name), ``shape`` (an array of
-  at most 64 non-negative integers), ``conversion``, ``offset``, ``dml_type``, ``desc`` and ``skipped``.
+  at most 64 non-negative integers), ``conversion``, ``offset``, ``dml_type``, ``desc``, ``skipped`` and
+  ``clamped``.
 - A skipped entry MUST have ``skipped`` (a non-empty string: why) and null ``conversion``, ``offset``,
-  ``dml_type`` and ``desc``.
+  ``dml_type``, ``desc`` and ``clamped``.
+- ``clamped`` MUST be null, except in an entry of conversion ``"saturate"`` (INT64/UINT64 written as 4-byte
+  values clamped to the 32-bit range, a target with ``"int64": "saturate"``), where it MUST be how many of the
+  values were clamped (0 to the number of elements).
 - A converted entry MUST have null ``skipped``; ``dml_type`` and ``conversion`` MUST be what the target's
   mapping gives for ``onnx_type``; ``offset`` (in the buffer file) MUST be a multiple of ``alignment``; ``desc``
   MUST be the DML_BUFFER_TENSOR_DESC fields by their DirectML names (DataType, Flags, DimensionCount, Sizes,
@@ -42,7 +46,8 @@ Format ``dmlbridge-upload-plan``, version 3
 - The writer puts one top-level field per line and one entry per line (readable, diffable, compact); a reader
   MUST NOT depend on that.
 
-Versions 1 and 2 are read, no longer written. Version 2 had no ``selection`` (every constant is an entry).
+Versions 1 and 2 are read, no longer written. Version 2 had no ``selection`` (every constant is an entry) and
+no ``clamped``.
 Version 1 had no ``conversion_id`` and no ``buffers`` either: its one buffer was ``PREFIX.bin`` beside
 ``PREFIX.json``, described by the top-level fields ``bin_fingerprint`` and, optionally, ``bin_sha256``.
 
@@ -59,6 +64,7 @@ Version 1 had no ``conversion_id`` and no ``buffers`` either: its one buffer was
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import types
@@ -91,7 +97,7 @@ MANIFEST_FORMAT = "dmlbridge-upload-plan"
 MANIFEST_FORMAT_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 _CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
-_CONVERSIONS = ("native", "widen", "emulate", "narrow", "lossy")
+_CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _INT64_MAX = 2**63 - 1
 _LINES_AT_ONCE = 4096
@@ -207,7 +213,8 @@ def entry_lines(entries: Mapping[str, PlanEntry], limit: int | None = None) -> l
             f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{offset}{text[1]}'
             if text is not None else _entry_json(entries[key])
             for key, origin, offset, text in zip(keys[first:stop], origins[first:stop], offsets[first:stop],
-                                                 [shared.get(id(pair)) for pair in pairs[first:stop]], strict=True)
+                                                 [None if i in entries.clamped else shared.get(id(pairs[i]))
+                                                  for i in range(first, min(stop, len(keys)))], strict=True)
         ]
         size += sum(map(len, piece))
         _check_size(size, len(keys), limit)
@@ -410,7 +417,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     layouts: dict[tuple[Any, ...], Any] = {}  # (see _entry_from_json)
     for index, raw in enumerate(raw_entries):
         entry = _entry_from_json(raw, f"{where}: entries[{index}]", target, alignment, min_dims, total_size,
-                                 layouts)
+                                 layouts, version)
         if entry.key in entries:
             raise ManifestError(f"{where}: entries[{index}] repeats the key {entry.key!r}")
         entries[entry.key] = entry
@@ -528,13 +535,14 @@ def _demanded(
     return dml_type, sizes, strides, total, desc
 
 
+_ENTRY_FIELDS = ("key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "desc", "skipped")
+
+
 def _entry_from_json(
     raw: Any, where: str, target: Target, alignment: int, min_dims: int, total_size: int,
-    layouts: dict[tuple[Any, ...], Any],
+    layouts: dict[tuple[Any, ...], Any], version: int,
 ) -> PlanEntry:
-    fields = _Fields(
-        raw, where, ("key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "desc", "skipped")
-    )
+    fields = _Fields(raw, where, _ENTRY_FIELDS + (("clamped",) if version >= 3 else ()))
     key = fields.string("key", nonempty=True)
     where = f"{where} ({key[:80]!r})"
     fields.where = where
@@ -548,7 +556,7 @@ def _entry_from_json(
     if skipped is not None:
         if not skipped:
             raise ManifestError(f"{fields.at('skipped')} is empty; a skipped entry must say why")
-        for name in ("conversion", "offset", "dml_type", "desc"):
+        for name in ("conversion", "offset", "dml_type", "desc", "clamped"):
             if fields.get(name) is not None:
                 raise ManifestError(f"{where} is skipped but has a {name}; a skipped entry has no bytes")
         return PlanEntry(key, origin, onnx_type, shape, None, None, None, None, None, None, None, skipped)
@@ -579,7 +587,12 @@ def _entry_from_json(
         raise ManifestError(
             f"{where}: bytes {offset}..{offset + total} run past total_size {total_size}"
         )
+    clamped = None
+    if conversion == "saturate" and version >= 3:  # (how many values were clamped: at most every one)
+        clamped = fields.integer("clamped", 0, math.prod(shape))
+    elif fields.get("clamped") is not None:
+        raise ManifestError(f"{fields.at('clamped')} must be null: only a saturate entry counts clamped values")
     return PlanEntry(key, origin, onnx_type, shape, conversion, offset, dml_type, sizes, strides, total,
-                     alignment, None, flags)
+                     alignment, None, flags, clamped)
 
 

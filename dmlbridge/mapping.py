@@ -18,7 +18,7 @@ from dmlbridge.types import OnnxDataType as O
 
 __all__ = ["Conversion", "MappingRow", "dml_type_for", "mapping_table", "resolve"]
 
-Conversion = Literal["native", "widen", "emulate", "narrow", "lossy", "unsupported"]
+Conversion = Literal["native", "widen", "emulate", "narrow", "saturate", "lossy", "unsupported"]
 
 _UNSIGNED_FROM_8 = (D.UINT8, D.UINT16, D.INT16, D.UINT32, D.INT32, D.UINT64, D.INT64)
 _SIGNED_FROM_8 = (D.INT8, D.INT16, D.INT32, D.INT64)
@@ -113,6 +113,12 @@ def resolve(onnx_type: O | int, target: Target | None = None) -> MappingRow:
         small = _NARROW_64[onnx]
         if target.supports(small):
             mode = target.int64
+            if mode == "saturate":
+                return MappingRow(
+                    int(onnx), onnx.name, small, mode, False,
+                    f"target (FL {level}) lacks {onnx.name}: values written as 4-byte {small.name}, clamped to its "
+                    "range (allow_lossy; each entry counts the values clamped)",
+                )
             how = (
                 "8-byte elements described as {0} with doubled strides (ONNX Runtime's later scheme, INT64 as "
                 "INT32 and UINT64 as UINT32)"

@@ -300,6 +300,8 @@ def plan_with_notes(
     for entry in planned.plan.converted:
         if entry.conversion in ("narrow", "emulate"):
             notes.setdefault(entry.key, []).append("values must fit 32 bits")
+        elif entry.conversion == "saturate":
+            notes.setdefault(entry.key, []).append("values clamped to 32 bits not counted")
     return planned.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
 
 

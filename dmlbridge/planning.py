@@ -78,6 +78,9 @@ class PlanEntry:
     skipped: str | None
     flags: int = 0
     """DML_TENSOR_FLAGS: 0, or 1 (DML_TENSOR_FLAG_OWNED_BY_DML) when the conversion asked for it."""
+    clamped: int | None = None
+    """For a ``"saturate"`` entry of a written plan: how many of its values were clamped to the 32-bit range
+    (None before the values are read, as in ``plan_model``, and for every other conversion)."""
 
     @property
     def end(self) -> int | None:
@@ -131,6 +134,7 @@ class PlanEntry:
             "dml_type": None if self.dml_type is None else self.dml_type.name,
             "desc": self.desc(),
             "skipped": self.skipped,
+            "clamped": self.clamped,
         }
 
 
@@ -139,10 +143,18 @@ class PlanEntries(Mapping[str, PlanEntry]):
     entries of its (type, shape) and its own key, origin and offset: a model can hold 100,000 constants and a
     caller usually reads a few. Read-only, like the MappingProxyType of a plan read by load_plan."""
 
-    def __init__(self, keys: list[str], origins: list[str], offsets: list[int | None], pairs: list[Pair]) -> None:
+    def __init__(
+        self, keys: list[str], origins: list[str], offsets: list[int | None], pairs: list[Pair],
+        clamped: dict[int, int] | None = None,
+    ) -> None:
         self._keys, self._origins, self._offsets, self._pairs = keys, origins, offsets, pairs
+        self._clamped = {} if clamped is None else clamped  # position -> values clamped ("saturate")
         self._positions: dict[str, int] | None = None  # made on first lookup
         self._made: list[PlanEntry | None] = [None] * len(keys)
+
+    def with_clamped(self, clamped: dict[int, int]) -> PlanEntries:
+        """These entries, with how many values each ``"saturate"`` one (by position) had clamped."""
+        return PlanEntries(self._keys, self._origins, self._offsets, self._pairs, {**self._clamped, **clamped})
 
     @property
     def _index(self) -> dict[str, int]:
@@ -159,7 +171,7 @@ class PlanEntries(Mapping[str, PlanEntry]):
         if entry is None:
             entry = self._made[i] = PlanEntry(
                 **{**self._pairs[i].fields, "key": self._keys[i], "origin": self._origins[i],
-                   "offset": self._offsets[i]}
+                   "offset": self._offsets[i], "clamped": self._clamped.get(i)}
             )
         return entry
 
@@ -178,6 +190,11 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def columns(self) -> tuple[list[str], list[str], list[int | None], list[Pair]]:
         """Every entry's key, origin, offset and pair, without making the entries (the manifest writer's input)."""
         return self._keys, self._origins, self._offsets, self._pairs
+
+    @property
+    def clamped(self) -> dict[int, int]:
+        """The positions of the entries with a count of clamped values, and the counts."""
+        return self._clamped
 
 
 _ENTRY_FIELDS = (

@@ -13,7 +13,7 @@ from dmlbridge.types import DmlDataType, FeatureLevel
 
 __all__ = ["Int64Mode", "Target"]
 
-Int64Mode = Literal["emulate", "narrow"]
+Int64Mode = Literal["emulate", "narrow", "saturate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,8 +28,10 @@ class Target:
         int64: what to do with INT64/UINT64 when the target lacks them: ``"emulate"`` keeps 8-byte elements
             described as INT32/UINT32 with doubled strides (ONNX Runtime's later scheme, its
             ``Remap64bitDmlDataTypeTo32bit``; its first emulation described both as UINT32); ``"narrow"`` writes
-            4-byte values.
-        allow_lossy: allow DOUBLE to become FLOAT32 when the target lacks FLOAT64.
+            4-byte values (every value must fit 32 bits); ``"saturate"`` (only with ``allow_lossy``) writes 4-byte
+            values clamped to the 32-bit range, for the INT64_MAX sentinels of Slice and Gather, and each entry
+            counts the values it clamped.
+        allow_lossy: allow DOUBLE to become FLOAT32 when the target lacks FLOAT64 (and int64="saturate").
 
     Example:
         >>> import dmlbridge
@@ -61,10 +63,15 @@ class Target:
                 "write supported={'FLOAT32', 'INT8'} or pass DmlDataType members"
             )
         chosen = None if supported is None else frozenset(DmlDataType.parse(t) for t in supported)
-        if int64 not in ("emulate", "narrow"):
-            raise InvalidArgumentError(f"int64 must be 'emulate' or 'narrow', not {int64!r}")
+        if int64 not in ("emulate", "narrow", "saturate"):
+            raise InvalidArgumentError(f"int64 must be 'emulate', 'narrow' or 'saturate', not {int64!r}")
         if not isinstance(allow_lossy, bool):
             raise InvalidArgumentError(f"allow_lossy must be True or False, not {allow_lossy!r}")
+        if int64 == "saturate" and not allow_lossy:
+            raise InvalidArgumentError(
+                "int64='saturate' changes the values that do not fit 32 bits (INT64_MAX becomes INT32_MAX); "
+                "pass allow_lossy=True with it"
+            )
         level_types = frozenset(t for t in DmlDataType if t is not DmlDataType.UNKNOWN and t.introduced_in <= level)
         object.__setattr__(self, "feature_level", level)
         object.__setattr__(self, "supported", chosen)

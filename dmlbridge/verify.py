@@ -163,6 +163,12 @@ def _compare(
     if entry.conversion == "lossy":
         with np.errstate(over="ignore"):  # out of FLOAT32 range becomes inf, as in the conversion
             values = values.astype(np.float32).astype(values.dtype)
+    elif entry.conversion == "saturate":
+        if entry.clamped != expected.clamped:
+            return f"the plan counts {entry.clamped} values clamped, a fresh conversion {expected.clamped}"
+        assert expected.dml_type is not None
+        info = np.iinfo(expected.dml_type.numpy())
+        values = np.clip(values, info.min, info.max).astype(values.dtype)
     if not _same_values(back, values, widened_float=entry.conversion == "widen" and constant.onnx_type.is_float):
         return ("the values read back from the buffer file differ from the model's"
                 + _first_element(plan, entry, values, back))

@@ -41,6 +41,9 @@ EXTRA_TARGETS: dict[str, RefTarget] = {
     "no64-nolossy": RefTarget(supported=ALL_DML - {"FLOAT64"}),
     "int8-only": RefTarget(supported=frozenset({"INT8"})),
     "no-int32-narrow": RefTarget(supported=ALL_DML - {"INT32", "INT64"}, int64="narrow"),
+    "no64-saturate": RefTarget(supported=ALL_DML - {"FLOAT64", "UINT64", "INT64"}, int64="saturate",
+                               allow_lossy=True),
+    "fl21-saturate": RefTarget("FL_2_1", int64="saturate", allow_lossy=True),
 }
 ALL_TARGETS = {**TARGETS, **EXTRA_TARGETS}
 
@@ -296,6 +299,14 @@ def layout_cases() -> list[dict[str, Any]]:
         c.append(case(f"UINT64/{t}/broadcast", s("uint64", [2, 2], [5, 6, 5, 6]), target=t, strides=[0, 1]))
         c.append(case(f"UINT64/{t}/transposed", s("uint64", [2, 3], [1, 2, 3, 4, 5, 6]), target=t, strides=[1, 2]))
     c.append(case("INT64/no-int32-narrow/unsupported", s("int64", [1], [1]), target="no-int32-narrow"))
+    # int64 saturation: values outside the 32-bit range clamp to its ends (Slice/Gather sentinels)
+    for t in ("no64-saturate", "fl21-saturate"):
+        c.append(case(f"INT64/{t}/sentinels", s("int64", [6], [2**63 - 1, -(2**63), 2**31, -(2**31) - 1, 7, -7]),
+                      target=t))  # fmt: skip
+        c.append(case(f"INT64/{t}/strided", s("int64", [2, 2], [2**40, 2, -(2**40), 2**31 - 1]), target=t,
+                      strides=[4, 1]))  # fmt: skip
+        c.append(case(f"UINT64/{t}/sentinels", s("uint64", [4], [2**64 - 1, 2**32, 2**32 - 1, 0]), target=t))
+        c.append(case(f"UINT64/{t}/broadcast", s("uint64", [2, 2], [2**40, 6, 2**40, 6]), target=t, strides=[0, 1]))
     # lossy DOUBLE
     for t in ("no64-lossy", "fl21-lossy", "no64-nolossy", "fl21"):
         c.append(case(f"DOUBLE/{t}/edge", s("float64", [len(EDGE_BITS["DOUBLE"])], EDGE_BITS["DOUBLE"]), target=t))

@@ -381,6 +381,10 @@ def convert(onnx_name: str, dml: str, conversion: str, bits: int, itemsize: int)
         if not lo <= value <= hi:
             raise ValueRangeError(f"{value} does not fit {dml}")
         return bits if conversion == "emulate" else value & 0xFFFFFFFF
+    if conversion == "saturate":
+        assert isinstance(value, int)
+        lo, hi = int_range(dml)
+        return min(max(value, lo), hi) & 0xFFFFFFFF
     if conversion == "lossy":
         assert isinstance(value, (float, NaN))
         return lossy_nan(value) if isinstance(value, NaN) else encode_float("FLOAT32", value)

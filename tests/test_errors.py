@@ -215,7 +215,7 @@ def test_decode_errors() -> None:
 def test_target_errors() -> None:
     with pytest.raises(InvalidArgumentError, match="feature level"):
         Target(feature_level="7.0")
-    with pytest.raises(InvalidArgumentError, match="'emulate' or 'narrow'"):
+    with pytest.raises(InvalidArgumentError, match="'emulate', 'narrow' or 'saturate'"):
         Target(int64="truncate")  # type: ignore[arg-type]
     with pytest.raises(UnsupportedTypeError, match="unknown DirectML data type 'BFLOAT16'"):
         Target(supported={"BFLOAT16"})
