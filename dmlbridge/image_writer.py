@@ -287,6 +287,9 @@ def _write_prepared(
     how many values were clamped (``"saturate"``)."""
     try:
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+        if entry.padding == "channel":  # [C] as [1, C, 1, 1]: the same bytes, the channel axis where it belongs
+            assert entry.sizes is not None
+            values = values.reshape(entry.sizes)
         prepared = prepare(values, target=options.target, min_dims=options.min_dims, flags=options.flags,
                            guaranteed_base_offset_alignment=options.alignment)
     except DmlBridgeError as exc:

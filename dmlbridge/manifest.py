@@ -26,8 +26,16 @@ Format ``dmlbridge-upload-plan``, version 3
   (64 lowercase hex digits) or null when the conversion did not compute it.
 - ``entries`` MUST be an array of objects, one per selected constant in model order, each with exactly ``key`` (a
   non-empty string, unique), ``origin`` (a string), ``onnx_type`` (an ONNX type name), ``shape`` (an array of
-  at most 64 non-negative integers), ``conversion``, ``offset``, ``dml_type``, ``desc``, ``skipped`` and
-  ``clamped``.
+  at most 64 non-negative integers), ``conversion``, ``offset``, ``dml_type``, ``desc`` and ``skipped``; and
+  MAY have ``clamped`` (default null), ``padding`` (default ``"leading"``) and ``consumers`` (default ``[]``),
+  which the writer leaves out at their defaults.
+- ``consumers`` MUST be an array of ``{"node": string, "op_type": string, "input": integer}``, the node inputs
+  that read the constant (:mod:`dmlbridge.consumers`: node keys as constant keys are made, an op type of
+  another domain as ``domain:Op``), in graph order. ``padding`` MUST be what they give for the shape and
+  ``min_dims``: ``"channel"`` for a 1-D constant that only per-channel inputs read (Conv and ConvTranspose input 2,
+  BatchNormalization inputs 1-4, InstanceNormalization inputs 1-2) when ``min_dims`` is 2 or more, whose sizes
+  are then ``[1, C, 1, ...]``; ``"mixed"`` when some of its consumers are such inputs and others not (leading
+  1s); ``"leading"`` otherwise.
 - A skipped entry MUST have ``skipped`` (a non-empty string: why) and null ``conversion``, ``offset``,
   ``dml_type``, ``desc`` and ``clamped``.
 - ``clamped`` MUST be null, except in an entry of conversion ``"saturate"`` (INT64/UINT64 written as 4-byte
@@ -47,7 +55,7 @@ Format ``dmlbridge-upload-plan``, version 3
   MUST NOT depend on that.
 
 Versions 1 and 2 are read, no longer written. Version 2 had no ``selection`` (every constant is an entry) and
-no ``clamped``.
+no ``clamped``, ``padding`` or ``consumers`` (every entry padded with leading 1s).
 Version 1 had no ``conversion_id`` and no ``buffers`` either: its one buffer was ``PREFIX.bin`` beside
 ``PREFIX.json``, described by the top-level fields ``bin_fingerprint`` and, optionally, ``bin_sha256``.
 
@@ -72,10 +80,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dmlbridge.consumers import Consumer, Padding, padding_of
 from dmlbridge.descs import BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError
+from dmlbridge.json_fields import INT64_MAX, Fields, int_list, kind_of, parse_json, whole_number
 from dmlbridge.mapping import resolve
-from dmlbridge.options import MAX_ALIGNMENT
+from dmlbridge.options import MAX_ALIGNMENT, MAX_KEY_LENGTH
 from dmlbridge.planning import PlanEntries, PlanEntry, entry_layout
 from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
@@ -99,7 +109,6 @@ READABLE_VERSIONS = (1, 2, 3)
 _CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_INT64_MAX = 2**63 - 1
 _LINES_AT_ONCE = 4096
 _DESC_FIELDS = tuple(BufferTensorDesc(0, 0, (), None, 0, 0).as_dict())  # DataType, Flags, DimensionCount, ...
 
@@ -204,17 +213,21 @@ def entry_lines(entries: Mapping[str, PlanEntry], limit: int | None = None) -> l
         _check_size(sum(map(len, lines)), len(lines), limit)
         return lines
     keys, origins, offsets, pairs = entries.columns()
+    consumers = entries.consumers
     unique = {id(pair): pair for pair in pairs}
     shared = {ident: _shared_json(pair.fields) for ident, pair in unique.items() if pair.total >= 0}
     lines, size = [], 0
     for first in range(0, len(keys), _LINES_AT_ONCE):  # made in pieces: a refused manifest is never all made
-        stop = first + _LINES_AT_ONCE
+        stop = min(first + _LINES_AT_ONCE, len(keys))
+        clamped = entries.clamped
+        texts = [None if i in clamped else shared.get(id(pairs[i])) for i in range(first, stop)]
         piece = [
             f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{offset}{text[1]}'
+            f'{_consumers_json(read_by) if read_by else "}"}'
             if text is not None else _entry_json(entries[key])
-            for key, origin, offset, text in zip(keys[first:stop], origins[first:stop], offsets[first:stop],
-                                                 [None if i in entries.clamped else shared.get(id(pairs[i]))
-                                                  for i in range(first, min(stop, len(keys)))], strict=True)
+            for key, origin, offset, read_by, text in zip(
+                keys[first:stop], origins[first:stop], offsets[first:stop], consumers[first:stop],
+                texts, strict=True)
         ]
         size += sum(map(len, piece))
         _check_size(size, len(keys), limit)
@@ -257,7 +270,12 @@ def _shared_json(fields: Mapping[str, Any]) -> tuple[str, str]:
     an entry with the fields it shares with the entries of its type and shape, cut at the offset."""
     text = _json(PlanEntry(**{**fields, "key": "", "origin": "", "offset": _OFFSET_MARK}).to_json())
     head, tail = text.split(f'"offset": {_OFFSET_MARK}', 1)
-    return head[len('{"key": "", "origin": "", ') :] + '"offset": ', tail
+    return head[len('{"key": "", "origin": "", ') :] + '"offset": ', tail[:-1]  # (each line adds consumers and })
+
+
+def _consumers_json(consumers: tuple[Consumer, ...]) -> str:
+    """The end of an entry's line: its consumers, when it has any, and the closing brace."""
+    return f', "consumers": {_json([consumer._asdict() for consumer in consumers])}}}' if consumers else "}"
 
 
 def _entry_json(entry: PlanEntry) -> str:
@@ -271,101 +289,13 @@ def _entry_json(entry: PlanEntry) -> str:
 def parse_manifest(raw: bytes, where: str, bin_name: str = "") -> Manifest:
     """The manifest in ``raw`` (the bytes of a PREFIX.json), every rule of its format version checked;
     ManifestError names ``where`` and what is wrong. ``bin_name``: the name a format-1 manifest's .bin has."""
-    return _manifest_from_json(_parse_json(raw, where), f"manifest {where!r}", bin_name)
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):  # (the usual case, no duplicate, costs one dict)
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ManifestError(f"duplicate field {key!r}")
-            seen.add(key)
-    return result
-
-
-def _no_constants(name: str) -> Any:
-    raise ManifestError(f"{name} is not valid JSON (not a number)")
-
-
-def _parse_json(raw: bytes, path: str) -> Any:
-    try:
-        return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
-    except ManifestError as exc:
-        raise ManifestError(f"manifest {path!r}: {exc}") from None
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limits
-        raise ManifestError(f"manifest {path!r} is not valid JSON: {exc}") from None
-
-
-class _Fields:
-    """Typed access to one JSON object of the manifest, with messages that say where the problem is."""
-
-    def __init__(self, value: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
-        if not isinstance(value, dict):
-            raise ManifestError(f"{where} must be a JSON object, got {_kind(value)}")
-        missing = [k for k in required if k not in value]
-        if missing:
-            raise ManifestError(f"{where} lacks the field(s) {', '.join(map(repr, missing))}")
-        unknown = [k for k in value if k not in required and k not in optional]
-        if unknown:
-            raise ManifestError(f"{where} has unknown field(s) {', '.join(map(repr, unknown[:5]))}")
-        self.value = value
-        self.where = where
-
-    def at(self, key: str) -> str:
-        return f"{self.where}.{key}"
-
-    def get(self, key: str) -> Any:
-        return self.value.get(key)
-
-    def integer(self, key: str, low: int = 0, high: int = _INT64_MAX, nullable: bool = False) -> Any:
-        return _int(self.value.get(key), self.at(key), low, high, nullable)
-
-    def string(self, key: str, nullable: bool = False, nonempty: bool = False) -> Any:
-        value = self.value.get(key)
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str) or (nonempty and not value):
-            what = "a non-empty string" if nonempty else "a string"
-            raise ManifestError(f"{self.at(key)} must be {what}, got {_kind(value)}")
-        return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return f"the string {value[:60]!r}"
-    return {"list": "an array", "dict": "an object"}.get(type(value).__name__, type(value).__name__)
-
-
-def _int(value: Any, where: str, low: int = 0, high: int = _INT64_MAX, nullable: bool = False) -> Any:
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ManifestError(f"{where} must be a whole number, got {_kind(value)}")
-    if not low <= value <= high:
-        raise ManifestError(f"{where} is {value}, outside {low}..{high}")
-    return value
-
-
-def _int_list(value: Any, where: str, low: int = 0, high: int = _INT64_MAX, max_len: int = 64) -> tuple[int, ...]:
-    if not isinstance(value, list):
-        raise ManifestError(f"{where} must be an array of whole numbers, got {_kind(value)}")
-    if len(value) > max_len:
-        raise ManifestError(f"{where} has {len(value)} items, more than {max_len}")
-    return tuple(_int(v, f"{where}[{i}]", low, high) for i, v in enumerate(value))
+    return _manifest_from_json(parse_json(raw, where), f"manifest {where!r}", bin_name)
 
 
 def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     """``bin_name``: the name a format-1 manifest's .bin has (format 2 lists its buffer files)."""
     if isinstance(document, dict) and document.get("format") == MANIFEST_FORMAT:
-        version = _int(document.get("format_version"), f"{where}.format_version", 0, _INT64_MAX)
+        version = whole_number(document.get("format_version"), f"{where}.format_version", 0, INT64_MAX)
         if version not in READABLE_VERSIONS:
             raise ManifestError(
                 f"{where} has format_version {version}; this dmlbridge reads versions "
@@ -374,17 +304,17 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     else:
         version = MANIFEST_FORMAT_VERSION
     if version == 1:
-        top = _Fields(document, where, ("format", "format_version", "dmlbridge_version", "source", "target",
+        top = Fields(document, where, ("format", "format_version", "dmlbridge_version", "source", "target",
                                          "alignment", "min_dims", "total_size", "bin_fingerprint", "entries"),
                       ("bin_sha256",))
     else:
-        top = _Fields(document, where, ("format", "format_version", "dmlbridge_version", "conversion_id", "source",
+        top = Fields(document, where, ("format", "format_version", "dmlbridge_version", "conversion_id", "source",
                                          "target", "alignment", "min_dims", "total_size", "buffers", "entries")
                       + (("selection",) if version >= 3 else ()))
     if top.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
     dmlbridge_version = top.string("dmlbridge_version")
-    source = _Fields(top.get("source"), top.at("source"),
+    source = Fields(top.get("source"), top.at("source"),
                      ("name", "size") if version == 1 else ("name", "size", "sha256", "external_data"))
     source_name = source.string("name", nullable=True)
     source_size = source.integer("size", nullable=True)
@@ -412,7 +342,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     selection = EVERY_CONSTANT if version < 3 else _selection_from_json(top.get("selection"), top.at("selection"))
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
-        raise ManifestError(f"{top.at('entries')} must be an array, got {_kind(raw_entries)}")
+        raise ManifestError(f"{top.at('entries')} must be an array, got {kind_of(raw_entries)}")
     entries: dict[str, PlanEntry] = {}
     layouts: dict[tuple[Any, ...], Any] = {}  # (see _entry_from_json)
     for index, raw in enumerate(raw_entries):
@@ -441,8 +371,21 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
                     selection)
 
 
+def _consumers_from_json(value: Any, where: str) -> tuple[Consumer, ...]:
+    if not isinstance(value, list) or len(value) > 1 << 20:
+        raise ManifestError(f"{where} must be an array of at most 2^20 consumers, got {kind_of(value)}")
+    consumers = []
+    for index, item in enumerate(value):
+        fields = Fields(item, f"{where}[{index}]", ("node", "op_type", "input"))
+        node, op_type = fields.string("node", nonempty=True), fields.string("op_type", nonempty=True)
+        if len(node) > 4 * MAX_KEY_LENGTH or len(op_type) > MAX_KEY_LENGTH:
+            raise ManifestError(f"{where}[{index}] has a node key or op type longer than the limits of keys")
+        consumers.append(Consumer(node, op_type, fields.integer("input", 0, 2**31 - 1)))
+    return tuple(consumers)
+
+
 def _selection_from_json(value: Any, where: str) -> Selection:
-    fields = _Fields(value, where, ("include", "exclude", "kinds", "min_bytes"))
+    fields = Fields(value, where, ("include", "exclude", "kinds", "min_bytes"))
     try:
         return Selection.check(fields.get("include"), fields.get("exclude"), fields.get("kinds"),
                                fields.integer("min_bytes"))
@@ -452,15 +395,15 @@ def _selection_from_json(value: Any, where: str) -> Selection:
 
 def _external_from_json(value: Any, where: str) -> tuple[tuple[str, int], ...]:
     if not isinstance(value, list) or len(value) > 1 << 16:
-        raise ManifestError(f"{where} must be an array of at most 65536 files, got {_kind(value)}")
+        raise ManifestError(f"{where} must be an array of at most 65536 files, got {kind_of(value)}")
     files = []
     for index, item in enumerate(value):
-        fields = _Fields(item, f"{where}[{index}]", ("file", "size"))
+        fields = Fields(item, f"{where}[{index}]", ("file", "size"))
         files.append((fields.string("file", nonempty=True)[:4096], fields.integer("size")))
     return tuple(files)
 
 
-def _sha256(fields: _Fields, key: str, nullable: bool) -> Any:
+def _sha256(fields: Fields, key: str, nullable: bool) -> Any:
     digest = fields.string(key, nullable=nullable)
     if digest is not None and not _SHA256.match(digest):
         raise ManifestError(f"{fields.at(key)} must be 64 lowercase hex digits, got {digest[:80]!r}")
@@ -470,8 +413,8 @@ def _sha256(fields: _Fields, key: str, nullable: bool) -> Any:
 def _buffers_from_json(value: Any, where: str, conversion_id: str, total_size: int) -> tuple[BufferFile, ...]:
     """The buffer files of a format-2 manifest: exactly one, named for the conversion, plain file names only."""
     if not isinstance(value, list) or len(value) != 1:
-        raise ManifestError(f"{where} must be an array of one buffer file, got {_kind(value)}")
-    fields = _Fields(value[0], f"{where}[0]", ("file", "size", "fingerprint", "sha256"))
+        raise ManifestError(f"{where} must be an array of one buffer file, got {kind_of(value)}")
+    fields = Fields(value[0], f"{where}[0]", ("file", "size", "fingerprint", "sha256"))
     name = fields.string("file", nonempty=True)
     if (
         len(name.encode("utf-8", "surrogatepass")) > 255 or "/" in name or "\\" in name or ":" in name
@@ -488,12 +431,14 @@ def _buffers_from_json(value: Any, where: str, conversion_id: str, total_size: i
 
 
 def _target_from_json(value: Any, where: str) -> Target:
-    fields = _Fields(value, where, ("feature_level", "supported", "int64", "allow_lossy"))
+    fields = Fields(value, where, ("feature_level", "supported", "int64", "allow_lossy"))
     supported = fields.get("supported")
     if not isinstance(supported, list) or not all(isinstance(s, str) for s in supported):
-        raise ManifestError(f"{fields.at('supported')} must be an array of DML type names, got {_kind(supported)}")
+        raise ManifestError(f"{fields.at('supported')} must be an array of DML type names, got {kind_of(supported)}")
     if not isinstance(fields.get("allow_lossy"), bool):
-        raise ManifestError(f"{fields.at('allow_lossy')} must be true or false, got {_kind(fields.get('allow_lossy'))}")
+        raise ManifestError(
+            f"{fields.at('allow_lossy')} must be true or false, got {kind_of(fields.get('allow_lossy'))}"
+        )
     level = fields.string("feature_level")
     try:
         target = Target(FeatureLevel.parse(level), supported=supported, int64=fields.get("int64"),
@@ -509,8 +454,8 @@ def _target_from_json(value: Any, where: str) -> Target:
 
 
 def _demanded(
-    fields: _Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
-    target: Target, alignment: int, min_dims: int,
+    fields: Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
+    padding: Padding, target: Target, alignment: int, min_dims: int,
 ) -> tuple[DmlDataType, tuple[int, ...], tuple[int, ...] | None, int, dict[str, Any]]:
     """What the target's mapping and the layout rules demand of a converted entry of this type and shape: its
     DML type, sizes, strides, total and desc (ManifestError when the entry's type or conversion is not theirs)."""
@@ -528,7 +473,7 @@ def _demanded(
         )
     try:
         sizes, strides, total = entry_layout(onnx_type, shape, dml_type, conversion, min_dims,
-                                             target.max_dimension_count)
+                                             target.max_dimension_count, padding)
     except LayoutError as exc:
         raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
     desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment).as_dict()
@@ -542,7 +487,7 @@ def _entry_from_json(
     raw: Any, where: str, target: Target, alignment: int, min_dims: int, total_size: int,
     layouts: dict[tuple[Any, ...], Any], version: int,
 ) -> PlanEntry:
-    fields = _Fields(raw, where, _ENTRY_FIELDS + (("clamped",) if version >= 3 else ()))
+    fields = Fields(raw, where, _ENTRY_FIELDS, ("clamped", "padding", "consumers") if version >= 3 else ())
     key = fields.string("key", nonempty=True)
     where = f"{where} ({key[:80]!r})"
     fields.where = where
@@ -551,7 +496,18 @@ def _entry_from_json(
     onnx_type = OnnxDataType.__members__.get(type_name)
     if onnx_type is None or onnx_type is OnnxDataType.UNDEFINED:
         raise ManifestError(f"{fields.at('onnx_type')} is {type_name[:40]!r}, not an ONNX data type name")
-    shape = _int_list(fields.get("shape"), fields.at("shape"))
+    shape = int_list(fields.get("shape"), fields.at("shape"))
+    consumers: tuple[Consumer, ...] = ()
+    padding: Padding = "leading"
+    if version >= 3:
+        consumers = _consumers_from_json(fields.value.get("consumers", []), fields.at("consumers"))
+        padding = padding_of(shape, consumers, min_dims)
+        if fields.value.get("padding", "leading") != padding:
+            raise ManifestError(
+                f"{fields.at('padding')} is {json.dumps(fields.value.get('padding', 'leading'))[:40]}, but a "
+                f"{len(shape)}-D constant "
+                f"with these consumers at min_dims {min_dims} is padded {json.dumps(padding)}"
+            )
     skipped = fields.string("skipped", nullable=True)
     if skipped is not None:
         if not skipped:
@@ -559,21 +515,23 @@ def _entry_from_json(
         for name in ("conversion", "offset", "dml_type", "desc", "clamped"):
             if fields.get(name) is not None:
                 raise ManifestError(f"{where} is skipped but has a {name}; a skipped entry has no bytes")
-        return PlanEntry(key, origin, onnx_type, shape, None, None, None, None, None, None, None, skipped)
+        return PlanEntry(key, origin, onnx_type, shape, None, None, None, None, None, None, None, skipped,
+                         padding=padding, consumers=consumers)
 
     conversion = fields.string("conversion")
     dml_name = fields.string("dml_type")
     offset = fields.integer("offset")
     if offset % alignment:
         raise ManifestError(f"{fields.at('offset')} {offset} is not a multiple of the alignment {alignment}")
-    desc = _Fields(fields.get("desc"), fields.at("desc"), _DESC_FIELDS)
+    desc = Fields(fields.get("desc"), fields.at("desc"), _DESC_FIELDS)
     flags = desc.get("Flags") if desc.get("Flags") in (0, 1) and type(desc.get("Flags")) is int else 0
     # What the type, shape, conversion and flags demand is worked out once for each (a model may have 100,000
     # entries of a few shapes).
-    cache_key = (onnx_type, shape, dml_name, conversion, flags)
+    cache_key = (onnx_type, shape, dml_name, conversion, flags, padding)
     demanded = layouts.get(cache_key)
     if demanded is None:
-        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, target, alignment, min_dims)
+        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, padding, target, alignment,
+                             min_dims)
         layouts[cache_key] = demanded
     dml_type, sizes, strides, total, expected_desc = demanded
     for name, want in expected_desc.items():
@@ -593,6 +551,6 @@ def _entry_from_json(
     elif fields.get("clamped") is not None:
         raise ManifestError(f"{fields.at('clamped')} must be null: only a saturate entry counts clamped values")
     return PlanEntry(key, origin, onnx_type, shape, conversion, offset, dml_type, sizes, strides, total,
-                     alignment, None, flags, clamped)
+                     alignment, None, flags, clamped, padding, consumers)
 
 

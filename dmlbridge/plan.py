@@ -18,6 +18,7 @@ import numpy as np
 from dmlbridge.buffer_files import OpenBuffers
 from dmlbridge.byte_scan import BytesScan
 from dmlbridge.constants import ModelConstant, collector_paused, iter_external_tensors
+from dmlbridge.consumers import find_consumers
 from dmlbridge.decode import decode
 from dmlbridge.encode import PreparedTensor
 from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
@@ -330,11 +331,12 @@ def plan_loaded(
     """Find, select and plan the constants of a read model; ``strict``: the first selected one that would be
     skipped is an error."""
     constants, scan = model_constants(loaded)
+    consumers = find_consumers(loaded.proto, constants)  # (of every constant: the selection reads none)
     if not selection.everything:
         keep = [i for i, c in enumerate(constants) if selection.selects(c.key, c.kind, c.nbytes)]
         constants = [constants[i] for i in keep]
         scan = None if scan is None else scan.subset(keep)
-    planned = plan_constants(constants, options)
+    planned = plan_constants(constants, options, consumers)
     if strict:
         raise_if_skipped(constants, planned.pairs)
     plan = UploadPlan(planned.entries, options.target, options.alignment, options.min_dims, planned.total,

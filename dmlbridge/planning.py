@@ -7,7 +7,7 @@ lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has
 (ONNX type, shape) share everything but key, origin and offset, so each pair is planned once (:class:`Pair`).
 
     >>> from dmlbridge.constants import find_constants
-    >>> from dmlbridge.options import MAX_KEY_LENGTH, PlanOptions
+    >>> from dmlbridge.options import PlanOptions
     >>> from onnx import helper, numpy_helper
     >>> import numpy as np
     >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3, np.float32), "w")])
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from dmlbridge.constants import ModelConstant
+from dmlbridge.consumers import Consumer, Padding, padded_sizes, padding_of
 from dmlbridge.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, UnsupportedTypeError
 from dmlbridge.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
@@ -36,9 +37,13 @@ FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
 
 
 def entry_layout(
-    onnx_type: OnnxDataType, shape: tuple[int, ...], dml: DmlDataType, conversion: str, min_dims: int, max_dims: int
+    onnx_type: OnnxDataType, shape: tuple[int, ...], dml: DmlDataType, conversion: str, min_dims: int, max_dims: int,
+    padding: Padding = "leading",
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
-    """(sizes, desc strides, TotalTensorSizeInBytes) of a packed entry; LayoutError when DirectML cannot hold it."""
+    """(sizes, desc strides, TotalTensorSizeInBytes) of a packed entry; LayoutError when DirectML cannot hold it.
+    ``padding``: "channel" puts a 1-D constant's axis on axis 1 (:mod:`dmlbridge.consumers`)."""
+    if padding == "channel":
+        shape = padded_sizes(shape, padding, min_dims)
     layout = plan_layout(shape, None, min_dims, max_dims)
     if conversion == "emulate":
         # INT64 emulated as INT32 pairs (docs/directml-facts.md): 8-byte elements read through doubled strides.
@@ -81,6 +86,12 @@ class PlanEntry:
     clamped: int | None = None
     """For a ``"saturate"`` entry of a written plan: how many of its values were clamped to the 32-bit range
     (None before the values are read, as in ``plan_model``, and for every other conversion)."""
+    padding: Padding = "leading"
+    """Where the padding 1s went: "leading" (before the shape), "channel" (a 1-D constant's axis on axis 1: every
+    consumer is a per-channel input) or "mixed" (leading: its consumers want different layouts); see
+    :mod:`dmlbridge.consumers`."""
+    consumers: tuple[Consumer, ...] = ()
+    """The node inputs that read the constant: (node key, op type, input index) each."""
 
     @property
     def end(self) -> int | None:
@@ -134,7 +145,10 @@ class PlanEntry:
             "dml_type": None if self.dml_type is None else self.dml_type.name,
             "desc": self.desc(),
             "skipped": self.skipped,
-            "clamped": self.clamped,
+            # (Left out at their defaults: a model may have 100,000 entries, most with none of these.)
+            **({} if self.clamped is None else {"clamped": self.clamped}),
+            **({} if self.padding == "leading" else {"padding": self.padding}),
+            **({"consumers": [consumer._asdict() for consumer in self.consumers]} if self.consumers else {}),
         }
 
 
@@ -145,16 +159,19 @@ class PlanEntries(Mapping[str, PlanEntry]):
 
     def __init__(
         self, keys: list[str], origins: list[str], offsets: list[int | None], pairs: list[Pair],
-        clamped: dict[int, int] | None = None,
+        clamped: dict[int, int] | None = None, consumers: list[tuple[Consumer, ...]] | None = None,
     ) -> None:
         self._keys, self._origins, self._offsets, self._pairs = keys, origins, offsets, pairs
         self._clamped = {} if clamped is None else clamped  # position -> values clamped ("saturate")
+        no_consumers: tuple[Consumer, ...] = ()
+        self._consumers = [no_consumers] * len(keys) if consumers is None else consumers
         self._positions: dict[str, int] | None = None  # made on first lookup
         self._made: list[PlanEntry | None] = [None] * len(keys)
 
     def with_clamped(self, clamped: dict[int, int]) -> PlanEntries:
         """These entries, with how many values each ``"saturate"`` one (by position) had clamped."""
-        return PlanEntries(self._keys, self._origins, self._offsets, self._pairs, {**self._clamped, **clamped})
+        return PlanEntries(self._keys, self._origins, self._offsets, self._pairs, {**self._clamped, **clamped},
+                           self._consumers)
 
     @property
     def _index(self) -> dict[str, int]:
@@ -171,7 +188,7 @@ class PlanEntries(Mapping[str, PlanEntry]):
         if entry is None:
             entry = self._made[i] = PlanEntry(
                 **{**self._pairs[i].fields, "key": self._keys[i], "origin": self._origins[i],
-                   "offset": self._offsets[i], "clamped": self._clamped.get(i)}
+                   "offset": self._offsets[i], "clamped": self._clamped.get(i), "consumers": self._consumers[i]}
             )
         return entry
 
@@ -190,6 +207,11 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def columns(self) -> tuple[list[str], list[str], list[int | None], list[Pair]]:
         """Every entry's key, origin, offset and pair, without making the entries (the manifest writer's input)."""
         return self._keys, self._origins, self._offsets, self._pairs
+
+    @property
+    def consumers(self) -> list[tuple[Consumer, ...]]:
+        """Every entry's consumers, in order (the manifest writer's input)."""
+        return self._consumers
 
     @property
     def clamped(self) -> dict[int, int]:
@@ -229,15 +251,22 @@ class Planned(NamedTuple):
     total: int
 
 
-def plan_constants(constants: list[ModelConstant], options: PlanOptions) -> Planned:
-    """Plan every constant, in order (see the module docstring)."""
+def plan_constants(
+    constants: list[ModelConstant], options: PlanOptions, consumers: dict[str, tuple[Consumer, ...]] | None = None
+) -> Planned:
+    """Plan every constant, in order (see the module docstring); ``consumers``: the nodes that read each, by key
+    (:func:`dmlbridge.consumers.find_consumers`), which decide where a 1-D constant's padding goes."""
+    readers = {} if consumers is None else consumers
+    # Only a constant some per-channel input reads can be padded otherwise than with leading 1s: the others (all
+    # but a few) are looked up by (type, shape) alone.
+    per_channel = {key for key, read_by in readers.items() if any(c.per_channel for c in read_by)}
     alignment = options.alignment
     keys: list[str] = []
     origins: list[str] = []
     offsets: list[int | None] = []
     pairs: list[Pair] = []
     end = 0
-    planned: dict[tuple[OnnxDataType, tuple[int, ...]], Pair] = {}
+    planned: dict[tuple[Any, ...], Pair] = {}
     rows: dict[OnnxDataType, MappingRow] = {}
     for constant in constants:
         if len(constant.key) > MAX_KEY_LENGTH or len(constant.origin) > 2 * MAX_KEY_LENGTH:
@@ -247,12 +276,16 @@ def plan_constants(constants: list[ModelConstant], options: PlanOptions) -> Plan
                 "which every real model's names fit: this model's names or subgraph paths are unreasonably long"
             )
         onnx_type, shape = constant.onnx_type, constant.shape
-        pair = planned.get((onnx_type, shape))
+        padding: Padding = "leading"
+        if per_channel and constant.key in per_channel:
+            padding = padding_of(shape, readers[constant.key], options.min_dims)
+        pair = planned.get((onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding))
         if pair is None:
             row = rows.get(onnx_type)
             if row is None:
                 row = rows[onnx_type] = resolve(onnx_type, options.target)
-            pair = planned[onnx_type, shape] = _plan_pair(onnx_type, shape, row, options)
+            pair = _plan_pair(onnx_type, shape, row, options, padding)
+            planned[(onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding)] = pair
         keys.append(constant.key)
         origins.append(constant.origin)
         pairs.append(pair)
@@ -262,12 +295,15 @@ def plan_constants(constants: list[ModelConstant], options: PlanOptions) -> Plan
             end = offset + pair.total
         else:
             offsets.append(None)
-    return Planned(PlanEntries(keys, origins, offsets, pairs), offsets, pairs, end)
+    each = [readers.get(key, ()) for key in keys] if readers else None
+    return Planned(PlanEntries(keys, origins, offsets, pairs, None, each), offsets, pairs, end)
 
 
-def _plan_pair(onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions) -> Pair:
+def _plan_pair(
+    onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions, padding: Padding
+) -> Pair:
     fields: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
-    fields["onnx_type"], fields["shape"], fields["flags"] = onnx_type, shape, 0
+    fields["onnx_type"], fields["shape"], fields["flags"], fields["padding"] = onnx_type, shape, 0, padding
     if row.dml_type is None:
         fields["skipped"] = f"{onnx_type.name}: {row.reason}"
         return Pair(fields, -1, UnsupportedTypeError, None, None, False)
@@ -276,7 +312,7 @@ def _plan_pair(onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow,
         return Pair(fields, -1, LayoutError, None, None, False)
     try:
         sizes, strides, total = entry_layout(onnx_type, shape, row.dml_type, row.conversion, options.min_dims,
-                                             options.target.max_dimension_count)
+                                             options.target.max_dimension_count, padding)
     except LayoutError as exc:
         fields["skipped"] = str(exc)
         return Pair(fields, -1, LayoutError, None, None, False)

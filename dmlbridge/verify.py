@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dmlbridge.constants import ModelConstant, find_constants
+from dmlbridge.consumers import Consumer, find_consumers
 from dmlbridge.encode import prepare
 from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError
 from dmlbridge.external_data import ExternalDataReader
@@ -86,12 +87,14 @@ def find_mismatches(
     with read_model(model, base_dir) as loaded:
         reader = external_data_reader(loaded, external_data_root)
         selection = plan.selection
-        constants = [c for c in find_constants(loaded.proto) if selection.selects(c.key, c.kind, c.nbytes)]
+        every = find_constants(loaded.proto)
+        consumers = find_consumers(loaded.proto, every)
+        constants = [c for c in every if selection.selects(c.key, c.kind, c.nbytes)]
         need_reader(constants, reader)
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")
         try:
-            problems = _find(plan, constants, reader, max_tensor_bytes, limit, sha256, bar)
+            problems = _find(plan, constants, consumers, reader, max_tensor_bytes, limit, sha256, bar)
         finally:
             bar.close()
         source = plan.source_sha256
@@ -107,8 +110,8 @@ def find_mismatches(
 
 
 def _find(
-    plan: WrittenPlan, constants: list[ModelConstant], reader: ExternalDataReader | None, max_tensor_bytes: int,
-    limit: int, sha256: bool, bar: Progress,
+    plan: WrittenPlan, constants: list[ModelConstant], consumers: dict[str, tuple[Consumer, ...]],
+    reader: ExternalDataReader | None, max_tensor_bytes: int, limit: int, sha256: bool, bar: Progress,
 ) -> list[str]:
     problems = plan.buffer_problems(sha256=sha256)
     keys = {c.key for c in constants}
@@ -116,13 +119,19 @@ def _find(
         if key not in keys:
             problems.append(f"{key!r} is in the plan but not in the model")
     # A fresh plan of every constant at once (flags change no size: each entry's own are used below).
-    fresh = plan_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0)).pairs
+    fresh = plan_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0), consumers).pairs
     for constant, pair in zip(constants, fresh, strict=True):
         if len(problems) >= limit:
             break
         entry = plan.entries.get(constant.key)
         if entry is None:
             problems.append(f"{constant.key!r} ({constant.origin}) is in the model but not in the plan")
+            continue
+        read_by = consumers.get(constant.key, ())
+        if entry.consumers != read_by or entry.padding != pair.fields["padding"]:
+            problems.append(f"{constant.key!r}: the plan has consumers {_consumer_list(entry.consumers)} "
+                            f"({entry.padding} padding), the model {_consumer_list(read_by)} "
+                            f"({pair.fields['padding']} padding)")
             continue
         problem = _compare(plan, constant, entry, pair.total >= 0, reader, max_tensor_bytes)
         bar.update(entry.total_tensor_size_in_bytes or 0)
@@ -173,6 +182,11 @@ def _compare(
         return ("the values read back from the buffer file differ from the model's"
                 + _first_element(plan, entry, values, back))
     return None
+
+
+def _consumer_list(consumers: tuple[Consumer, ...]) -> str:
+    shown = ", ".join(f"{c.node} ({c.op_type} input {c.input})" for c in consumers[:3])
+    return f"[{shown}{', ...' if len(consumers) > 3 else ''}]"
 
 
 def _first_element(plan: WrittenPlan, entry: PlanEntry, values: np.ndarray, back: np.ndarray | None = None) -> str:
