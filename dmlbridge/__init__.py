@@ -34,7 +34,7 @@ from dmlbridge.onnx_tensor import TensorInfo, tensor_info, tensor_to_array
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.packing import pack_4bit, unpack_4bit
 from dmlbridge.plan import UploadPlan, load_plan, plan_model
-from dmlbridge.planning import PlanEntry
+from dmlbridge.planning import ConvertedEntry, PlanEntry
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
 from dmlbridge.version import __version__ as __version__
@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_MAX_TENSOR_BYTES",
     "BufferFile",
     "BufferTensorDesc",
+    "ConvertedEntry",
     "DestinationError",
     "DmlBridgeError",
     "DmlDataType",

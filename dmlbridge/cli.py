@@ -126,7 +126,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             "constants": len(plan.entries),
             "converted": len(converted),
             "skipped": len(plan.skipped),
-            "tensor_bytes": sum(e.total_tensor_size_in_bytes or 0 for e in converted),
+            "tensor_bytes": sum(e.total_tensor_size_in_bytes for e in converted),
             "total_size": plan.total_size,
         }
         print(json.dumps(document, indent=1))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from dmlbridge.options import (
     check_flag,
     check_max_tensor_bytes,
 )
-from dmlbridge.planning import Pair, PlanEntry, Planned, plan_constants
+from dmlbridge.planning import ConvertedEntry, Pair, PlanEntry, Planned, plan_constants
 from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
 from dmlbridge.verify import find_mismatches
@@ -99,9 +99,10 @@ class UploadPlan(Manifest):
         self.close()
 
     @property
-    def converted(self) -> list[PlanEntry]:
-        """The entries that have bytes in the .bin, in manifest (model) order."""
-        return [e for e in self.entries.values() if e.skipped is None]
+    def converted(self) -> list[ConvertedEntry]:
+        """The entries that have bytes in the .bin, in manifest (model) order, typed with their fields filled
+        (:class:`~dmlbridge.planning.ConvertedEntry`: ``offset``, ``dml_type``, ``sizes``, ... are never None)."""
+        return [cast(ConvertedEntry, e) for e in self.entries.values() if e.skipped is None]
 
     @property
     def skipped(self) -> list[PlanEntry]:
@@ -155,9 +156,9 @@ class UploadPlan(Manifest):
     def buffer_checks(self, *, sha256: bool = False) -> list[tuple[str, str]]:
         """:meth:`buffer_problems`, each with what failed: ``"size"``, ``"fingerprint"`` or ``"sha256"``."""
         files = self._open_files()
-        converted = self.converted  # (converted entries have an offset and a total)
-        offsets = [e.offset or 0 for e in converted]
-        totals = [e.total_tensor_size_in_bytes or 0 for e in converted]
+        converted = self.converted
+        offsets = [e.offset for e in converted]
+        totals = [e.total_tensor_size_in_bytes for e in converted]
         problems = []
         for index, buffer in enumerate(self.buffers):
             size = files.size(index)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, cast
 
 from dmlbridge.constants import ModelConstant
 from dmlbridge.consumers import Consumer, Padding, padded_sizes, padding_of
@@ -31,7 +31,9 @@ from dmlbridge.mapping import Conversion, MappingRow, resolve
 from dmlbridge.options import MAX_KEY_LENGTH, PlanOptions
 from dmlbridge.types import DmlDataType, OnnxDataType
 
-__all__ = ["FOUR_BIT", "Pair", "PlanEntries", "PlanEntry", "Planned", "entry_layout", "plan_constants"]
+__all__ = [
+    "FOUR_BIT", "ConvertedEntry", "Pair", "PlanEntries", "PlanEntry", "Planned", "entry_layout", "plan_constants",
+]
 
 FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
 
@@ -50,6 +52,63 @@ def entry_layout(
         strides = check_strides([2 * s for s in packed_strides(layout.sizes)], layout.sizes)
         return layout.sizes, strides, 8 * layout.span
     return layout.sizes, None, calc_buffer_tensor_size(dml, layout.sizes)
+
+
+class ConvertedEntry(Protocol):
+    """A :class:`PlanEntry` that has bytes (``UploadPlan.converted`` gives these), typed with its fields filled:
+    no ``None`` to test before using ``offset``, ``sizes`` or the DML type.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> w = numpy_helper.from_array(np.ones(3, np.float32), "w")
+        >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], [w])))
+        >>> entry: dmlbridge.ConvertedEntry = plan.converted[0]
+        >>> entry.offset + entry.total_tensor_size_in_bytes, entry.dml_type.name
+        (12, 'FLOAT32')
+    """
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def origin(self) -> str: ...
+    @property
+    def onnx_type(self) -> OnnxDataType: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def conversion(self) -> Conversion: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def dml_type(self) -> DmlDataType: ...
+    @property
+    def sizes(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...] | None: ...
+    @property
+    def total_tensor_size_in_bytes(self) -> int: ...
+    @property
+    def guaranteed_base_offset_alignment(self) -> int: ...
+    @property
+    def skipped(self) -> None: ...
+    @property
+    def flags(self) -> int: ...
+    @property
+    def clamped(self) -> int | None: ...
+    @property
+    def padding(self) -> Padding: ...
+    @property
+    def consumers(self) -> tuple[Consumer, ...]: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def buffer_desc(self) -> BufferTensorDesc: ...
+    def desc(self) -> dict[str, Any]: ...
+    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC: ...
+    def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC: ...
+    def as_ctypes_binding(self, resource: int) -> DML_BUFFER_BINDING: ...
+    def to_json(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -132,6 +191,20 @@ class PlanEntry:
         if self.offset is None or self.total_tensor_size_in_bytes is None:
             raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no bytes to bind")
         return DML_BUFFER_BINDING(resource, self.offset, self.total_tensor_size_in_bytes)
+
+    def as_converted(self) -> ConvertedEntry:
+        """This entry typed as converted (its fields filled); InvalidArgumentError when it was skipped.
+
+        Example:
+            >>> import dmlbridge
+            >>> entry = dmlbridge.PlanEntry("w", "initializer", dmlbridge.OnnxDataType.FLOAT, (2,), "native", 0,
+            ...                             dmlbridge.DmlDataType.FLOAT32, (2,), None, 8, 256, None)
+            >>> entry.as_converted().end
+            8
+        """
+        if self.skipped is not None:
+            raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no bytes")
+        return cast(ConvertedEntry, self)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest form of this entry."""

@@ -75,7 +75,7 @@ def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, 
     for e in plan.skipped:
         lines.append(f"skipped {_printable(e.key)!r}: {_printable(e.skipped or '')}")
     converted = plan.converted
-    data = sum(e.total_tensor_size_in_bytes or 0 for e in converted)
+    data = sum(e.total_tensor_size_in_bytes for e in converted)
     lines.append(
         f"{len(plan.entries)} constants: {len(converted)} converted ({human_size(data)} of tensor data in a "
         f"{human_size(plan.total_size)} buffer, alignment {plan.alignment}), {len(plan.skipped)} skipped"
