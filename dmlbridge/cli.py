@@ -23,7 +23,7 @@ from dmlbridge.demo import run_demo
 from dmlbridge.descs import DML_TENSOR_FLAG_OWNED_BY_DML
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.mapping import mapping_table
-from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES, parse_byte_count
 from dmlbridge.plan import plan_with_notes, read_plan
 from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.selection import CONSTANT_KINDS
@@ -70,7 +70,8 @@ def _cmd_table(args: argparse.Namespace) -> int:
 
 def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     _add_target_options(parser)
-    parser.add_argument("--alignment", type=int, default=256, help="offset alignment in bytes, a power of two >= 16")
+    parser.add_argument("--alignment", type=_byte_count, default=256,
+                        help="offset alignment in bytes, a power of two >= 16 (default 256)")
     parser.add_argument("--min-dims", type=int, default=None, metavar="N",
                         help="pad sizes with leading 1s to N dims (default: 4 below feature level 3.0, else 1)")
     choose = parser.add_argument_group("choosing constants (the manifest records the choice)")
@@ -80,8 +81,8 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help="leave out constants whose key matches GLOB (repeatable)")
     choose.add_argument("--kinds", metavar="KINDS",
                         help="only constants of these origin kinds, comma-separated, from: " + ",".join(CONSTANT_KINDS))
-    choose.add_argument("--min-bytes", type=_byte_count, default=0, metavar="N",
-                        help="only constants whose values take at least N bytes")
+    choose.add_argument("--min-bytes", type=_byte_count, default=0, metavar="BYTES",
+                        help="only constants whose values take at least BYTES bytes (e.g. 4096 or 1KiB)")
 
 
 def _selection_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -95,13 +96,13 @@ _FLAG_VALUES = {"none": 0, "owned-by-dml": DML_TENSOR_FLAG_OWNED_BY_DML}
 
 def _add_limit_options(parser: argparse.ArgumentParser, when: str = "") -> None:
     """The limits and flags convert takes (``inspect --check`` takes them too, to refuse what convert would)."""
-    parser.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
-                        help=when + "refuse constants larger than N bytes (default 16 GiB)")
-    parser.add_argument("--max-output-bytes", type=_byte_count, default=None, metavar="N",
-                        help=when + "refuse an upload image larger than N bytes (default: 8 x the model's bytes + "
-                        "64 MiB)")
-    parser.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES, metavar="N",
-                        help=when + "refuse a manifest larger than N bytes (default 256 MiB)")
+    parser.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="BYTES",
+                        help=when + "refuse constants larger than BYTES (e.g. 2GiB; default 16GiB)")
+    parser.add_argument("--max-output-bytes", type=_byte_count, default=None, metavar="BYTES",
+                        help=when + "refuse an upload image larger than BYTES (default: 8 x the model's bytes + "
+                        "64MiB)")
+    parser.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
+                        metavar="BYTES", help=when + "refuse a manifest larger than BYTES (default 256MiB)")
     parser.add_argument("--flags", choices=tuple(_FLAG_VALUES), default="none",
                         help="DML_TENSOR_FLAGS of every converted tensor (owned-by-dml: weights DirectML copies at "
                         "operator initialization)")
@@ -212,12 +213,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _byte_count(text: str) -> int:
     try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
+        return parse_byte_count(text)
+    except DmlBridgeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _help(description: str, example: str, exits: str = "0 done, 2 a usage or input error") -> dict[str, Any]:
@@ -287,10 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("model", help="the .onnx file it was converted from")
     verify.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
     verify.add_argument("--quiet", action="store_true", help="no progress bar")
-    verify.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="N",
-                        help="refuse constants larger than N bytes (default 16 GiB)")
-    verify.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES, metavar="N",
-                        help="refuse a manifest larger than N bytes (default 256 MiB)")
+    verify.add_argument("--max-tensor-bytes", type=_byte_count, default=DEFAULT_MAX_TENSOR_BYTES, metavar="BYTES",
+                        help="refuse constants larger than BYTES (e.g. 2GiB; default 16GiB)")
+    verify.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
+                        metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
     verify.set_defaults(run=_cmd_verify)
 
     demo = commands.add_parser("demo", help="build a sample model, convert it, verify it, print the summary",

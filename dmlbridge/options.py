@@ -12,6 +12,7 @@ keywords it was given with the helpers here and passes the result on as one reco
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, NamedTuple
 
 from dmlbridge.descs import check_flags
@@ -30,6 +31,7 @@ __all__ = [
     "check_flag",
     "check_max_tensor_bytes",
     "checked_path_only",
+    "parse_byte_count",
 ]
 
 DEFAULT_MAX_TENSOR_BYTES = 16 << 30
@@ -50,6 +52,35 @@ def checked_path_only() -> bool:
     off (no byte scan, every tensor decoded and converted by ``prepare``), for the tests that hold the fast paths
     to the checked path's outputs. A private switch for tests and measurements, not an option for users."""
     return os.environ.get("DMLBRIDGE_CHECKED_PATH_ONLY", "") not in ("", "0")
+
+
+_BYTE_COUNT = re.compile(r"\s*(0[xX][0-9a-fA-F]+|\d+)\s*([A-Za-z]*)\s*")
+_BINARY_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_DECIMAL_UNITS = {"k": "KiB", "kb": "KiB", "m": "MiB", "mb": "MiB", "g": "GiB", "gb": "GiB", "t": "TiB", "tb": "TiB"}
+
+
+def parse_byte_count(text: str) -> int:
+    """A byte count as a person writes it: a whole number (``4096``, ``0x1000``) or one with a binary unit
+    (``512KiB``, ``512MiB``, ``2GiB``, ``1TiB``; any case). Decimal units (``MB``, ``G``) are refused with a
+    hint rather than guessed (2 GB is 2,000,000,000 bytes, 2 GiB 2,147,483,648). InvalidArgumentError otherwise.
+
+    Example:
+        >>> parse_byte_count("512MiB"), parse_byte_count("2 GiB"), parse_byte_count("4096")
+        (536870912, 2147483648, 4096)
+    """
+    match = _BYTE_COUNT.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _BINARY_UNITS:
+        if match and unit in _DECIMAL_UNITS:
+            binary = f"{match.group(1)}{_DECIMAL_UNITS[unit]}"
+            raise InvalidArgumentError(
+                f"not a byte count: {text!r} (decimal units are not guessed: {text.strip()} could mean 10^n or 2^n "
+                f"bytes); write {binary} for {match.group(1)} x 2^{10 * (1 + 'kmgt'.index(unit[0]))} bytes"
+            )
+        raise InvalidArgumentError(
+            f"not a byte count: {text!r}; write a whole number of bytes or one with KiB, MiB, GiB or TiB (2GiB)"
+        )
+    return int(match.group(1), 0) * _BINARY_UNITS[unit]
 
 
 def check_flag(name: str, value: Any) -> bool:

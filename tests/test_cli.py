@@ -178,7 +178,7 @@ def test_demo(tmp_path: Path) -> None:
         (["inspect", "{tmp}/empty.onnx"], ["no graph"]),
         (["convert", "{tmp}"], ["not a regular file"]),
         (["convert", "{small}", "--alignment", "24"], ["alignment"]),
-        (["convert", "{small}", "--alignment", "abc"], ["--alignment", "invalid int"]),
+        (["convert", "{small}", "--alignment", "abc"], ["--alignment", "not a byte count"]),
         (["convert", "{small}", "--min-dims", "9"], ["--min-dims must be"]),
         (["convert", "{small}", "--feature-level", "9.9"], ["9.9"]),
         (["convert", "{small}", "--unsupported", "BOGUS"], ["BOGUS"]),
@@ -408,3 +408,31 @@ def test_messages_name_flags_but_never_rewrite_the_users_names(tmp_path: Path) -
     image = run("convert", model, "-o", tmp_path / "out", "--max-output-bytes", "8")
     one_line_error(image, "(--max-output-bytes)", "pass --max-output-bytes if")
     assert "max_output_bytes" not in image.stderr
+
+
+@pytest.mark.parametrize(("text", "value"), [("4096", 4096), ("0x1000", 4096), ("1KiB", 1024), ("512 MiB", 512 << 20),
+                                             ("2GiB", 2 << 30), ("2gib", 2 << 30), ("1TiB", 1 << 40), ("7B", 7)])
+def test_byte_counts_take_binary_units(text: str, value: int) -> None:
+    from dmlbridge.options import parse_byte_count
+
+    assert parse_byte_count(text) == value
+
+
+@pytest.mark.parametrize(("text", "words"), [("2GB", ["decimal units are not guessed", "write 2GiB"]),
+                                             ("512M", ["write 512MiB"]), ("1.5GiB", ["not a byte count"]),
+                                             ("-1", ["not a byte count"]), ("2 GiBs", ["not a byte count"])])
+def test_byte_counts_refuse_what_they_would_guess(small: Path, tmp_path: Path, text: str, words: list[str]) -> None:
+    from dmlbridge.options import parse_byte_count
+
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="not a byte count"):
+        parse_byte_count(text)
+    for flag in ("--max-tensor-bytes", "--max-output-bytes", "--max-manifest-bytes", "--min-bytes", "--alignment"):
+        one_line_error(run("convert", small, "-o", tmp_path / "w", flag, text), flag, *words)
+
+
+def test_every_byte_count_option_takes_units(small: Path, tmp_path: Path) -> None:
+    done = run("convert", small, "-o", tmp_path / "w", "--quiet", "--max-tensor-bytes", "1KiB", "--alignment", "1KiB",
+               "--max-output-bytes", "64KiB", "--max-manifest-bytes", "1MiB", "--min-bytes", "0B")
+    assert done.returncode == 0, done.stderr
+    assert dmlbridge.load_plan(tmp_path / "w.json").alignment == 1024
+    one_line_error(run("convert", small, "-o", tmp_path / "x", "--max-tensor-bytes", "8B"), "--max-tensor-bytes 8")
