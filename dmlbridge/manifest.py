@@ -54,6 +54,9 @@ Format ``dmlbridge-upload-plan``, version 3
 - The writer puts one top-level field per line and one entry per line (readable, diffable, compact); a reader
   MUST NOT depend on that.
 
+The JSON Schema of every version (each field's type and range) ships as ``manifest.schema.json``
+(:func:`manifest_schema`).
+
 Versions 1 and 2 are read, no longer written. Version 2 had no ``selection`` (every constant is an entry) and
 no ``clamped``, ``padding`` or ``consumers`` (every entry padded with leading 1s).
 Version 1 had no ``conversion_id`` and no ``buffers`` either: its one buffer was ``PREFIX.bin`` beside
@@ -78,6 +81,7 @@ import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from dmlbridge.consumers import Consumer, Padding, padding_of
@@ -99,6 +103,7 @@ __all__ = [
     "Manifest",
     "entry_lines",
     "manifest_document",
+    "manifest_schema",
     "manifest_text",
     "parse_manifest",
 ]
@@ -284,6 +289,19 @@ def _entry_json(entry: PlanEntry) -> str:
 
 
 # --- reading -------------------------------------------------------------------------------------------------
+
+
+def manifest_schema() -> dict[str, Any]:
+    """The JSON Schema of every manifest format version this dmlbridge writes or reads (the package's
+    ``manifest.schema.json``): each field's type and range; the rules between fields are :func:`parse_manifest`'s.
+
+    Example:
+        >>> sorted(manifest_schema()["$defs"]["version3"]["properties"])[:3]
+        ['buffers', 'conversion_id', 'entries']
+    """
+    text = resources.files("dmlbridge").joinpath("manifest.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
 
 
 def parse_manifest(raw: bytes, where: str, bin_name: str = "") -> Manifest:

@@ -1,0 +1,46 @@
+"""Every manifest dmlbridge writes during the tests is checked against the JSON Schema the package ships."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dmlbridge.commit import Publication
+from dmlbridge.manifest import manifest_schema
+
+try:
+    import jsonschema
+except ImportError:  # pragma: no cover - the test extra installs it
+    jsonschema = None
+
+
+@pytest.fixture(scope="session")
+def manifest_validator() -> Any:
+    """One validator for the session (building it costs more than a small manifest's check)."""
+    if jsonschema is None:
+        pytest.skip("jsonschema is not installed (pip install -e '.[test]')")
+    schema = manifest_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.fixture(autouse=True)
+def _manifests_follow_the_schema(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
+    if jsonschema is None:
+        yield
+        return
+    validator = request.getfixturevalue("manifest_validator")
+    publish = Publication.publish
+
+    def checked(self: Publication, manifest: bytes) -> None:
+        document = json.loads(manifest)
+        if isinstance(document, dict) and document.get("format") == "dmlbridge-upload-plan":  # (not a test's {})
+            error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+            assert error is None, f"the manifest breaks the schema: {error.message} at {list(error.absolute_path)}"
+        publish(self, manifest)
+
+    monkeypatch.setattr(Publication, "publish", checked)
+    yield

@@ -1,0 +1,87 @@
+"""The JSON Schema shipped in the package covers every manifest version the code writes or reads, and refuses
+the shapes load_plan refuses (every manifest the suite writes is checked against it in conftest.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import dmlbridge
+from dmlbridge.manifest import MANIFEST_FORMAT_VERSION, READABLE_VERSIONS, manifest_schema
+
+
+@pytest.fixture
+def document(tmp_path: Path) -> dict[str, Any]:
+    inits = [numpy_helper.from_array(np.arange(4, dtype=np.float32), "w"),
+             numpy_helper.from_array(np.array(["a"], dtype=object), "labels"),
+             numpy_helper.from_array(np.zeros(3, np.float32), "bias")]
+    conv = helper.make_node("Conv", ["x", "w", "bias"], ["y"], name="conv")
+    model = helper.make_model(helper.make_graph([conv], "g", [], [], inits))
+    plan = dmlbridge.convert_model(model, tmp_path / "m", min_dims=4, progress=False, checksum=True,
+                                   exclude=["nothing"])
+    doc: dict[str, Any] = json.loads(Path(plan.manifest_path or "").read_text())
+    return doc
+
+
+def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
+    """``doc`` as version 2 or 1 wrote it."""
+    old = copy.deepcopy(doc)
+    del old["selection"]
+    old["entries"] = [{k: v for k, v in e.items() if k not in ("clamped", "padding", "consumers")}
+                      for e in old["entries"]]
+    old["format_version"] = version
+    if version == 1:
+        buffer = old.pop("buffers")[0]
+        del old["conversion_id"]
+        old.update(bin_fingerprint=buffer["fingerprint"], bin_sha256=buffer["sha256"],
+                   source={"name": old["source"]["name"], "size": old["source"]["size"]})
+    return old
+
+
+def test_the_schema_covers_every_version(manifest_validator: Any, document: dict[str, Any]) -> None:
+    assert READABLE_VERSIONS == (1, 2, 3) and MANIFEST_FORMAT_VERSION == 3
+    schema = manifest_schema()
+    assert {schema["$defs"][f"version{v}"]["properties"]["format_version"]["const"] for v in READABLE_VERSIONS} \
+        == set(READABLE_VERSIONS)
+    assert document["entries"][2]["padding"] == "channel"  # the optional fields are exercised
+    for version in READABLE_VERSIONS:
+        doc = document if version == 3 else older(document, version)
+        manifest_validator.validate(doc)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (["format_version"], 4),
+        (["conversion_id"], "XYZ"),
+        (["alignment"], 8),
+        (["selection", "kinds"], ["initialiser"]),
+        (["buffers", 0, "fingerprint"], "0" * 63),
+        (["entries", 0, "conversion"], "truncate"),
+        (["entries", 0, "desc", "Flags"], 2),
+        (["entries", 0, "desc", "Sizes"], [1] * 9),
+        (["entries", 1, "desc"], {"DataType": 1}),  # a skipped entry with a desc
+        (["entries", 2, "padding"], "trailing"),
+        (["entries", 2, "consumers", 0, "input"], -1),
+        (["entries", 0, "extra"], 1),
+        (["source", "external_data"], "w.data"),
+    ],
+)
+def test_the_schema_refuses_what_load_plan_refuses(manifest_validator: Any, document: dict[str, Any],
+                                                   path: list[Any], value: Any, tmp_path: Path) -> None:
+    doc = copy.deepcopy(document)
+    target = doc
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    assert not manifest_validator.is_valid(doc)
+    manifest = next(tmp_path.glob("m.json"))
+    manifest.write_text(json.dumps(doc))
+    with pytest.raises(dmlbridge.ManifestError):
+        dmlbridge.load_plan(manifest)
