@@ -53,3 +53,18 @@ def test_no_test_module_imports_another(path: Path) -> None:
         names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
         names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
         assert not [n for n in names if n.startswith("test_")], f"{path.name} imports {names}"
+
+
+def test_the_module_map_names_every_module_in_its_layer() -> None:
+    """docs/architecture.md lists every module of the package, layer by layer as the import contract has them."""
+    tomllib = pytest.importorskip("tomllib")  # (Python 3.11+)
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    layers = next(c["layers"] for c in contract["contracts"] if c["type"] == "layers")
+    for number, layer in enumerate(layers, 1):
+        names = ", ".join(f"`{m.strip().split('.')[-1]}`" for m in layer.split("|"))
+        assert f"{number}. {names}\n" in text, layer
+    modules = {p.stem for p in (ROOT / "dmlbridge").glob("*.py")} - {"__init__"}
+    assert modules == {m.strip().split(".")[-1] for layer in layers for m in layer.split("|")}
+    for module in modules:
+        assert f"   - `{module}`: " in text, module
