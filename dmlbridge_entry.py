@@ -25,7 +25,15 @@ __all__ = ["main"]
 
 
 def main() -> None:
-    """Import the package and run the command line (the handler above stays until it takes over)."""
+    """Import the package and run the command line (the handler above stays until it takes over).
+
+    Once the command has returned, a Ctrl-C is too late to stop anything: it is ignored while Python exits with
+    the command's status. One that lands between the return and that line is answered like any other."""
     from dmlbridge.cli import main as run  # the heavy imports, under the handler
 
-    sys.exit(run())
+    try:
+        status = run()
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # finalization would print a KeyboardInterrupt traceback
+    except KeyboardInterrupt:
+        _interrupted(_signal.SIGINT, None)
+    sys.exit(status)

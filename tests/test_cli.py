@@ -252,6 +252,29 @@ def test_ctrl_c_from_the_first_instruction_prints_one_line(small: Path, tmp_path
     assert "interrupted" in outcomes
 
 
+@pytest.mark.parametrize("when", ["as the command returns", "while Python exits"])
+def test_ctrl_c_after_the_command_returned(when: str) -> None:
+    """The last window of the command's life: a SIGINT as its main returns is one line and exit 130; one while
+    Python exits after it is too late to stop anything and changes nothing. Neither prints a traceback."""
+    if os.name != "posix":
+        pytest.skip("POSIX signals")
+    if when == "as the command returns":  # the command's own handler is installed, then the signal lands
+        stub = ("def main():\n    signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                "    os.kill(os.getpid(), signal.SIGINT)\n    return 0\n")
+    else:
+        stub = "def main():\n    atexit.register(os.kill, os.getpid(), signal.SIGINT)\n    return 0\n"
+    code = ("import atexit, os, signal, sys, types\nimport dmlbridge_entry\n"
+            "cli = types.ModuleType('dmlbridge.cli')\n" + "exec(" + repr(stub) + ", cli.__dict__)\n"
+            "cli.__dict__.update(os=os, signal=signal, atexit=atexit)\n"
+            "sys.modules['dmlbridge.cli'] = cli\ndmlbridge_entry.main()\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in result.stderr, result.stderr
+    if when == "as the command returns":
+        assert (result.returncode, result.stderr) == (130, "dmlbridge: interrupted\n")
+    else:
+        assert (result.returncode, result.stderr) == (0, "")
+
+
 def test_version() -> None:
     result = run("--version")
     assert result.returncode == 0 and result.stdout.strip() == f"dmlbridge {dmlbridge.__version__}"
