@@ -1,8 +1,9 @@
-"""Whole-model conversion: every constant of an ONNX model in one DirectML upload buffer, plus its manifest.
+"""Whole-model conversion: every constant of an ONNX model in DirectML upload buffers, plus their manifest.
 
-:func:`convert_model` writes ``PREFIX.bin`` (the upload buffer image: each tensor's bytes at an offset that is a
-multiple of ``alignment``, zero bytes between; :mod:`dmlbridge.image_writer`) and ``PREFIX.json`` (the manifest,
-:mod:`dmlbridge.manifest`), published together (:mod:`dmlbridge.commit`). Everything that can be refused is
+:func:`convert_model` writes the buffer files ``PREFIX.<id>.<n>.bin`` (the upload image: each tensor's bytes at
+an offset that is a multiple of ``alignment``, zero bytes between, a new file where the next tensor would pass
+``max_buffer_bytes``; :mod:`dmlbridge.image_writer`) and ``PREFIX.json`` (the manifest, :mod:`dmlbridge.manifest`),
+published together (:mod:`dmlbridge.commit`). Everything that can be refused is
 refused before any file is created: bad options, constants over ``max_tensor_bytes``, strict skips, external
 data without a directory, outputs that would overwrite the model's own files. On any error or Ctrl-C the
 temporary files are removed and the previous outputs are untouched.
@@ -28,6 +29,7 @@ from dmlbridge.image_writer import write_image
 from dmlbridge.manifest import BufferFile, entry_lines, manifest_text
 from dmlbridge.model_file import LoadedModel, external_data_reader, need_reader, read_model
 from dmlbridge.options import (
+    DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
     DEFAULT_TARGET,
@@ -35,7 +37,7 @@ from dmlbridge.options import (
     PlanOptions,
 )
 from dmlbridge.plan import PlannedModel, UploadPlan, plan_loaded
-from dmlbridge.planning import Planned
+from dmlbridge.planning import Planned, refuse_oversized
 from dmlbridge.progress import Progress
 from dmlbridge.selection import Selection
 from dmlbridge.target import Target
@@ -64,10 +66,12 @@ def convert_model(
     exclude: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
     min_bytes: int = 0,
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
 ) -> UploadPlan:
-    """Convert every constant of an ONNX model into one DirectML upload buffer: the buffer file
-    ``out_prefix.<conversion id>.00000.bin`` and its manifest ``out_prefix.json``, published together (the
-    manifest's rename is the one step that replaces a previous conversion; see :mod:`dmlbridge.commit`).
+    """Convert every constant of an ONNX model into DirectML upload buffers: the buffer files
+    ``out_prefix.<conversion id>.00000.bin``, ``.00001.bin``, ... (one when the model fits in ``max_buffer_bytes``)
+    and their manifest ``out_prefix.json``, published together (the manifest's rename is the one step that
+    replaces a previous conversion; see :mod:`dmlbridge.commit`).
     ``out_prefix.lock`` guards the prefix against a second conversion at the same time and stays in place.
 
     Args:
@@ -111,6 +115,12 @@ def convert_model(
             ``dmlbridge.selection.CONSTANT_KINDS``); default: every kind.
         min_bytes: only constants whose values take at least this many bytes as a numpy array. The manifest
             records the selection; ``verify`` compares the plan with the constants it selects.
+        max_buffer_bytes: the largest buffer file (a multiple of ``alignment``, at most 0xFFFF0000, the largest
+            upload buffer Direct3D 12 makes). Constants go into buffers in model order; a new buffer starts when
+            the next one would not fit, and no constant is split: one larger than the limit is refused
+            (TensorTooLargeError) before any file is created. The default, 2 GiB, is the size Direct3D 12
+            guarantees a resource on a GPU with 8 GiB or more; :func:`dmlbridge.max_buffer_bytes_for` gives it for
+            others. A model with a constant over 2 GiB needs a larger limit.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -127,7 +137,7 @@ def convert_model(
         (1, '0000c03f000000c0')
         >>> shutil.rmtree(folder)
     """
-    layout = PlanOptions.check(target, alignment, min_dims, flags)
+    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes)
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
@@ -154,6 +164,7 @@ def check_conversion(
     exclude: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
     min_bytes: int = 0,
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
 ) -> UploadPlan:
     """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
     value decoded and converted (external data read, values that must narrow checked), each error the one
@@ -171,23 +182,26 @@ def check_conversion(
         ...
         dmlbridge.errors.ValueRangeError: constant 'big' (initializer): value 1099511627776 at index [0] ...64-bit types
     """
-    layout = PlanOptions.check(target, alignment, min_dims, flags)
+    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes)
     options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,
                                    checksum=False, max_tensor_bytes=max_tensor_bytes, fsync=False,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
                                    selection=Selection.check(include, exclude, kinds, min_bytes))
     with read_model(model, base_dir) as loaded, collector_paused():
         model_plan, reader, _ = _checked(loaded, options)
+        clamped: dict[int, int] = {}
         try:
             with open(os.devnull, "wb", buffering=0) as sink:  # every value passes through; nothing is kept
-                image = write_image(sink, model_plan.constants, model_plan.planned, model_plan.scan, reader, options,
-                                    Progress(False, 0, ""), kernel_copy=False)
+                for index in range(len(model_plan.planned.buffer_sizes)):
+                    clamped.update(write_image(sink, model_plan.constants, model_plan.planned, model_plan.scan,
+                                               reader, options, Progress(False, 0, ""), kernel_copy=False,
+                                               buffer=index).clamped)
         finally:
             if reader is not None:
                 reader.close()
-        if not image.clamped:
+        if not clamped:
             return model_plan.plan
-        return replace(model_plan.plan, entries=model_plan.planned.entries.with_clamped(image.clamped))
+        return replace(model_plan.plan, entries=model_plan.planned.entries.with_clamped(clamped))
 
 
 def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[PlannedModel, ExternalDataReader | None, list[str]]:
@@ -200,6 +214,7 @@ def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[PlannedModel
         need_reader(model_plan.not_in_the_bytes(), reader)
         _refuse_too_large(constants, planned, options.max_tensor_bytes)
         _refuse_large_output(loaded, constants, planned, options)
+        refuse_oversized(constants, planned, options.layout.max_buffer_bytes)
         lines = entry_lines(planned.entries, options.max_manifest_bytes)
     except BaseException:
         if reader is not None:
@@ -302,28 +317,34 @@ def _write_outputs(
     plan, which holds its buffer file open."""
     constants, scan, planned, plan = model_plan
     bar = Progress(options.progress, plan.total_size, os.path.basename(prefix))
+    kept: list[int] = []  # the plan's own descriptors of the files it wrote
     try:
         with Publication(prefix, fsync=options.fsync) as publication:
-            with publication.new_buffer(0) as file:
-                image = write_image(file, constants, planned, scan, reader, options, bar)
-                fingerprint = bin_fingerprint(file.fileno(), plan.total_size,
-                                              [o for o in planned.offsets if o is not None],
-                                              [pair.total for pair in planned.pairs if pair.total >= 0])
-                kept = os.dup(file.fileno())  # the plan's own descriptor of the file it wrote
             try:
-                name = publication.buffer_names[0]
-                path = os.path.join(publication.directory, name)
+                buffers, clamped = [], {}
+                for index, size in enumerate(planned.buffer_sizes):  # one file per buffer, in order
+                    with publication.new_buffer(index) as file:
+                        image = write_image(file, constants, planned, scan, reader, options, bar, buffer=index)
+                        first, stop = planned.buffer_range(index).start, planned.buffer_range(index).stop
+                        fingerprint = bin_fingerprint(
+                            file.fileno(), size, [o for o in planned.offsets[first:stop] if o is not None],
+                            [pair.total for pair in planned.pairs[first:stop] if pair.total >= 0])
+                        kept.append(os.dup(file.fileno()))
+                    path = os.path.join(publication.directory, publication.buffer_names[index])
+                    buffers.append(BufferFile(path, size, fingerprint, image.sha256))
+                    clamped.update(image.clamped)
                 external = () if reader is None else tuple(sorted(reader.files.items()))
-                if image.clamped:  # ("saturate" entries: their counts go into the manifest)
-                    plan = replace(plan, entries=planned.entries.with_clamped(image.clamped))
+                if clamped:  # ("saturate" entries: their counts go into the manifest)
+                    plan = replace(plan, entries=planned.entries.with_clamped(clamped))
                     lines = entry_lines(plan.entries)
                 written = replace(plan, conversion_id=publication.conversion_id, source_external=external,
-                                  buffers=(BufferFile(path, plan.total_size, fingerprint, image.sha256),),
+                                  buffers=tuple(buffers),
                                   manifest_path=os.path.join(publication.directory, publication.manifest_name),
-                                  _files=OpenBuffers([path], [kept]))
+                                  _files=OpenBuffers([b.path for b in buffers], kept))
                 publication.publish(manifest_text(written, lines).encode("ascii"))
             except BaseException:
-                os.close(kept)
+                for fd in kept:
+                    os.close(fd)
                 raise
         return written
     except OSError as exc:

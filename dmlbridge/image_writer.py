@@ -158,21 +158,24 @@ class WrittenImage(NamedTuple):
 def write_image(
     file: BinaryIO, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
     reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress, *, kernel_copy: bool = True,
+    buffer: int = 0,
 ) -> WrittenImage:
-    """Write the image of ``planned`` into ``file`` (unbuffered, empty). ``scan``: the byte scan that found
-    ``constants``, if one did. ``kernel_copy=False``: external data passes through this process (and its checks)
-    even where the kernel could copy it."""
+    """Write buffer ``buffer`` of the image of ``planned`` into ``file`` (unbuffered, empty). ``scan``: the byte
+    scan that found ``constants``, if one did. ``kernel_copy=False``: external data passes through this process
+    (and its checks) even where the kernel could copy it."""
     writer = ImageWriter(file, options.checksum, kernel_copy)
-    for first, stop, as_is in _runs(constants, planned.pairs, scan):
+    within = planned.buffer_range(buffer)
+    size = planned.buffer_sizes[buffer]
+    for first, stop, as_is in _runs(constants, planned.pairs, scan, within.start, within.stop):
         if as_is:
             _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
         else:
             _write_each(writer, constants, planned, first, stop, scan, reader, options, bar)
-    bar.update(planned.total - writer.position)
-    writer.zeros(planned.total - writer.position)  # the last constant's padding
+    bar.update(size - writer.position)
+    writer.zeros(size - writer.position)  # the last constant's padding
     writer.flush()
-    if writer.position != planned.total:
-        raise DmlBridgeError(f"internal error: wrote {writer.position} bytes but planned {planned.total}")
+    if writer.position != size:
+        raise DmlBridgeError(f"internal error: wrote {writer.position} bytes but planned {size}")
     return WrittenImage(writer.hexdigest(), writer.clamped)
 
 
@@ -198,20 +201,23 @@ _KERNEL_COPY_MIN = 1 << 20  # external tensors from this size are copied by the 
 _AS_IS = operator.attrgetter("as_is")
 
 
-def _runs(constants: list[ModelConstant], pairs: list[Pair], scan: BytesScan | None) -> Iterator[tuple[int, int, bool]]:
-    """The constants in runs (first, stop, as_is): as_is when each is a span of the model's bytes (byte scan) that
-    is its DirectML bytes as stored (Pair.as_is). Such a run is written by a few numpy steps whatever its
-    length; the others are written one at a time."""
+def _runs(
+    constants: list[ModelConstant], pairs: list[Pair], scan: BytesScan | None, start: int, stop: int
+) -> Iterator[tuple[int, int, bool]]:
+    """The constants from ``start`` to ``stop`` in runs (first, stop, as_is): as_is when each is a span of the
+    model's bytes (byte scan) that is its DirectML bytes as stored (Pair.as_is). Such a run is written by a few
+    numpy steps whatever its length; the others are written one at a time."""
     if scan is None:
-        yield 0, len(constants), False
+        yield start, stop, False
         return
     # (A constant read from the bytes is at most 64 KiB, and conversion has held it to max_tensor_bytes.)
-    as_is = (scan.starts >= 0) & np.fromiter(map(_AS_IS, pairs), dtype=bool, count=len(pairs))
-    edges = np.flatnonzero(as_is[1:] != as_is[:-1]) + 1
-    bounds = [0, *edges.tolist(), len(constants)]
-    for first, stop in itertools.pairwise(bounds):
-        if stop > first:
-            yield first, stop, bool(as_is[first])
+    as_is = (scan.starts[start:stop] >= 0) & np.fromiter(map(_AS_IS, pairs[start:stop]), dtype=bool,
+                                                         count=stop - start)
+    edges = np.flatnonzero(as_is[1:] != as_is[:-1]) + 1 + start
+    bounds = [start, *edges.tolist(), stop]
+    for first, end in itertools.pairwise(bounds):
+        if end > first:
+            yield first, end, bool(as_is[first - start])
 
 
 def _place_spans(

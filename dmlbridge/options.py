@@ -21,16 +21,21 @@ from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
 
 __all__ = [
+    "DEFAULT_MAX_BUFFER_BYTES",
     "DEFAULT_MAX_MANIFEST_BYTES",
     "DEFAULT_MAX_TENSOR_BYTES",
     "DEFAULT_TARGET",
     "MAX_ALIGNMENT",
+    "MAX_BUFFER_BYTES",
+    "MAX_BUFFER_COUNT",
     "MAX_KEY_LENGTH",
     "ConvertOptions",
     "PlanOptions",
     "check_flag",
+    "check_max_buffer_bytes",
     "check_max_tensor_bytes",
     "checked_path_only",
+    "max_buffer_bytes_for",
     "parse_byte_count",
 ]
 
@@ -44,6 +49,16 @@ MAX_KEY_LENGTH = 4096
 longer is refused: every key is written into the manifest, whose size this bounds."""
 
 MAX_ALIGNMENT = 2**31  # GuaranteedBaseOffsetAlignment is a UINT: the largest power of two it holds
+DEFAULT_MAX_BUFFER_BYTES = 2048 << 20
+"""The largest buffer file a conversion writes unless told otherwise: the size Direct3D 12 guarantees a resource
+on a GPU with 8 GiB or more of dedicated memory, min(max(128 MiB, VRAM / 4), 2048 MiB)."""
+MAX_BUFFER_BYTES = 0xFFFF0000
+"""The largest ``max_buffer_bytes``: a CPU-visible (upload) buffer stops there (the Agility SDK's limit)."""
+MAX_BUFFER_COUNT = 256
+"""The most buffer files one conversion writes: a written plan holds each open, and a conversion twice that many
+while it writes (a process may open about 1,000 files by default); real models need a few (14 GB in 2 GiB
+buffers: 7; 256 of them hold 512 GiB)."""
+_MIN_GUARANTEED = 128 << 20  # D3D12_REQ_RESOURCE_SIZE_IN_MEGABYTES_EXPRESSION_A_TERM (MB meaning 2^20 bytes)
 DEFAULT_TARGET = Target()
 
 
@@ -95,17 +110,54 @@ def check_max_tensor_bytes(value: Any) -> int:
     return value
 
 
+def max_buffer_bytes_for(vram_bytes: int, alignment: int = 256) -> int:
+    """The largest buffer Direct3D 12 guarantees on a GPU with ``vram_bytes`` of dedicated memory,
+    min(max(128 MiB, VRAM / 4), 2048 MiB) (``D3D12_REQ_RESOURCE_SIZE_IN_MEGABYTES_EXPRESSION_A/B/C_TERM``), rounded
+    down to a multiple of ``alignment``: a ``max_buffer_bytes`` every such device takes. (DXGI_ADAPTER_DESC's
+    DedicatedVideoMemory gives the VRAM size.)
+
+    Example:
+        >>> max_buffer_bytes_for(4 << 30) == 1 << 30, max_buffer_bytes_for(16 << 30) == 2 << 30
+        (True, True)
+        >>> max_buffer_bytes_for(256 << 20) == 128 << 20
+        True
+    """
+    if isinstance(vram_bytes, bool) or not isinstance(vram_bytes, int) or vram_bytes < 0:
+        raise InvalidArgumentError(f"vram_bytes must be a non-negative integer, got {vram_bytes!r}")
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 16 or alignment & (alignment - 1):
+        raise InvalidArgumentError(f"alignment must be a power of two from 16, got {alignment!r}")
+    guaranteed = min(max(_MIN_GUARANTEED, vram_bytes // 4), DEFAULT_MAX_BUFFER_BYTES)
+    return max(guaranteed // alignment * alignment, alignment)
+
+
+def check_max_buffer_bytes(value: Any, alignment: int) -> int:
+    """``max_buffer_bytes`` checked: an integer, a multiple of ``alignment``, from it to 0xFFFF0000."""
+    if (
+        isinstance(value, bool) or not isinstance(value, int) or value < alignment or value > MAX_BUFFER_BYTES
+        or value % alignment
+    ):
+        raise InvalidArgumentError(
+            f"max_buffer_bytes must be a multiple of the alignment ({alignment}) from {alignment} to 0xFFFF0000 "
+            f"(4 GiB - 64 KiB, the largest upload buffer Direct3D 12 makes), got {value!r}; the default, 2 GiB, is "
+            "what every GPU with 8 GiB of memory guarantees (dmlbridge.max_buffer_bytes_for gives it for others)"
+        )
+    return value
+
+
 class PlanOptions(NamedTuple):
-    """How constants are laid out: the target, every offset's alignment and the least number of dimensions."""
+    """How constants are laid out: the target, every offset's alignment, the least number of dimensions, the
+    flags of every desc and the largest buffer file."""
 
     target: Target
     alignment: int
     min_dims: int
     flags: int = 0
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES
 
     @classmethod
     def check(
-        cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = None, flags: Any = 0
+        cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = None, flags: Any = 0,
+        max_buffer_bytes: Any = DEFAULT_MAX_BUFFER_BYTES,
     ) -> PlanOptions:
         """The options, each checked (InvalidArgumentError names the keyword)."""
         if not isinstance(target, Target):
@@ -121,7 +173,8 @@ class PlanOptions(NamedTuple):
                 f"alignment must be a power of two from 16 (DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT) to 2^31, got "
                 f"{alignment!r}; 256 suits most uses"
             )
-        return cls(target, alignment, target.check_min_dims(min_dims), check_flags(flags))
+        return cls(target, alignment, target.check_min_dims(min_dims), check_flags(flags),
+                   check_max_buffer_bytes(max_buffer_bytes, alignment))
 
 
 class ConvertOptions(NamedTuple):

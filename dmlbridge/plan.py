@@ -20,6 +20,7 @@ from dmlbridge.byte_scan import BytesScan
 from dmlbridge.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.consumers import find_consumers
 from dmlbridge.decode import decode
+from dmlbridge.descs import DML_BUFFER_BINDING
 from dmlbridge.encode import PreparedTensor
 from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
 from dmlbridge.file_reads import NotRegularFileError, open_regular, read_at
@@ -27,6 +28,7 @@ from dmlbridge.fingerprint import fingerprint_problem
 from dmlbridge.manifest import BufferFile, Manifest, manifest_document, parse_manifest
 from dmlbridge.model_file import LoadedModel, model_constants, read_model
 from dmlbridge.options import (
+    DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
     DEFAULT_TARGET,
@@ -34,15 +36,15 @@ from dmlbridge.options import (
     check_flag,
     check_max_tensor_bytes,
 )
-from dmlbridge.planning import ConvertedEntry, Pair, PlanEntry, Planned, plan_constants
+from dmlbridge.planning import ConvertedEntry, Pair, PlanEntry, Planned, plan_constants, refuse_oversized
 from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
 from dmlbridge.verify import find_mismatches
 from dmlbridge.version import __version__
 
 __all__ = [
-    "PlannedModel", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes", "raise_if_skipped",
-    "read_plan",
+    "Binding", "PlannedModel", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes",
+    "raise_if_skipped", "read_plan",
 ]
 
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -86,6 +88,28 @@ class UploadPlan(Manifest):
     def bin_path(self) -> str | None:
         """The path of the buffer file, when the plan was written and has one (``buffers[0].path``)."""
         return self.buffers[0].path if len(self.buffers) == 1 else None
+
+    @property
+    def buffer_sizes(self) -> tuple[int, ...]:
+        """The size of each buffer, in order: the buffer files' sizes, or for a plan that was not written
+        (``plan_model``) the sizes conversion would give them, so a ``max_buffer_bytes`` can be chosen first.
+
+        Example:
+            >>> import dmlbridge, numpy as np
+            >>> from onnx import helper, numpy_helper
+            >>> ws = [numpy_helper.from_array(np.ones(64, np.float32), name) for name in ("a", "b", "c")]
+            >>> model = helper.make_model(helper.make_graph([], "g", [], [], ws))
+            >>> dmlbridge.plan_model(model, max_buffer_bytes=512).buffer_sizes
+            (512, 256)
+        """
+        if self.buffers:
+            return tuple(buffer.size for buffer in self.buffers)
+        sizes = [0]
+        for entry in self.converted:
+            if entry.buffer == len(sizes):
+                sizes.append(0)
+            sizes[entry.buffer] = max(sizes[entry.buffer], entry.end)
+        return tuple(sizes)
 
     def close(self) -> None:
         """Close the buffer files the plan holds open (a written plan keeps reading the files it checked)."""
@@ -141,7 +165,7 @@ class UploadPlan(Manifest):
             )
         try:
             out = np.empty(size, dtype=np.uint8)
-            files.read_into(0, entry.offset, out)
+            files.read_into(entry.buffer or 0, entry.offset, out)
         except MemoryError:
             raise TensorTooLargeError(
                 f"entry {key!r} holds {size} bytes and the allocation failed; free memory, or read a smaller entry"
@@ -156,9 +180,11 @@ class UploadPlan(Manifest):
     def buffer_checks(self, *, sha256: bool = False) -> list[tuple[str, str]]:
         """:meth:`buffer_problems`, each with what failed: ``"size"``, ``"fingerprint"`` or ``"sha256"``."""
         files = self._open_files()
-        converted = self.converted
-        offsets = [e.offset for e in converted]
-        totals = [e.total_tensor_size_in_bytes for e in converted]
+        offsets: list[list[int]] = [[] for _ in self.buffers]
+        totals: list[list[int]] = [[] for _ in self.buffers]
+        for entry in self.converted:
+            offsets[entry.buffer].append(entry.offset)
+            totals[entry.buffer].append(entry.total_tensor_size_in_bytes)
         problems = []
         for index, buffer in enumerate(self.buffers):
             size = files.size(index)
@@ -168,14 +194,14 @@ class UploadPlan(Manifest):
                     "two files do not belong together (or one was cut short)"
                 ))
                 continue
-            problem = fingerprint_problem(files.fd(index), buffer.path, buffer.fingerprint, buffer.size, offsets,
-                                          totals)
+            problem = fingerprint_problem(files.fd(index), buffer.path, buffer.fingerprint, buffer.size,
+                                          offsets[index], totals[index])
             if problem is not None:
                 problems.append(("fingerprint", problem))
             elif sha256:
                 if buffer.sha256 is None:
                     raise ManifestError(
-                        "verify=True, but the manifest records no SHA-256 of its buffer file; convert with "
+                        "verify=True, but the manifest records no SHA-256 of its buffer files; convert with "
                         "checksum=True (--checksum)"
                     )
                 digest = files.sha256(index)
@@ -185,6 +211,22 @@ class UploadPlan(Manifest):
                         f"{buffer.sha256}; the file is corrupt or belongs to another manifest"
                     ))
         return problems
+
+    def bindings(self) -> list[Binding]:
+        """What each converted entry's DML_BUFFER_BINDING needs, in model order: its key, the index of its buffer
+        (in ``buffers``: bind the resource that buffer file was uploaded into), its offset in that buffer and its
+        size (TotalTensorSizeInBytes). ``Binding.as_ctypes(resources)`` makes the struct.
+
+        Example:
+            >>> import dmlbridge, numpy as np
+            >>> from onnx import helper, numpy_helper
+            >>> ws = [numpy_helper.from_array(np.ones(64, np.float32), name) for name in ("a", "b")]
+            >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], ws)),
+            ...                             max_buffer_bytes=256)
+            >>> plan.bindings()
+            [Binding(key='a', buffer=0, offset=0, size=256), Binding(key='b', buffer=1, offset=0, size=256)]
+        """
+        return [Binding(e.key, e.buffer, e.offset, e.total_tensor_size_in_bytes) for e in self.converted]
 
     def _prepared(self, key: str, max_tensor_bytes: int) -> PreparedTensor:
         # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the .bin.
@@ -256,12 +298,15 @@ def plan_model(
     exclude: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
     min_bytes: int = 0,
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
 ) -> UploadPlan:
     """The plan :func:`convert_model` would write, computed from the model's protobuf alone (no value is decoded
     and no external file opened, so value errors such as an INT64 too large to narrow are not found here).
 
-    The result has no .bin (``bin_path`` is None): its entries, offsets and total size are what conversion gives.
-    ``include``, ``exclude``, ``kinds`` and ``min_bytes`` choose the constants, as for ``convert_model``.
+    The result has no buffer file: its entries, buffers, offsets and sizes are what conversion gives.
+    ``include``, ``exclude``, ``kinds`` and ``min_bytes`` choose the constants, and ``max_buffer_bytes`` splits
+    them into buffers, as for ``convert_model``: ``buffer_sizes`` tells how many buffers a limit gives and each
+    one's size, before anything is written.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -272,7 +317,8 @@ def plan_model(
         (1, 1, 2, 3)
     """
     return plan_with_notes(model, target=target, alignment=alignment, min_dims=min_dims, strict=strict,
-                           base_dir=base_dir, include=include, exclude=exclude, kinds=kinds, min_bytes=min_bytes)[0]
+                           base_dir=base_dir, include=include, exclude=exclude, kinds=kinds, min_bytes=min_bytes,
+                           max_buffer_bytes=max_buffer_bytes)[0]
 
 
 def plan_with_notes(
@@ -287,14 +333,16 @@ def plan_with_notes(
     exclude: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
     min_bytes: int = 0,
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
 ) -> tuple[UploadPlan, dict[str, str]]:
     """:func:`plan_model`, and per key what it did not check (``dmlbridge inspect``'s note column):
     "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
-    options = PlanOptions.check(target, alignment, min_dims)
+    options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes)
     strict = check_flag("strict", strict)
     selection = Selection.check(include, exclude, kinds, min_bytes)
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
         planned = plan_loaded(loaded, options, strict, selection)
+    refuse_oversized(planned.constants, planned.planned, options.max_buffer_bytes)
     notes: dict[str, list[str]] = {}
     for constant in planned.constants:
         if next(iter_external_tensors([constant]), None) is not None:
@@ -305,6 +353,30 @@ def plan_with_notes(
         elif entry.conversion == "saturate":
             notes.setdefault(entry.key, []).append("values clamped to 32 bits not counted")
     return planned.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
+
+
+class Binding(NamedTuple):
+    """Where one converted entry is bound: its ``key``, the index of its ``buffer`` file, its ``offset`` in it
+    and its ``size`` in bytes (what a DML_BUFFER_BINDING holds, but the resource)."""
+
+    key: str
+    buffer: int
+    offset: int
+    size: int
+
+    def as_ctypes(self, resources: Sequence[int]) -> DML_BUFFER_BINDING:
+        """The DML_BUFFER_BINDING, given the ``ID3D12Resource*`` (as integers) holding each buffer file, by index.
+
+        Example:
+            >>> Binding("w", 1, 256, 64).as_ctypes([0x1000, 0x2000]).Offset
+            256
+        """
+        if not 0 <= self.buffer < len(resources):
+            raise InvalidArgumentError(
+                f"entry {self.key!r} is in buffer {self.buffer}, but resources holds {len(resources)}: pass one "
+                "resource per buffer file, in the order of plan.buffers"
+            )
+        return DML_BUFFER_BINDING(resources[self.buffer], self.offset, self.size)
 
 
 class PlannedModel(NamedTuple):
@@ -341,7 +413,8 @@ def plan_loaded(
     if strict:
         raise_if_skipped(constants, planned.pairs)
     plan = UploadPlan(planned.entries, options.target, options.alignment, options.min_dims, planned.total,
-                      loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection)
+                      loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection,
+                      max_buffer_bytes=options.max_buffer_bytes)
     return PlannedModel(constants, scan, planned, plan)
 
 

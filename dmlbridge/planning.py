@@ -25,14 +25,21 @@ from typing import Any, NamedTuple, Protocol, cast
 from dmlbridge.constants import ModelConstant
 from dmlbridge.consumers import Consumer, Padding, padded_sizes, padding_of
 from dmlbridge.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
-from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, UnsupportedTypeError
+from dmlbridge.errors import (
+    DmlBridgeError,
+    InvalidArgumentError,
+    LayoutError,
+    TensorTooLargeError,
+    UnsupportedTypeError,
+)
 from dmlbridge.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
 from dmlbridge.mapping import Conversion, MappingRow, resolve
-from dmlbridge.options import MAX_KEY_LENGTH, PlanOptions
+from dmlbridge.options import MAX_BUFFER_BYTES, MAX_BUFFER_COUNT, MAX_KEY_LENGTH, PlanOptions
 from dmlbridge.types import DmlDataType, OnnxDataType
 
 __all__ = [
     "FOUR_BIT", "ConvertedEntry", "Pair", "PlanEntries", "PlanEntry", "Planned", "entry_layout", "plan_constants",
+    "refuse_oversized",
 ]
 
 FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
@@ -101,6 +108,8 @@ class ConvertedEntry(Protocol):
     @property
     def consumers(self) -> tuple[Consumer, ...]: ...
     @property
+    def buffer(self) -> int: ...
+    @property
     def end(self) -> int: ...
     @property
     def buffer_desc(self) -> BufferTensorDesc: ...
@@ -151,6 +160,9 @@ class PlanEntry:
     :mod:`dmlbridge.consumers`."""
     consumers: tuple[Consumer, ...] = ()
     """The node inputs that read the constant: (node key, op type, input index) each."""
+    buffer: int | None = None
+    """The index of the buffer file holding the entry's bytes (``UploadPlan.buffers``; ``offset`` is in that
+    file). None when skipped."""
 
     @property
     def end(self) -> int | None:
@@ -187,7 +199,7 @@ class PlanEntry:
 
     def as_ctypes_binding(self, resource: int) -> DML_BUFFER_BINDING:
         """The DML_BUFFER_BINDING of this entry in the buffer ``resource`` (an ``ID3D12Resource*`` as an integer,
-        holding the uploaded buffer file): its offset and its TotalTensorSizeInBytes."""
+        holding the uploaded buffer file number ``buffer``): its offset and its TotalTensorSizeInBytes."""
         if self.offset is None or self.total_tensor_size_in_bytes is None:
             raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no bytes to bind")
         return DML_BUFFER_BINDING(resource, self.offset, self.total_tensor_size_in_bytes)
@@ -214,6 +226,7 @@ class PlanEntry:
             "onnx_type": self.onnx_type.name,
             "shape": list(self.shape),
             "conversion": self.conversion,
+            "buffer": self.buffer,
             "offset": self.offset,
             "dml_type": None if self.dml_type is None else self.dml_type.name,
             "desc": self.desc(),
@@ -233,8 +246,11 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def __init__(
         self, keys: list[str], origins: list[str], offsets: list[int | None], pairs: list[Pair],
         clamped: dict[int, int] | None = None, consumers: list[tuple[Consumer, ...]] | None = None,
+        buffers: list[int | None] | None = None,
     ) -> None:
         self._keys, self._origins, self._offsets, self._pairs = keys, origins, offsets, pairs
+        # Each entry's buffer index (None when skipped); without a list, every converted entry is in buffer 0.
+        self._buffers = [None if o is None else 0 for o in offsets] if buffers is None else buffers
         self._clamped = {} if clamped is None else clamped  # position -> values clamped ("saturate")
         no_consumers: tuple[Consumer, ...] = ()
         self._consumers = [no_consumers] * len(keys) if consumers is None else consumers
@@ -244,7 +260,7 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def with_clamped(self, clamped: dict[int, int]) -> PlanEntries:
         """These entries, with how many values each ``"saturate"`` one (by position) had clamped."""
         return PlanEntries(self._keys, self._origins, self._offsets, self._pairs, {**self._clamped, **clamped},
-                           self._consumers)
+                           self._consumers, self._buffers)
 
     @property
     def _index(self) -> dict[str, int]:
@@ -261,7 +277,8 @@ class PlanEntries(Mapping[str, PlanEntry]):
         if entry is None:
             entry = self._made[i] = PlanEntry(
                 **{**self._pairs[i].fields, "key": self._keys[i], "origin": self._origins[i],
-                   "offset": self._offsets[i], "clamped": self._clamped.get(i), "consumers": self._consumers[i]}
+                   "offset": self._offsets[i], "clamped": self._clamped.get(i), "consumers": self._consumers[i],
+                   "buffer": self._buffers[i]}
             )
         return entry
 
@@ -285,6 +302,11 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def consumers(self) -> list[tuple[Consumer, ...]]:
         """Every entry's consumers, in order (the manifest writer's input)."""
         return self._consumers
+
+    @property
+    def buffers(self) -> list[int | None]:
+        """Every entry's buffer index (None when skipped), in order (the manifest writer's input)."""
+        return self._buffers
 
     @property
     def clamped(self) -> dict[int, int]:
@@ -315,20 +337,34 @@ class Pair(NamedTuple):
 
 
 class Planned(NamedTuple):
-    """The plan of a model's constants: the entries, each constant's offset (None when skipped) and pair, in the
-    constants' order, and the size of the image."""
+    """The plan of a model's constants: the entries, each constant's offset in its buffer (None when skipped) and
+    pair, in the constants' order, the size of the image (every buffer's bytes), and per buffer its size and the
+    position of its first constant."""
 
     entries: PlanEntries
     offsets: list[int | None]
     pairs: list[Pair]
     total: int
+    buffer_sizes: tuple[int, ...] = (0,)
+    buffer_starts: tuple[int, ...] = (0,)
+    oversized: int | None = None
+    """The position of the first constant larger than ``max_buffer_bytes`` (alone in its buffer), if any."""
+
+    def buffer_range(self, buffer: int) -> range:
+        """The positions of the constants in buffer ``buffer`` (skipped ones between them included)."""
+        stop = self.buffer_starts[buffer + 1] if buffer + 1 < len(self.buffer_starts) else len(self.offsets)
+        return range(self.buffer_starts[buffer], stop)
 
 
 def plan_constants(
     constants: list[ModelConstant], options: PlanOptions, consumers: dict[str, tuple[Consumer, ...]] | None = None
 ) -> Planned:
     """Plan every constant, in order (see the module docstring); ``consumers``: the nodes that read each, by key
-    (:func:`dmlbridge.consumers.find_consumers`), which decide where a 1-D constant's padding goes."""
+    (:func:`dmlbridge.consumers.find_consumers`), which decide where a 1-D constant's padding goes.
+
+    Buffers: a new buffer starts where the next converted constant would end past ``options.max_buffer_bytes``.
+    A constant larger than that is planned alone in a buffer and noted in ``oversized``: :func:`refuse_oversized`
+    refuses it once the checks that come first (``max_tensor_bytes``) have been made."""
     readers = {} if consumers is None else consumers
     # Only a constant some per-channel input reads can be padded otherwise than with leading 1s: the others (all
     # but a few) are looked up by (type, shape) alone.
@@ -338,6 +374,11 @@ def plan_constants(
     origins: list[str] = []
     offsets: list[int | None] = []
     pairs: list[Pair] = []
+    buffers: list[int | None] = []
+    buffer_sizes: list[int] = []
+    buffer_starts = [0]
+    limit = options.max_buffer_bytes
+    oversized: int | None = None
     end = 0
     planned: dict[tuple[Any, ...], Pair] = {}
     rows: dict[OnnxDataType, MappingRow] = {}
@@ -364,12 +405,48 @@ def plan_constants(
         pairs.append(pair)
         if pair.total >= 0:
             offset = -(-end // alignment) * alignment
+            if pair.total > limit and oversized is None:
+                oversized = len(keys) - 1  # (refused by refuse_oversized, after the checks that come first)
+            if offset + pair.total > limit and end > 0:
+                buffer_sizes.append(end)  # the next buffer starts here
+                buffer_starts.append(len(keys) - 1)
+                offset = 0
+                if len(buffer_starts) > MAX_BUFFER_COUNT:
+                    raise InvalidArgumentError(
+                        f"max_buffer_bytes={limit} splits this model's constants into more than "
+                        f"{MAX_BUFFER_COUNT} buffers, the most a conversion writes; raise max_buffer_bytes "
+                        "(--max-buffer-bytes on the command line)"
+                    )
             offsets.append(offset)
+            buffers.append(len(buffer_starts) - 1)
             end = offset + pair.total
         else:
             offsets.append(None)
+            buffers.append(None)
+    buffer_sizes.append(end)
     each = [readers.get(key, ()) for key in keys] if readers else None
-    return Planned(PlanEntries(keys, origins, offsets, pairs, None, each), offsets, pairs, end)
+    entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers)
+    return Planned(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized)
+
+
+def refuse_oversized(constants: list[ModelConstant], planned: Planned, limit: int) -> None:
+    """TensorTooLargeError for the first constant larger than ``max_buffer_bytes`` (a tensor is never split):
+    an image without its largest tensors would be of no use."""
+    if planned.oversized is not None:
+        raise _too_large_for_a_buffer(constants[planned.oversized], planned.pairs[planned.oversized].total, limit)
+
+
+def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int) -> TensorTooLargeError:
+    over = (" It is larger than any upload buffer Direct3D 12 makes (0xFFFF0000 bytes), so it cannot be uploaded "
+            "in one piece: leave it out (exclude=, --exclude)." if total > MAX_BUFFER_BYTES else
+            f" Raise max_buffer_bytes (--max-buffer-bytes on the command line) to at least {total} rounded up to "
+            "the alignment, up to 0xFFFF0000; buffers over 2 GiB are not guaranteed by Direct3D 12 (the default "
+            "limit is 2 GiB, so a constant over 2 GiB always needs the option).")
+    return TensorTooLargeError(
+        f"constant {constant.key!r} ({constant.origin}) takes {total} bytes ({constant.onnx_type.name} "
+        f"{list(constant.shape)}), more than max_buffer_bytes={limit}: a tensor is never split across buffers."
+        + over
+    )
 
 
 def _plan_pair(

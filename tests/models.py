@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -155,16 +156,19 @@ def ref_target(target: Target) -> reference.RefTarget:
 
 
 def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: Target, min_dims: int,
-                        alignment: int) -> dict[str, Any]:
-    """Recompute every offset, desc and byte from the rules, with no help from dmlbridge's layout code."""
-    doc = json.loads(prefix.with_suffix(".json").read_text())
-    data = buffer_path(prefix).read_bytes()
-    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 3
+                        alignment: int, max_buffer_bytes: int = 2**31) -> dict[str, Any]:
+    """Recompute every buffer, offset, desc and byte from the rules, with no help from dmlbridge's layout code."""
+    doc = json.loads(Path(str(prefix) + ".json").read_text())
+    files = [(Path(str(prefix)).parent / b["file"]).read_bytes() for b in doc["buffers"]]
+    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 4
+    assert doc["max_buffer_bytes"] == max_buffer_bytes
+    assert [b["size"] for b in doc["buffers"]] == [len(f) for f in files]
+    assert all(len(f) <= max_buffer_bytes for f in files)
     assert doc["selection"] == {"include": None, "exclude": [], "kinds": None, "min_bytes": 0}
     assert doc["alignment"] == alignment and doc["min_dims"] == min_dims and doc["target"] == target.describe()
     assert [e["key"] for e in doc["entries"]] == list(expected)  # every constant, in model order
     ref = ref_target(target)
-    cursor = 0
+    cursor = buffer = 0
     for e in doc["entries"]:
         array = expected[e["key"]]
         onnx_name = reference.onnx_type_name(array.dtype)
@@ -175,6 +179,7 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
             dml = conversion = None
         if dml is None or array.size == 0:
             assert e["skipped"] and e["offset"] is None and e["dml_type"] is None and e["desc"] is None, e
+            assert e["buffer"] is None, e
             continue
         assert e["skipped"] is None and (e["dml_type"], e["conversion"]) == (dml, conversion), e
         own = list(array.shape) or [1]
@@ -188,7 +193,12 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
             total = (total + 3) // 4 * 4
             strides = None
         offset = (cursor + alignment - 1) // alignment * alignment
-        assert e["offset"] == offset, e["key"]
+        if offset + total > max_buffer_bytes:  # a new buffer: the one before ends with its last tensor
+            assert total <= max_buffer_bytes and cursor > 0, e["key"]
+            assert len(files[buffer]) == cursor, (buffer, len(files[buffer]), cursor)
+            buffer, cursor, offset = buffer + 1, 0, 0
+        data = files[buffer]
+        assert (e["buffer"], e["offset"]) == (buffer, offset), e["key"]
         assert e["desc"] == {
             "DataType": DML_VALUE[dml], "Flags": 0, "DimensionCount": len(sizes), "Sizes": sizes,
             "Strides": strides, "TotalTensorSizeInBytes": total, "GuaranteedBaseOffsetAlignment": alignment,
@@ -198,8 +208,28 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
         assert chunk == dmlbridge.prepare(array, target=target, min_dims=min_dims).data.tobytes(), e["key"]
         assert chunk == reference.prepare(array, target=ref, min_dims=min_dims)["data"], e["key"]
         cursor = offset + total
-    assert doc["total_size"] == cursor == len(data)
+    assert buffer == len(files) - 1 and len(files[buffer]) == cursor
+    assert doc["total_size"] == sum(map(len, files))
     return doc
+
+
+def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
+    """A manifest ``doc`` (the current format, one buffer) as format ``version`` (3, 2 or 1) wrote it."""
+    old = copy.deepcopy(doc)
+    old["format_version"] = version
+    del old["max_buffer_bytes"]
+    for entry in old["entries"]:
+        assert entry.pop("buffer") in (0, None)
+    if version <= 2:
+        del old["selection"]
+        old["entries"] = [{k: v for k, v in e.items() if k not in ("clamped", "padding", "consumers")}
+                          for e in old["entries"]]
+    if version == 1:
+        buffer = old.pop("buffers")[0]
+        del old["conversion_id"]
+        old.update(bin_fingerprint=buffer["fingerprint"], bin_sha256=buffer["sha256"],
+                   source={"name": old["source"]["name"], "size": old["source"]["size"]})
+    return old
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:

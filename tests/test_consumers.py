@@ -158,7 +158,7 @@ def test_the_writer_leaves_defaults_out_and_the_reader_takes_them_either_way(tmp
     doc = json.loads(Path(dmlbridge.convert_model(model, tmp_path / "u", progress=False).manifest_path or "")
                      .read_text())
     entry = next(e for e in doc["entries"] if e["key"] == "unread")
-    assert set(entry) == {"key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "desc",
+    assert set(entry) == {"key", "origin", "onnx_type", "shape", "conversion", "buffer", "offset", "dml_type", "desc",
                           "skipped"}
     for e in doc["entries"]:  # the defaults written out are read the same
         e.setdefault("padding", "leading")

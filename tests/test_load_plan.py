@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from models import buffer_path, build_model
+from models import buffer_path, build_model, older
 
 from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import (
@@ -61,7 +61,7 @@ _DELETE = object()
 
 MUTATIONS = {
     "format": _set("format", "onnx"),
-    "format_version": _set("format_version", 4),
+    "format_version": _set("format_version", 5),
     "format_version_1_fields": _set("format_version", 1),
     "format_version_str": _set("format_version", "1"),
     "format_version_bool": _set("format_version", True),
@@ -232,11 +232,7 @@ def test_format_1_manifests_are_still_read(written: tuple[Path, dict[str, Any]],
     the file bin_path= names."""
     directory, doc = written
     data = buffer_path(directory / "out").read_bytes()
-    old = {k: v for k, v in doc.items() if k not in ("conversion_id", "buffers", "selection")}
-    old["entries"] = [{k: v for k, v in e.items() if k not in ("clamped", "padding", "consumers")}
-                      for e in doc["entries"]]
-    old.update(format_version=1, bin_fingerprint=doc["buffers"][0]["fingerprint"],
-               bin_sha256=doc["buffers"][0]["sha256"], source={k: doc["source"][k] for k in ("name", "size")})
+    old = older(doc, 1)
     (tmp_path / "m.json").write_text(json.dumps(old))
     (tmp_path / "m.bin").write_bytes(data)
     plan = load_plan(tmp_path / "m.json", verify=True)
@@ -244,7 +240,9 @@ def test_format_1_manifests_are_still_read(written: tuple[Path, dict[str, Any]],
     assert plan.bin_sha256 == doc["buffers"][0]["sha256"]
     assert plan.manifest() == {**doc, "conversion_id": None, "buffers": plan.manifest()["buffers"],
                                "source": {**old["source"], "sha256": None, "external_data": []},
-                               "entries": old["entries"]}  # (format 1 knows no consumers)
+                               "max_buffer_bytes": None,  # (format 1 knows no consumers, one buffer of any size)
+                               "entries": [{**e, "buffer": 0 if e["skipped"] is None else None}
+                                           for e in old["entries"]]}
     key = next(e["key"] for e in doc["entries"] if e["skipped"] is None)
     assert plan.read(key).tobytes() == load_plan(directory / "out.json").read(key).tobytes()
     os.rename(tmp_path / "m.json", tmp_path / "m.manifest")
@@ -285,7 +283,7 @@ def test_manifest_claiming_a_terabyte_is_refused_without_allocating(
     written: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     directory, doc = written
-    bad = copy.deepcopy(doc)
+    bad = older(doc, 3)  # (format 4 holds a buffer to 0xFFFF0000 bytes: its size alone is refused)
     last = [e for e in bad["entries"] if e["skipped"] is None][-1]
     last["offset"] = 2**40
     bad["total_size"] = bad["buffers"][0]["size"] = 2**40 + last["desc"]["TotalTensorSizeInBytes"]

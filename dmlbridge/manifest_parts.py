@@ -1,0 +1,311 @@
+"""A manifest's parts, each read and checked on its own: the buffer files, the target, the selection, the
+external data files and every entry, and the rules that tie the entries to the buffers. :mod:`dmlbridge.manifest`
+reads the top-level fields and puts these together; its docstring is the format's specification.
+
+    >>> from dmlbridge.json_fields import Fields
+    >>> buffers = buffers_from_json([{"file": "w.0123456789abcdef.00000.bin", "size": 16, "fingerprint": "0" * 64,
+    ...                               "sha256": None}], "buffers", "0123456789abcdef", 16, 1024)
+    >>> buffers[0].size
+    16
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dmlbridge.consumers import Consumer, Padding, padding_of
+from dmlbridge.descs import BufferTensorDesc
+from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError
+from dmlbridge.json_fields import INT64_MAX, Fields, int_list, kind_of
+from dmlbridge.mapping import resolve
+from dmlbridge.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
+from dmlbridge.planning import PlanEntry, entry_layout
+from dmlbridge.selection import Selection
+from dmlbridge.target import Target
+from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
+
+__all__ = [
+    "BufferFile",
+    "buffers_from_json",
+    "check_buffers_filled",
+    "entry_from_json",
+    "external_from_json",
+    "selection_from_json",
+    "sha256_field",
+    "target_from_json",
+]
+
+_CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_DESC_FIELDS = tuple(BufferTensorDesc(0, 0, (), None, 0, 0).as_dict())  # DataType, Flags, DimensionCount, ...
+
+
+@dataclass(frozen=True)
+class BufferFile:
+    """One buffer file of a written plan: its ``path`` (as the manifest names it, relative to the manifest's
+    folder; an ``UploadPlan`` gives it joined to that folder), its ``size`` in bytes, its ``fingerprint`` (see
+    :mod:`dmlbridge.fingerprint`) and, when the conversion computed it (``checksum=True``), its ``sha256``.
+
+    Example:
+        >>> BufferFile("w.0123456789abcdef.00000.bin", 256, "0" * 64, None).size
+        256
+    """
+
+    path: str
+    size: int
+    fingerprint: str
+    sha256: str | None = None
+
+
+def check_buffers_filled(
+    entries: dict[str, PlanEntry], sizes: list[int], alignment: int, limit: int | None, where: str
+) -> None:
+    """The converted entries fill the buffers as a conversion places them: in model order, buffer after buffer,
+    none overlapping, each buffer ending with its last entry, and each buffer after the first begun by an entry
+    that would have ended past ``limit`` in the one before."""
+    converted = [e for e in entries.values() if e.skipped is None]
+    order = [e.buffer or 0 for e in converted]
+    steps = zip([0, *order], order, strict=False)  # (each entry's buffer after the one before: 0 at first)
+    if any(not a <= b <= a + 1 for a, b in steps) or (converted and (order[0] != 0 or order[-1] != len(sizes) - 1)) \
+            or (not converted and len(sizes) != 1):
+        raise ManifestError(
+            f"{where}: the entries do not fill the {len(sizes)} buffers one after another in model order"
+        )
+    first = 0
+    for buffer in range(len(sizes)):
+        stop = first
+        while stop < len(converted) and order[stop] == buffer:
+            stop += 1
+        placed = sorted(converted[first:stop], key=lambda e: e.offset or 0)
+        end = 0
+        previous: PlanEntry | None = None
+        for entry in placed:
+            assert entry.offset is not None and entry.end is not None
+            if previous is not None and entry.offset < end:
+                raise ManifestError(
+                    f"{where}: entries {previous.key!r} (bytes {previous.offset}..{previous.end}) and {entry.key!r} "
+                    f"(bytes {entry.offset}..{entry.end}) overlap"
+                )
+            end, previous = entry.end, entry
+        if end != sizes[buffer]:
+            what = "total_size" if len(sizes) == 1 else f"buffers[{buffer}].size"
+            raise ManifestError(
+                f"{where}: {what} is {sizes[buffer]} but the entries end at byte {end}; the two must agree"
+            )
+        if buffer and limit is not None:
+            opening = converted[first].total_tensor_size_in_bytes or 0
+            if -(-sizes[buffer - 1] // alignment) * alignment + opening <= limit:
+                raise ManifestError(
+                    f"{where}: entry {converted[first].key!r} begins buffers[{buffer}] but fits in buffers"
+                    f"[{buffer - 1}] within max_buffer_bytes {limit}; a conversion starts a new buffer only "
+                    "when the next tensor does not fit"
+                )
+        first = stop
+
+
+def _consumers_from_json(value: Any, where: str) -> tuple[Consumer, ...]:
+    if not isinstance(value, list) or len(value) > 1 << 20:
+        raise ManifestError(f"{where} must be an array of at most 2^20 consumers, got {kind_of(value)}")
+    consumers = []
+    for index, item in enumerate(value):
+        fields = Fields(item, f"{where}[{index}]", ("node", "op_type", "input"))
+        node, op_type = fields.string("node", nonempty=True), fields.string("op_type", nonempty=True)
+        if len(node) > 4 * MAX_KEY_LENGTH or len(op_type) > MAX_KEY_LENGTH:
+            raise ManifestError(f"{where}[{index}] has a node key or op type longer than the limits of keys")
+        consumers.append(Consumer(node, op_type, fields.integer("input", 0, 2**31 - 1)))
+    return tuple(consumers)
+
+
+def selection_from_json(value: Any, where: str) -> Selection:
+    """A format-3 or later manifest's ``selection``."""
+    fields = Fields(value, where, ("include", "exclude", "kinds", "min_bytes"))
+    try:
+        return Selection.check(fields.get("include"), fields.get("exclude"), fields.get("kinds"),
+                               fields.integer("min_bytes"))
+    except InvalidArgumentError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+
+
+def external_from_json(value: Any, where: str) -> tuple[tuple[str, int], ...]:
+    """``source.external_data``: (file, size) of each external data file the conversion read."""
+    if not isinstance(value, list) or len(value) > 1 << 16:
+        raise ManifestError(f"{where} must be an array of at most 65536 files, got {kind_of(value)}")
+    files = []
+    for index, item in enumerate(value):
+        fields = Fields(item, f"{where}[{index}]", ("file", "size"))
+        files.append((fields.string("file", nonempty=True)[:4096], fields.integer("size")))
+    return tuple(files)
+
+
+def sha256_field(fields: Fields, key: str, nullable: bool) -> Any:
+    """The field ``key``: 64 lowercase hex digits (or null when ``nullable``)."""
+    digest = fields.string(key, nullable=nullable)
+    if digest is not None and not _SHA256.match(digest):
+        raise ManifestError(f"{fields.at(key)} must be 64 lowercase hex digits, got {digest[:80]!r}")
+    return digest
+
+
+def buffers_from_json(
+    value: Any, where: str, conversion_id: str, total_size: int, limit: int | None
+) -> tuple[BufferFile, ...]:
+    """The buffer files of a format-2 or later manifest, named for the conversion and their index, plain file
+    names only: exactly one before format 4 (``limit`` None), else 1 to MAX_BUFFER_COUNT of at most ``limit``
+    bytes each, their sizes adding up to ``total_size``."""
+    most = 1 if limit is None else MAX_BUFFER_COUNT
+    if not isinstance(value, list) or not 1 <= len(value) <= most:
+        count = "one buffer file" if most == 1 else f"1 to {most} buffer files"
+        raise ManifestError(f"{where} must be an array of {count}, got {kind_of(value)}")
+    buffers = []
+    for index, item in enumerate(value):
+        fields = Fields(item, f"{where}[{index}]", ("file", "size", "fingerprint", "sha256"))
+        name = fields.string("file", nonempty=True)
+        tail = f".{conversion_id}.{index:05d}.bin"
+        if (
+            len(name.encode("utf-8", "surrogatepass")) > 255 or "/" in name or "\\" in name or ":" in name
+            or "\x00" in name or name.startswith(".") or not name.endswith(tail)
+        ):
+            raise ManifestError(
+                f"{fields.at('file')} is {name[:80]!r}; it must be a file name beside the manifest (no folder) "
+                f"ending in {tail}"
+            )
+        size = fields.integer("size", 0, INT64_MAX if limit is None else limit)
+        digests = sha256_field(fields, "fingerprint", False), sha256_field(fields, "sha256", True)
+        buffers.append(BufferFile(name, size, *digests))
+    if sum(b.size for b in buffers) != total_size:
+        raise ManifestError(f"{where}: the buffers hold {sum(b.size for b in buffers)} bytes but total_size is "
+                            f"{total_size}; the two must agree")
+    return tuple(buffers)
+
+
+def target_from_json(value: Any, where: str) -> Target:
+    """The manifest's ``target``, which must be in the canonical form ``Target.describe()`` gives."""
+    fields = Fields(value, where, ("feature_level", "supported", "int64", "allow_lossy"))
+    supported = fields.get("supported")
+    if not isinstance(supported, list) or not all(isinstance(s, str) for s in supported):
+        raise ManifestError(f"{fields.at('supported')} must be an array of DML type names, got {kind_of(supported)}")
+    if not isinstance(fields.get("allow_lossy"), bool):
+        raise ManifestError(
+            f"{fields.at('allow_lossy')} must be true or false, got {kind_of(fields.get('allow_lossy'))}"
+        )
+    level = fields.string("feature_level")
+    try:
+        target = Target(FeatureLevel.parse(level), supported=supported, int64=fields.get("int64"),
+                        allow_lossy=fields.get("allow_lossy"))
+    except DmlBridgeError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+    if target.describe() != value:
+        raise ManifestError(
+            f"{where} is not in canonical form (expected {json.dumps(target.describe())}); a supported type the "
+            "feature level lacks, an unsorted or repeated list, or a non-dotted feature level"
+        )
+    return target
+
+
+def _demanded(
+    fields: Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
+    padding: Padding, target: Target, alignment: int, min_dims: int,
+) -> tuple[DmlDataType, tuple[int, ...], tuple[int, ...] | None, int, dict[str, Any]]:
+    """What the target's mapping and the layout rules demand of a converted entry of this type and shape: its
+    DML type, sizes, strides, total and desc (ManifestError when the entry's type or conversion is not theirs)."""
+    if conversion not in _CONVERSIONS:
+        raise ManifestError(f"{fields.at('conversion')} is {conversion[:40]!r}, not one of {', '.join(_CONVERSIONS)}")
+    dml_type = DmlDataType.__members__.get(dml_name)
+    if dml_type is None or dml_type is DmlDataType.UNKNOWN:
+        raise ManifestError(f"{fields.at('dml_type')} is {dml_name[:40]!r}, not a DirectML data type name")
+    row = resolve(onnx_type, target)
+    if row.dml_type is not dml_type or row.conversion != conversion:
+        expected = "unsupported" if row.dml_type is None else f"{row.dml_type.name} ({row.conversion})"
+        raise ManifestError(
+            f"{fields.where} says {onnx_type.name} -> {dml_type.name} ({conversion}), but the manifest's target maps "
+            f"{onnx_type.name} to {expected}"
+        )
+    try:
+        sizes, strides, total = entry_layout(onnx_type, shape, dml_type, conversion, min_dims,
+                                             target.max_dimension_count, padding)
+    except LayoutError as exc:
+        raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
+    desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment).as_dict()
+    return dml_type, sizes, strides, total, desc
+
+
+_ENTRY_FIELDS = ("key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "desc", "skipped")
+
+
+def entry_from_json(
+    raw: Any, where: str, target: Target, alignment: int, min_dims: int, buffer_sizes: list[int],
+    layouts: dict[tuple[Any, ...], Any], version: int,
+) -> PlanEntry:
+    """One element of ``entries``, checked against the target's mapping, the layout rules and its buffer's size
+    (``buffer_sizes``: each buffer's, by index); ``layouts`` keeps what each type and shape demands."""
+    fields = Fields(raw, where, _ENTRY_FIELDS + (("buffer",) if version >= 4 else ()),
+                    ("clamped", "padding", "consumers") if version >= 3 else ())
+    key = fields.string("key", nonempty=True)
+    where = f"{where} ({key[:80]!r})"
+    fields.where = where
+    origin = fields.string("origin")
+    type_name = fields.string("onnx_type")
+    onnx_type = OnnxDataType.__members__.get(type_name)
+    if onnx_type is None or onnx_type is OnnxDataType.UNDEFINED:
+        raise ManifestError(f"{fields.at('onnx_type')} is {type_name[:40]!r}, not an ONNX data type name")
+    shape = int_list(fields.get("shape"), fields.at("shape"))
+    consumers: tuple[Consumer, ...] = ()
+    padding: Padding = "leading"
+    if version >= 3:
+        consumers = _consumers_from_json(fields.value.get("consumers", []), fields.at("consumers"))
+        padding = padding_of(shape, consumers, min_dims)
+        if fields.value.get("padding", "leading") != padding:
+            raise ManifestError(
+                f"{fields.at('padding')} is {json.dumps(fields.value.get('padding', 'leading'))[:40]}, but a "
+                f"{len(shape)}-D constant "
+                f"with these consumers at min_dims {min_dims} is padded {json.dumps(padding)}"
+            )
+    skipped = fields.string("skipped", nullable=True)
+    if skipped is not None:
+        if not skipped:
+            raise ManifestError(f"{fields.at('skipped')} is empty; a skipped entry must say why")
+        for name in ("conversion", "buffer", "offset", "dml_type", "desc", "clamped"):
+            if fields.get(name) is not None:
+                raise ManifestError(f"{where} is skipped but has a {name}; a skipped entry has no bytes")
+        return PlanEntry(key, origin, onnx_type, shape, None, None, None, None, None, None, None, skipped,
+                         padding=padding, consumers=consumers)
+
+    conversion = fields.string("conversion")
+    dml_name = fields.string("dml_type")
+    buffer = fields.integer("buffer", 0, len(buffer_sizes) - 1) if version >= 4 else 0
+    offset = fields.integer("offset")
+    if offset % alignment:
+        raise ManifestError(f"{fields.at('offset')} {offset} is not a multiple of the alignment {alignment}")
+    desc = Fields(fields.get("desc"), fields.at("desc"), _DESC_FIELDS)
+    flags = desc.get("Flags") if desc.get("Flags") in (0, 1) and type(desc.get("Flags")) is int else 0
+    # What the type, shape, conversion and flags demand is worked out once for each (a model may have 100,000
+    # entries of a few shapes).
+    cache_key = (onnx_type, shape, dml_name, conversion, flags, padding)
+    demanded = layouts.get(cache_key)
+    if demanded is None:
+        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, padding, target, alignment,
+                             min_dims)
+        layouts[cache_key] = demanded
+    dml_type, sizes, strides, total, expected_desc = demanded
+    for name, want in expected_desc.items():
+        have = desc.get(name)
+        if have != want or type(have) is not type(want):  # (type: JSON's true is not the number 1)
+            raise ManifestError(
+                f"{desc.at(name)} is {json.dumps(have)[:80]}, but {onnx_type.name} {list(shape)} as {dml_type.name} "
+                f"({conversion}, min_dims {min_dims}) needs {json.dumps(want)}"
+            )
+    if offset + total > buffer_sizes[buffer]:
+        what = "total_size" if version < 4 else f"the size of buffers[{buffer}]"
+        raise ManifestError(f"{where}: bytes {offset}..{offset + total} run past {what} {buffer_sizes[buffer]}")
+    clamped = None
+    if conversion == "saturate" and version >= 3:  # (how many values were clamped: at most every one)
+        clamped = fields.integer("clamped", 0, math.prod(shape))
+    elif fields.get("clamped") is not None:
+        raise ManifestError(f"{fields.at('clamped')} must be null: only a saturate entry counts clamped values")
+    return PlanEntry(key, origin, onnx_type, shape, conversion, offset, dml_type, sizes, strides, total,
+                     alignment, None, flags, clamped, padding, consumers, buffer)
+
+
