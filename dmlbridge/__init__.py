@@ -31,16 +31,18 @@ from dmlbridge.layout import calc_buffer_tensor_size
 from dmlbridge.manifest import BufferFile
 from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
 from dmlbridge.onnx_tensor import TensorInfo, tensor_info, tensor_to_array
-from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.options import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_TENSOR_BYTES, max_buffer_bytes_for
 from dmlbridge.packing import pack_4bit, unpack_4bit
-from dmlbridge.plan import UploadPlan, load_plan, plan_model
+from dmlbridge.plan import Binding, UploadPlan, load_plan, plan_model
 from dmlbridge.planning import ConvertedEntry, PlanEntry
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
 from dmlbridge.version import __version__ as __version__
 
 __all__ = [
+    "DEFAULT_MAX_BUFFER_BYTES",
     "DEFAULT_MAX_TENSOR_BYTES",
+    "Binding",
     "BufferFile",
     "BufferTensorDesc",
     "ConvertedEntry",
@@ -70,6 +72,7 @@ __all__ = [
     "dml_type_for",
     "load_plan",
     "mapping_table",
+    "max_buffer_bytes_for",
     "pack_4bit",
     "plan_model",
     "prepare",

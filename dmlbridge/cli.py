@@ -23,7 +23,12 @@ from dmlbridge.demo import run_demo
 from dmlbridge.descs import DML_TENSOR_FLAG_OWNED_BY_DML
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.mapping import mapping_table
-from dmlbridge.options import DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_TENSOR_BYTES, parse_byte_count
+from dmlbridge.options import (
+    DEFAULT_MAX_BUFFER_BYTES,
+    DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_TENSOR_BYTES,
+    parse_byte_count,
+)
 from dmlbridge.plan import plan_with_notes, read_plan
 from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.selection import CONSTANT_KINDS
@@ -74,6 +79,10 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help="offset alignment in bytes, a power of two >= 16 (default 256)")
     parser.add_argument("--min-dims", type=int, default=None, metavar="N",
                         help="pad sizes with leading 1s to N dims (default: 4 below feature level 3.0, else 1)")
+    parser.add_argument("--max-buffer-bytes", type=_byte_count, default=DEFAULT_MAX_BUFFER_BYTES, metavar="BYTES",
+                        help="split the image into buffer files of at most BYTES, never splitting a tensor (a "
+                        "multiple of --alignment, at most 0xFFFF0000; default 2GiB, what Direct3D 12 guarantees on a "
+                        "GPU with 8GiB or more: a quarter of the VRAM, at least 128MiB, on smaller ones)")
     choose = parser.add_argument_group("choosing constants (the manifest records the choice)")
     choose.add_argument("--include", action="append", metavar="GLOB",
                         help="only constants whose key matches GLOB (repeatable; shell-style, e.g. 'layers.*')")
@@ -110,7 +119,7 @@ def _add_limit_options(parser: argparse.ArgumentParser, when: str = "") -> None:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     options = {"target": _target_from(args), "alignment": args.alignment, "min_dims": args.min_dims,
-               "strict": args.strict, **_selection_from(args)}
+               "strict": args.strict, "max_buffer_bytes": args.max_buffer_bytes, **_selection_from(args)}
     notes: dict[str, str] = {}
     if args.check:
         plan = check_conversion(
@@ -129,6 +138,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             "skipped": len(plan.skipped),
             "tensor_bytes": sum(e.total_tensor_size_in_bytes for e in converted),
             "total_size": plan.total_size,
+            "buffer_sizes": list(plan.buffer_sizes),
         }
         print(json.dumps(document, indent=1))
     else:
@@ -165,13 +175,14 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
         checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
         max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
-        flags=_FLAG_VALUES[args.flags], **_selection_from(args),
+        flags=_FLAG_VALUES[args.flags], max_buffer_bytes=args.max_buffer_bytes, **_selection_from(args),
     )
     if not args.quiet:
         for entry in plan.skipped:
             print(f"dmlbridge convert: skipped {entry.key!r} ({entry.origin}): {entry.skipped}", file=sys.stderr)
+        written = plan.bin_path or f"{len(plan.buffers)} buffer files ({plan.buffers[0].path}, ...)"
         print(
-            f"wrote {plan.bin_path} ({human_size(plan.total_size)}, {len(plan.converted)} tensors) and "
+            f"wrote {written} ({human_size(plan.total_size)}, {len(plan.converted)} tensors) and "
             f"{plan.manifest_path} ({len(plan.entries)} entries, {len(plan.skipped)} skipped)"
         )
     return 0
@@ -184,7 +195,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
-        sha256=plan.bin_sha256 is not None, progress=False if args.quiet else None,
+        sha256=all(b.sha256 is not None for b in plan.buffers), progress=False if args.quiet else None,
     )
     if problems:
         for problem in problems[:20]:
@@ -192,7 +203,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         more = " (first 20 shown)" if len(problems) > 20 else ""
         print(f"dmlbridge verify: FAILED: {len(problems)} mismatches{more}", file=sys.stderr)
         return 1
-    checksum = "; the buffer file's SHA-256 matches" if plan.bin_sha256 else ""
+    every = "the buffer file's" if len(plan.buffers) == 1 else f"each of the {len(plan.buffers)} buffer files'"
+    checksum = f"; {every} SHA-256 matches" if all(b.sha256 for b in plan.buffers) else ""
     print(
         f"ok: {len(plan.converted)} converted constants match {args.model} bit for bit, "
         f"{len(plan.skipped)} skipped{checksum}"

@@ -51,14 +51,15 @@ def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, 
     leaves out the subgraph path the key already shows. With ``width`` (a terminal's), the key and origin
     columns are shortened with "…" so that a row fits. ``notes``: a last column, by key (what was not checked).
     """
-    header: tuple[str, ...] = ("key", "origin", "ONNX", "shape", "DML", "conversion", "offset", "bytes")
+    header: tuple[str, ...] = ("key", "origin", "ONNX", "shape", "DML", "conversion", "buffer", "offset", "bytes")
     notes = notes or {}
     rows = []
     for e in plan.entries.values():
         rows.append((
             _printable(e.key), _printable(_short_origin(e.key, e.origin)), e.onnx_type.name,
             "x".join(map(str, e.shape)) or "scalar", e.dml_type.name if e.dml_type else "—",
-            e.conversion or "skipped", "" if e.offset is None else str(e.offset),
+            e.conversion or "skipped", "" if e.buffer is None else str(e.buffer),
+            "" if e.offset is None else str(e.offset),
             "" if e.total_tensor_size_in_bytes is None else str(e.total_tensor_size_in_bytes),
         ) + ((notes.get(e.key, ""),) if notes else ()))
     if notes:
@@ -75,10 +76,19 @@ def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, 
     for e in plan.skipped:
         lines.append(f"skipped {_printable(e.key)!r}: {_printable(e.skipped or '')}")
     converted = plan.converted
+    sizes = plan.buffer_sizes
+    counts = [0] * len(sizes)
+    for each in converted:
+        counts[each.buffer] += 1
+    for index, (size, count) in enumerate(zip(sizes, counts, strict=True)):
+        name = f" {plan.buffers[index].path}" if plan.buffers else ""
+        lines.append(f"buffer {index}{name}: {human_size(size)}, {count} tensors")
     data = sum(e.total_tensor_size_in_bytes for e in converted)
+    limit = "" if plan.max_buffer_bytes is None else f", each at most {human_size(plan.max_buffer_bytes)}"
+    where = "a" if len(sizes) == 1 else f"{len(sizes)} buffers, together"
     lines.append(
-        f"{len(plan.entries)} constants: {len(converted)} converted ({human_size(data)} of tensor data in a "
-        f"{human_size(plan.total_size)} buffer, alignment {plan.alignment}), {len(plan.skipped)} skipped"
+        f"{len(plan.entries)} constants: {len(converted)} converted ({human_size(data)} of tensor data in {where} "
+        f"{human_size(plan.total_size)}{limit}; alignment {plan.alignment}), {len(plan.skipped)} skipped"
     )
     return "\n".join(lines)
 

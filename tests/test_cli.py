@@ -66,9 +66,11 @@ def test_inspect_text(sample: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split()[:4] == ["key", "origin", "ONNX", "shape"]
-    rows = {line.split()[0]: line for line in lines[1:] if line and not line.startswith(("skipped", "31 "))}
+    rows = {line.split()[0]: line for line in lines[1:]
+            if line and not line.startswith(("skipped", "31 ", "buffer "))}
     assert "branch/then_branch/then_bias" in rows and "scale" in rows and "weight" in rows
-    assert rows["w_int2"].split()[-4:-2] == ["INT4", "widen"]
+    assert rows["w_int2"].split()[-5:-2] == ["INT4", "widen", "0"]  # (DML, conversion, buffer)
+    assert lines[-2].startswith("buffer 0: ") and lines[-2].endswith(", 30 tensors")
     assert "skipped 'labels': STRING: DirectML has no string tensors" in lines
     assert lines[-1].startswith("31 constants: 30 converted")
 
@@ -84,7 +86,7 @@ def test_inspect_json_is_the_plan(sample: Path) -> None:
     assert doc["totals"] == {"constants": 31, "converted": 30, "skipped": 1,
                              "tensor_bytes": sum(e["desc"]["TotalTensorSizeInBytes"] for e in doc["entries"]
                                                  if e["desc"]),
-                             "total_size": doc["total_size"]}
+                             "total_size": doc["total_size"], "buffer_sizes": [doc["total_size"]]}
     from dmlbridge.target import Target
 
     expected = plan_model(sample, target=Target(feature_level="6.2"), min_dims=4, alignment=64).manifest()
