@@ -302,13 +302,20 @@ def buffer_path(prefix: Path | str) -> Path:
     return manifest.parent / buffer["file"]
 
 
+def buffer_paths(prefix: Path | str) -> list[Path]:
+    """The buffer files that ``PREFIX.json`` lists, in order."""
+    manifest = Path(str(prefix) + ".json")
+    return [manifest.parent / buffer["file"] for buffer in json.loads(manifest.read_text())["buffers"]]
+
+
 def outputs(prefix: Path | str) -> tuple[bytes, str]:
-    """A conversion's buffer bytes and its manifest text with what differs between two runs of one conversion
-    (the random conversion id, and the buffer file's name, which holds the prefix and the id) made neutral."""
+    """A conversion's buffer bytes (every buffer's, in order) and its manifest text with what differs between two
+    runs of one conversion (the random conversion id, and the buffer files' names, which hold the prefix and the
+    id) made neutral; the manifest gives each buffer's size."""
     manifest = Path(str(prefix) + ".json").read_text()
     conversion_id = json.loads(manifest)["conversion_id"]
     neutral = re.sub(r'"file": "[^"]*"', '"file": "<buffer>"', manifest.replace(conversion_id, "<id>"))
-    return buffer_path(prefix).read_bytes(), neutral
+    return b"".join(path.read_bytes() for path in buffer_paths(prefix)), neutral
 
 
 def output_names(directory: Path) -> list[str]:

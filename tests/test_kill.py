@@ -1,10 +1,11 @@
 """convert_model killed with SIGKILL at random moments, in a child process.
 
 A killed process cannot clean up, so what must hold is this: after every kill, ``PREFIX.json`` is absent, the
-previous manifest or the new one, and ``load_plan`` reads it with exactly the buffer file of its own conversion,
+previous manifest or the new one, and ``load_plan`` reads it with exactly the buffer files of its own conversion,
 whose bytes are byte for byte the previous image or the new one (the two conversions differ in one byte of one
-tensor, so a mix of the two would show). Every other file left behind is recognisable (a buffer file of a killed
-conversion, a temporary manifest) and the next conversion into the prefix removes it.
+tensor, so a mix of the two would show). The trials run with one buffer, and with several where the previous
+conversion has more buffers than the new one, and fewer. Every other file left behind is recognisable (a buffer
+file of a killed conversion, a temporary manifest) and the next conversion into the prefix removes it.
 
 The child prints a marker at each step of the conversion (each constant, the fingerprint, the manifest's write,
 every fsync, the rename, every removal). "Step" trials make it wait at each marker and kill it exactly at one:
@@ -29,7 +30,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from models import buffer_path, outputs
+from models import buffer_path, buffer_paths, outputs
 from onnx import external_data_helper, helper, numpy_helper
 
 from dmlbridge import convert_model, load_plan
@@ -49,7 +50,7 @@ CHILD = textwrap.dedent(
     import dmlbridge.convert as convert
     import dmlbridge.image_writer as image_writer
 
-    model, prefix, mode = sys.argv[1:4]
+    model, prefix, mode, limit = sys.argv[1:5]
     step = mode == "step"
 
     def mark(name):
@@ -78,11 +79,16 @@ CHILD = textwrap.dedent(
     # A removed file is a leftover of an earlier (killed) run or the previous conversion's buffer: "stale".
     hook(os, "unlink", lambda path, **kw: "unlink stale")
     mark("start")
-    convert.convert_model(model, prefix, progress=False)
+    convert.convert_model(model, prefix, progress=False, max_buffer_bytes=int(limit))
     mark("done")
     """
 )
-LEFTOVER = re.compile(r"^(out\.[0-9a-f]{16}\.00000\.bin|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp)$")
+LEFTOVER = re.compile(r"^(out\.[0-9a-f]{16}\.[0-9]{5}\.bin|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp)$")
+ONE_BUFFER = 2 << 30
+# The buffer limits of the previous conversion ("a") and the new one ("b"): one buffer each; seven buffers
+# before four; four before seven (the ~25 MB image in 4 or 8 MiB buffers).
+LAYOUTS = {"one buffer": (ONE_BUFFER, ONE_BUFFER), "7 buffers to 4": (4 << 20, 8 << 20),
+           "4 buffers to 7": (8 << 20, 4 << 20)}
 
 
 def _write_model(directory: Path, name: str, seed: int, flip: bool = False) -> Path:
@@ -120,15 +126,16 @@ class Versions:
     """Two models whose upload images differ in one byte, and their outputs as a completed conversion writes
     them (each in a folder of its own, under the prefix ``out``)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, limits: tuple[int, int]) -> None:
         self.a = _write_model(directory, "a", 1)
         self.b = _write_model(directory, "b", 1, flip=True)
+        self.limits = dict(zip("ab", limits, strict=True))
         self.outputs = {}
         self.files: dict[str, dict[str, bytes]] = {}
         for version, model in (("a", self.a), ("b", self.b)):
             ref = directory / f"ref_{version}"
             ref.mkdir()
-            convert_model(model, ref / "out")
+            convert_model(model, ref / "out", max_buffer_bytes=self.limits[version])
             self.outputs[version] = outputs(ref / "out")
             self.files[version] = {p.name: p.read_bytes() for p in ref.iterdir() if p.name != "out.lock"}
         image_a, image_b = self.outputs["a"][0], self.outputs["b"][0]
@@ -142,15 +149,15 @@ class Versions:
             return "-"
         plan = load_plan(directory / "out.json")
         found = outputs(directory / "out")
-        assert Path(plan.bin_path or "") == buffer_path(directory / "out")
+        assert [Path(b.path) for b in plan.buffers] == buffer_paths(directory / "out")
         version = next((v for v in "ab" if found == self.outputs[v]), None)
         assert version is not None, "the manifest and its buffer file are not one whole conversion"
         return version
 
 
-@pytest.fixture(scope="module")
-def versions(tmp_path_factory: pytest.TempPathFactory) -> Versions:
-    return Versions(tmp_path_factory.mktemp("kill"))
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def versions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Versions:
+    return Versions(tmp_path_factory.mktemp("kill"), LAYOUTS[request.param])
 
 
 def _env() -> dict[str, str]:
@@ -159,9 +166,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _start(model: Path, prefix: Path, mode: str) -> subprocess.Popen[str]:
+def _start(versions: Versions, prefix: Path, mode: str) -> subprocess.Popen[str]:
+    """The new conversion ("b") in a child process."""
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(model), str(prefix), mode],
+        [sys.executable, "-c", CHILD, str(versions.b), str(prefix), mode, str(versions.limits["b"])],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
     )
 
@@ -198,7 +206,7 @@ def _stale(marker: str) -> bool:
 def _markers(versions: Versions, directory: Path, previous: str) -> list[str]:
     """Every marker of a conversion over the given previous outputs (step mode), removals aside."""
     _set_previous(versions, directory, previous)
-    child = _start(versions.b, directory / "out", "step")
+    child = _start(versions, directory / "out", "step")
     markers = []
     while True:
         marker = _readline(child)
@@ -214,7 +222,7 @@ def _markers(versions: Versions, directory: Path, previous: str) -> list[str]:
 def _duration(versions: Versions, directory: Path) -> float:
     """How long a free run takes, from its "start" marker to "done"."""
     _set_previous(versions, directory, "a")
-    child = _start(versions.b, directory / "out", "free")
+    child = _start(versions, directory / "out", "free")
     assert _readline(child) == "start"
     began = time.perf_counter()
     while _readline(child) != "done":
@@ -240,7 +248,7 @@ def _check_after_kill(versions: Versions, directory: Path, previous: str) -> str
     state = versions.state(directory)
     allowed = {"-": {"-", "b"}, "a": {"a", "b"}}[previous]
     assert state in allowed, f"after a kill over {previous!r}: {state}"
-    current = {"out.json", "out.lock"} | ({buffer_path(directory / "out").name} if state != "-" else set())
+    current = {"out.json", "out.lock"} | ({p.name for p in buffer_paths(directory / "out")} if state != "-" else set())
     for name in set(os.listdir(directory)) - current:
         assert LEFTOVER.match(name), f"unexpected file {name!r}"
     return state
@@ -249,6 +257,9 @@ def _check_after_kill(versions: Versions, directory: Path, previous: str) -> str
 def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Versions, tmp_path: Path) -> None:
     seed = int(os.environ.get("DMLBRIDGE_KILL_SEED", "20240611"))
     rng = random.Random(seed)
+    one_buffer = versions.limits == {"a": ONE_BUFFER, "b": ONE_BUFFER}
+    # (Several buffers: the commit protocol swept whole, and a third of the random trials.)
+    step_trials, free_trials = (STEP_TRIALS, FREE_TRIALS) if one_buffer else (STEP_TRIALS // 3, FREE_TRIALS // 3)
     directory = tmp_path / "out_dir"
     directory.mkdir()
     markers = {previous: _markers(versions, directory, previous) for previous in "-a"}
@@ -258,22 +269,24 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
     offered = sum(m.startswith("entry ") for m in markers["a"])
     spans = sum(int(m.split()[1]) for m in markers["a"] if m.startswith("spans "))
     assert offered + spans == 39 and spans > 0 and offered > 0 and duration > 0
-    assert markers["a"].index("fingerprint") < markers["a"].index("write manifest") < commit_point
+    last_fingerprint = len(markers["a"]) - 1 - markers["a"][::-1].index("fingerprint")  # (of the last buffer)
+    assert markers["a"].count("fingerprint") == len(versions.files["b"]) - 1  # (one per buffer file)
+    assert last_fingerprint < markers["a"].index("write manifest") < commit_point
 
     outcomes: Counter[str] = Counter()
     where: Counter[str] = Counter()
-    # Every step of the protocol once (from the fingerprint of the finished buffer to the end, over previous
+    # Every step of the protocol once (from the fingerprint of the last buffer to the end, over previous
     # outputs), then random ones.
-    protocol = list(range(markers["a"].index("fingerprint"), len(markers["a"]) - 1))
-    for trial in range(len(protocol) + STEP_TRIALS + FREE_TRIALS):
+    protocol = list(range(last_fingerprint, len(markers["a"]) - 1))
+    for trial in range(len(protocol) + step_trials + free_trials):
         previous = "a" if trial < len(protocol) else rng.choice("-aa")
         _set_previous(versions, directory, previous)
-        if trial < len(protocol) + STEP_TRIALS:
+        if trial < len(protocol) + step_trials:
             expected = markers[previous]
             swept = trial < len(protocol)
             stop = protocol[trial] if swept else rng.randrange(len(expected) - 1)
             delay = 0.0 if swept or rng.random() < 0.5 else rng.uniform(0, 0.02)
-            child = _start(versions.b, directory / "out", "step")
+            child = _start(versions, directory / "out", "step")
             index = 0
             while True:
                 marker = _readline(child)
@@ -290,7 +303,7 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
                 _go(child)  # let it run on its own from here, then kill it
                 _run_freely(child, delay)
         else:
-            child = _start(versions.b, directory / "out", "free")
+            child = _start(versions, directory / "out", "free")
             assert _readline(child) == "start"
             delay = rng.uniform(0, duration * 1.05)
             time.sleep(delay)
@@ -305,14 +318,19 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
 
     kills = sum(where.values())
     print(f"\n{kills} kills, seed {seed}: outcomes {dict(outcomes)}; where {dict(where)}")
-    assert kills >= min(20, STEP_TRIALS) + len(protocol)
+    assert kills >= min(20, step_trials) + len(protocol)
     assert outcomes["a->a"] >= 2 and outcomes["a->b"] >= 2  # killed before and after the commit point
-    assert sum(n for label, n in where.items() if "entry" in label) >= 3  # some kills mid-writing
+    assert sum(n for label, n in where.items() if "entry" in label) >= (3 if one_buffer else 1)  # mid-writing
 
-    # The next conversion into the prefix removes every file the killed children left, and completes.
-    convert_model(versions.b, directory / "out")
+    # The next conversion into the prefix removes every file the killed children left, and completes; the one
+    # after, back to the previous layout, removes the files of this one.
+    convert_model(versions.b, directory / "out", max_buffer_bytes=versions.limits["b"])
     assert versions.state(directory) == "b"
-    assert sorted(os.listdir(directory)) == sorted(["out.json", "out.lock", buffer_path(directory / "out").name])
+    names = ["out.json", "out.lock", *(p.name for p in buffer_paths(directory / "out"))]
+    assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["b"]) + 1
+    convert_model(versions.a, directory / "out", max_buffer_bytes=versions.limits["a"])
+    assert versions.state(directory) == "a"
+    assert len(os.listdir(directory)) == len(versions.files["a"]) + 1  # (the lock besides)
 
 
 def _run_freely(child: subprocess.Popen[str], delay: float) -> None:
