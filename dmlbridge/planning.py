@@ -438,7 +438,7 @@ def refuse_oversized(constants: list[ModelConstant], planned: Planned, limit: in
 
 def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int) -> TensorTooLargeError:
     over = (" It is larger than any upload buffer Direct3D 12 makes (0xFFFF0000 bytes), so it cannot be uploaded "
-            "in one piece: leave it out (exclude=, --exclude)." if total > MAX_BUFFER_BYTES else
+            "in one piece: leave it out (exclude)." if total > MAX_BUFFER_BYTES else
             f" Raise max_buffer_bytes (--max-buffer-bytes on the command line) to at least {total} rounded up to "
             "the alignment, up to 0xFFFF0000; buffers over 2 GiB are not guaranteed by Direct3D 12 (the default "
             "limit is 2 GiB, so a constant over 2 GiB always needs the option).")
