@@ -70,7 +70,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         with open(job["dst"], "rb+") as f:
             os.fsync(f.fileno())
     elif kind == "dmlbridge":
-        dmlbridge.convert_model(job["model"], job["out"], progress=False, fsync=job.get("fsync", True))
+        limit = job.get("max_buffer_bytes", dmlbridge.DEFAULT_MAX_BUFFER_BYTES)
+        dmlbridge.convert_model(job["model"], job["out"], progress=False, fsync=job.get("fsync", True),
+                                max_buffer_bytes=limit)
     elif kind == "diy_onnx":
         diy.convert_with_onnx(job["model"], job["out"])
     elif kind == "diy_onnx_ir":
