@@ -280,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_options(convert)
     convert.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
     convert.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
-    convert.add_argument("--checksum", action="store_true", help="record the SHA-256 of the .bin in the manifest")
+    convert.add_argument("--checksum", action="store_true",
+                         help="record the SHA-256 of each buffer file in the manifest")
     convert.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
     _add_limit_options(convert)
     convert.add_argument("--no-fsync", action="store_true",

@@ -1,6 +1,6 @@
 """The .bin fingerprint: a SHA-256 over a buffer image's size and sampled bytes, cheap at any file size.
 
-Every manifest records the fingerprint of the .bin it was written with, and every load checks it: a few reads,
+Every manifest records the fingerprint of each buffer file it was written with, and every load checks it: a few reads,
 whatever the file's size, enough to refuse a .bin that belongs to another manifest. The full SHA-256
 (``checksum=True``) is opt-in because it reads everything.
 

@@ -1,4 +1,4 @@
-"""Writing the upload image (the .bin): every converted constant's bytes at its planned offset, zeros between.
+"""Writing the upload image, a buffer file at a time: each constant's bytes at its planned offset, zeros between.
 
 Tensors are written one at a time, so the memory conversion needs is bounded by the largest tensor, not by the
 model. A constant whose stored bytes already are its DirectML bytes (a "native" type such as FLOAT, FLOAT16,
@@ -54,7 +54,7 @@ _ZERO_VIEW = memoryview(_ZEROS)
 
 
 class ImageWriter:
-    """Writes the .bin and, when asked, feeds the same bytes to SHA-256 (the .bin is hashed while written).
+    """Writes a buffer file and, when asked, feeds the same bytes to SHA-256 (it is hashed while written).
 
     ``file`` is unbuffered: small writes (a model can hold 100,000 tiny constants) are gathered here and written
     in large pieces; large ones go straight to the file, and :meth:`copy_external` lets the kernel copy a

@@ -2,8 +2,9 @@
 
 An :class:`UploadPlan` maps each constant's key to a :class:`~dmlbridge.planning.PlanEntry`. It comes from
 :func:`plan_model` (nothing written), ``convert_model`` (the files it wrote) or :func:`load_plan` (a manifest and
-its .bin, validated: the manifest by :mod:`dmlbridge.manifest`, the .bin by its size, its fingerprint and, when
-asked, its SHA-256). A written plan reads its entries' bytes from the .bin one entry at a time, on request.
+its buffer files, validated: the manifest by :mod:`dmlbridge.manifest`, each buffer file by its size, its
+fingerprint and, when asked, its SHA-256). A written plan reads its entries' bytes from its buffer files one entry at
+a time, on request.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 @dataclass(frozen=True, eq=False)
 class UploadPlan(Manifest):
-    """An upload buffer's layout: where each constant of a model sits in the .bin and how DirectML sees it.
+    """An upload image's layout: which buffer and offset each constant of a model has, and how DirectML sees it.
 
     ``entries`` maps each key to its :class:`PlanEntry`, in model order; the fields a manifest holds are
     :class:`~dmlbridge.manifest.Manifest`'s. A written plan (from ``convert_model`` or :func:`load_plan`) lists
     its ``buffers`` (:class:`~dmlbridge.manifest.BufferFile`), holds them open and reads them through the open
-    files; ``bin_path`` is the one buffer file's path. A plan from :func:`plan_model` has none.
+    files; ``bin_path`` is the buffer file's path when there is one. A plan from :func:`plan_model` has none.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -124,7 +125,7 @@ class UploadPlan(Manifest):
 
     @property
     def converted(self) -> list[ConvertedEntry]:
-        """The entries that have bytes in the .bin, in manifest (model) order, typed with their fields filled
+        """The entries that have bytes in a buffer file, in manifest (model) order, typed with their fields filled
         (:class:`~dmlbridge.planning.ConvertedEntry`: ``offset``, ``dml_type``, ``sizes``, ... are never None)."""
         return [cast(ConvertedEntry, e) for e in self.entries.values() if e.skipped is None]
 
@@ -229,7 +230,7 @@ class UploadPlan(Manifest):
         return [Binding(e.key, e.buffer, e.offset, e.total_tensor_size_in_bytes) for e in self.converted]
 
     def _prepared(self, key: str, max_tensor_bytes: int) -> PreparedTensor:
-        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the .bin.
+        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the buffer file.
         entry = self._entry(key)
         assert entry.dml_type is not None and entry.conversion is not None and entry.sizes is not None
         assert entry.total_tensor_size_in_bytes is not None
@@ -449,7 +450,7 @@ def load_plan(
     ``manifest_path`` may also be the prefix given to ``convert_model`` (``"weights"`` for ``weights.json``).
     The plan keeps its buffer files open and reads them, not their names, from then on; ``close()`` it, or use
     it in a ``with`` block, to let them go. ``bin_path=`` names the .bin of a format-1 manifest (written by
-    earlier versions, whose buffer was ``PREFIX.bin``); format-2 manifests list their own buffer files.
+    earlier versions, whose buffer was ``PREFIX.bin``); later manifests list their own buffer files.
 
     Example:
         >>> import dmlbridge, numpy as np, os, shutil, tempfile

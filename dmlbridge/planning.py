@@ -124,10 +124,10 @@ class ConvertedEntry(Protocol):
 class PlanEntry:
     """One constant of an upload plan.
 
-    Converted entries have an ``offset`` in the .bin, a ``dml_type`` and the DML_BUFFER_TENSOR_DESC fields
-    (``sizes``, ``strides`` — None when packed —, ``total_tensor_size_in_bytes``,
-    ``guaranteed_base_offset_alignment``; Flags is always 0). Skipped entries (empty tensors, strings, complex,
-    types the target cannot hold) have all of those None and say why in ``skipped``.
+    Converted entries have a ``buffer`` (the index of their buffer file) and an ``offset`` in it, a ``dml_type``
+    and the DML_BUFFER_TENSOR_DESC fields (``sizes``, ``strides`` — None when packed —,
+    ``total_tensor_size_in_bytes``, ``guaranteed_base_offset_alignment``, ``flags``). Skipped entries (empty
+    tensors, strings, complex, types the target cannot hold) have all of those None and say why in ``skipped``.
 
     Example:
         >>> import dmlbridge

@@ -1,9 +1,9 @@
 """Verification: whether a written plan is exactly a model's constants, one message per difference.
 
 A plan and a model agree when they hold the same keys, each with the same ONNX type and shape, each converted or
-skipped alike, each entry's bytes in the .bin equal to what a fresh conversion of the model's value gives, and
-the values read back from the .bin equal to the model's bit for bit (a NaN of a widened float equals any NaN).
-The model is read one constant at a time; the .bin one entry at a time.
+skipped alike, each entry's bytes in its buffer file equal to what a fresh conversion of the model's value gives,
+and the values read back from the buffer files equal to the model's bit for bit (a NaN of a widened float equals
+any NaN). The model is read one constant at a time; the buffer files one entry at a time.
 
     >>> import tempfile, os, numpy as np, dmlbridge
     >>> from onnx import helper, numpy_helper
