@@ -158,6 +158,15 @@ class BytesScan:
         return replace(self, found=[self.found[i] for i in positions], starts=self.starts[at],
                        lengths=self.lengths[at], indices=self.indices[at])
 
+    def extended(self, more: list[ModelConstant]) -> BytesScan:
+        """This scan with ``more`` constants after its own, none read from the bytes (derived constants)."""
+        if not more:
+            return self
+        none = np.full(len(more), -1, dtype=self.starts.dtype)
+        return replace(self, found=[*self.found, *more], starts=np.concatenate([self.starts, none]),
+                       lengths=np.concatenate([self.lengths, np.zeros(len(more), self.lengths.dtype)]),
+                       indices=np.concatenate([self.indices, np.zeros(len(more), self.indices.dtype)]))
+
     def with_tensor(self, position: int) -> ModelConstant:
         """``found[position]`` with its TensorProto, fetched from the parsed model if it was read here."""
         constant = self.found[position]

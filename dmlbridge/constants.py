@@ -63,6 +63,7 @@ ConstantKind = Literal[
     "value_ints",
     "value_string",
     "value_strings",
+    "derived",
 ]
 
 # AttributeProto.AttributeType codes (onnx.proto); 0 (UNDEFINED) is accepted as "not stated" for old models.
@@ -172,6 +173,8 @@ class ModelConstant(NamedTuple):
         if kind in ("initializer", "value"):
             info = TensorInfo(*self[6:])  # type: ignore[arg-type]  # (storage: one of the TensorProto forms)
             return decode_examined(self.proto, info, reader=reader, max_tensor_bytes=max_tensor_bytes)
+        if kind == "derived":  # made from other constants (dmlbridge.quantized): proto computes the values
+            return self.proto.values(reader, max_tensor_bytes)
         if kind in ("sparse_initializer", "sparse_value"):
             return _densify_proto(self.proto, self.onnx_type, self.shape, reader, max_tensor_bytes, self.key)
         attr = self.proto

@@ -78,9 +78,14 @@ def padded_sizes(shape: tuple[int, ...], padding: Padding, min_dims: int) -> tup
     return (1,) * max(0, min_dims - len(base)) + tuple(base)
 
 
-def find_consumers(model: Any, constants: list[ModelConstant] | None = None) -> dict[str, tuple[Consumer, ...]]:
+def find_consumers(
+    model: Any, constants: list[ModelConstant] | None = None, nodes: dict[str, Any] | None = None,
+    op_types: frozenset[str] = frozenset(),
+) -> dict[str, tuple[Consumer, ...]]:
     """Per constant key, the node inputs that read it, in graph order (constants nobody reads are left out).
-    ``constants``: the model's constants, as ``find_constants`` gives them (found again when not given)."""
+    ``constants``: the model's constants, as ``find_constants`` gives them (found again when not given).
+    ``nodes``: filled with the NodeProto of every node whose op type (another domain's as ``domain:Op``) is in
+    ``op_types``, by node key, in graph order."""
     if constants is None:
         constants = find_constants(model)
     used: set[str] = set()  # every name a node reads: only those constants can have consumers
@@ -88,17 +93,18 @@ def find_consumers(model: Any, constants: list[ModelConstant] | None = None) -> 
     _inputs(model.graph.node, "", used, others)
     for function in model.functions:
         _inputs(function.node, _function_scope(function), used, others)
-    if not used:
+    if not used and not op_types:
         return {}
     by_scope: dict[str, dict[str, str]] = {}  # scope -> value name -> key (the first, for a broken model's twins)
     for constant in constants:
         if constant.name in used:
             by_scope.setdefault(constant.scope, {}).setdefault(constant.name, constant.key)
     found: dict[str, list[Consumer]] = {}
-    _walk(model.graph, "", {}, by_scope, found, others)
+    wanted = (op_types, {} if nodes is None else nodes)
+    _walk(model.graph, "", {}, by_scope, found, others, wanted)
     for function in model.functions:
         scope = _function_scope(function)
-        _walk_nodes(scope, dict(by_scope.get(scope, {})), by_scope, found, others)
+        _walk_nodes(scope, dict(by_scope.get(scope, {})), by_scope, found, others, wanted)
     return {key: tuple(consumers) for key, consumers in found.items()}
 
 
@@ -126,22 +132,28 @@ def _inputs(nodes: Any, scope: str, used: set[str], others: dict[str, list[tuple
                     _inputs(graph.node, f"{prefix}[{k}]", used, others)
 
 
+Wanted = tuple[frozenset[str], dict[str, Any]]  # op types whose nodes are collected, and where
+
+
 def _walk(graph: Any, scope: str, outer: dict[str, str], by_scope: dict[str, dict[str, str]],
-          found: dict[str, list[Consumer]], others: dict[str, list[tuple[int, Any]]]) -> None:
+          found: dict[str, list[Consumer]], others: dict[str, list[tuple[int, Any]]], wanted: Wanted) -> None:
     visible = dict(outer)
     for value in graph.input:
         visible.pop(value.name, None)  # a graph input shadows an outer constant (its own initializer wins below)
     visible.update(by_scope.get(scope, {}))
-    _walk_nodes(scope, visible, by_scope, found, others)
+    _walk_nodes(scope, visible, by_scope, found, others, wanted)
 
 
 def _walk_nodes(scope: str, visible: dict[str, str], by_scope: dict[str, dict[str, str]],
-                found: dict[str, list[Consumer]], others: dict[str, list[tuple[int, Any]]]) -> None:
+                found: dict[str, list[Consumer]], others: dict[str, list[tuple[int, Any]]], wanted: Wanted) -> None:
     own = by_scope.get(scope, {})
     for index, node in others.get(scope, ()):  # (no Constant node: their outputs are this scope's constants)
         op_type = _text(node.op_type)
         onnx_domain = node.domain in _ONNX_DOMAINS
         node_key = None
+        if wanted[0] and (op_type if onnx_domain else f"{_text(node.domain)}:{op_type}") in wanted[0]:
+            node_key = _node_key(node, op_type, index, scope)
+            wanted[1][node_key] = node
         for position, name in enumerate(node.input):
             key = visible.get(name) if name else None
             if key is not None:
@@ -153,9 +165,9 @@ def _walk_nodes(scope: str, visible: dict[str, str], by_scope: dict[str, dict[st
             if attr.HasField("g") or len(attr.graphs):
                 prefix = f"{_node_key(node, op_type, index, scope)}/{_text(attr.name)}"
                 if attr.HasField("g"):
-                    _walk(attr.g, prefix, visible, by_scope, found, others)
+                    _walk(attr.g, prefix, visible, by_scope, found, others, wanted)
                 for k, graph in enumerate(attr.graphs):
-                    _walk(graph, f"{prefix}[{k}]", visible, by_scope, found, others)
+                    _walk(graph, f"{prefix}[{k}]", visible, by_scope, found, others, wanted)
         for name in node.output:
             if name and name not in own:  # a computed value shadows an outer constant of the same name
                 visible.pop(name, None)

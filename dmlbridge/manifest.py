@@ -89,7 +89,7 @@ import os
 import re
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -109,6 +109,7 @@ from dmlbridge.manifest_parts import (
 )
 from dmlbridge.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
 from dmlbridge.planning import PlanEntries, PlanEntry
+from dmlbridge.quantized import QuantizedWeight
 from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
 
@@ -159,6 +160,8 @@ class Manifest:
     """Which of the model's constants the plan holds (format 3; every one before)."""
     max_buffer_bytes: int | None = None
     """The largest buffer file the conversion could write (format 4; None before: one buffer of any size)."""
+    quantized_records: dict[str, QuantizedWeight] = field(default_factory=dict)
+    """The quantized weights, by node key (format 4; none before); ``UploadPlan.quantized`` gives them."""
 
     @property
     def bin_sha256(self) -> str | None:

@@ -10,7 +10,8 @@ a time, on request.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import types
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, cast
 
@@ -38,6 +39,8 @@ from dmlbridge.options import (
     check_max_tensor_bytes,
 )
 from dmlbridge.planning import ConvertedEntry, Pair, PlanEntry, Planned, plan_constants, refuse_oversized
+from dmlbridge.quantized import QuantizedWeight, quantized_views
+from dmlbridge.quantized_ops import QUANTIZED_NODES, find_quantized
 from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
 from dmlbridge.verify import find_mismatches
@@ -89,6 +92,16 @@ class UploadPlan(Manifest):
     def bin_path(self) -> str | None:
         """The path of the buffer file, when the plan was written and has one (``buffers[0].path``)."""
         return self.buffers[0].path if len(self.buffers) == 1 else None
+
+    @property
+    def quantized(self) -> Mapping[str, QuantizedWeight]:
+        """The quantized weights of the model (MatMulNBits, DequantizeLinear, GatherBlockQuantized nodes), by node
+        key: the three descs of each over this plan's image (see :mod:`dmlbridge.quantized`); ``dequantize()``
+        reads them from the buffer files of a written plan."""
+        if not self.quantized_records:
+            return types.MappingProxyType({})
+        read = self.read if self._files is not None else None
+        return types.MappingProxyType({key: replace(q, _read=read) for key, q in self.quantized_records.items()})
 
     @property
     def buffer_sizes(self) -> tuple[int, ...]:
@@ -405,7 +418,13 @@ def plan_loaded(
     """Find, select and plan the constants of a read model; ``strict``: the first selected one that would be
     skipped is an error."""
     constants, scan = model_constants(loaded)
-    consumers = find_consumers(loaded.proto, constants)  # (of every constant: the selection reads none)
+    nodes: dict[str, Any] = {}
+    consumers = find_consumers(loaded.proto, constants, nodes, QUANTIZED_NODES)  # (the selection reads none)
+    specs, derived = find_quantized(constants, consumers, nodes, options.target,
+                                    None if scan is None else scan.with_tensor)
+    if derived:  # (the derived constants' entries come after the model's own)
+        constants = [*constants, *derived]
+        scan = None if scan is None else scan.extended(derived)
     if not selection.everything:
         keep = [i for i, c in enumerate(constants) if selection.selects(c.key, c.kind, c.nbytes)]
         constants = [constants[i] for i in keep]
@@ -413,9 +432,10 @@ def plan_loaded(
     planned = plan_constants(constants, options, consumers)
     if strict:
         raise_if_skipped(constants, planned.pairs)
+    records = quantized_views(specs, planned.entries, options.min_dims, options.target, options.alignment)
     plan = UploadPlan(planned.entries, options.target, options.alignment, options.min_dims, planned.total,
                       loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection,
-                      max_buffer_bytes=options.max_buffer_bytes)
+                      max_buffer_bytes=options.max_buffer_bytes, quantized_records=records)
     return PlannedModel(constants, scan, planned, plan)
 
 

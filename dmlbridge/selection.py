@@ -26,7 +26,7 @@ __all__ = ["CONSTANT_KINDS", "MAX_PATTERNS", "MAX_PATTERN_LENGTH", "Selection"]
 
 CONSTANT_KINDS: tuple[str, ...] = (
     "initializer", "sparse_initializer", "value", "sparse_value", "value_float", "value_floats", "value_int",
-    "value_ints", "value_string", "value_strings",
+    "value_ints", "value_string", "value_strings", "derived",
 )
 """Every origin kind of a constant (``ModelConstant.kind``; tests hold the two lists equal)."""
 MAX_PATTERNS = 1024  # patterns per list: the manifest records them
