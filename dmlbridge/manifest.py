@@ -103,6 +103,7 @@ from dmlbridge.manifest_parts import (
     check_buffers_filled,
     entry_from_json,
     external_from_json,
+    quantized_from_json,
     selection_from_json,
     sha256_field,
     target_from_json,
@@ -198,6 +199,7 @@ def _head(manifest: Manifest) -> dict[str, Any]:
             for b in manifest.buffers
         ],
         "selection": manifest.selection.describe(),
+        "quantized": [record.to_json() for record in manifest.quantized_records.values()],
     }
 
 
@@ -334,7 +336,8 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     else:
         top = Fields(document, where, ("format", "format_version", "dmlbridge_version", "conversion_id", "source",
                                          "target", "alignment", "min_dims", "total_size", "buffers", "entries")
-                      + (("selection",) if version >= 3 else ()) + (("max_buffer_bytes",) if version >= 4 else ()))
+                      + (("selection",) if version >= 3 else ())
+                      + (("max_buffer_bytes", "quantized") if version >= 4 else ()))
     if top.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
     dmlbridge_version = top.string("dmlbridge_version")
@@ -384,6 +387,8 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
             raise ManifestError(f"{where}: entries[{index}] repeats the key {entry.key!r}")
         entries[entry.key] = entry
     check_buffers_filled(entries, sizes, alignment, max_buffer_bytes, where)
+    quantized = {} if version < 4 else quantized_from_json(top.get("quantized"), top.at("quantized"), entries,
+                                                           target, alignment)
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
-                    selection, max_buffer_bytes)
+                    selection, max_buffer_bytes, quantized)

@@ -21,9 +21,11 @@ from dmlbridge.consumers import Consumer, Padding, padding_of
 from dmlbridge.descs import BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError
 from dmlbridge.json_fields import INT64_MAX, Fields, int_list, kind_of
+from dmlbridge.layout import calc_buffer_tensor_size, check_strides
 from dmlbridge.mapping import resolve
 from dmlbridge.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
 from dmlbridge.planning import PlanEntry, entry_layout
+from dmlbridge.quantized import QuantizedPart, QuantizedWeight
 from dmlbridge.selection import Selection
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
@@ -34,6 +36,7 @@ __all__ = [
     "check_buffers_filled",
     "entry_from_json",
     "external_from_json",
+    "quantized_from_json",
     "selection_from_json",
     "sha256_field",
     "target_from_json",
@@ -309,3 +312,89 @@ def entry_from_json(
                      alignment, None, flags, clamped, padding, consumers, buffer)
 
 
+
+
+_RECORD_FIELDS = ("key", "op", "origin", "bits", "signed", "granularity", "axis", "block_size", "shape",
+                  "output_type", "sizes", "weight", "scales", "zero_points", "zero_scales", "skipped")
+_OPS = ("MatMulNBits", "DequantizeLinear", "GatherBlockQuantized")
+_OUTPUT_TYPES = ("FLOAT", "FLOAT16", "BFLOAT16")
+_REINTERPRETED = {DmlDataType.UINT4: DmlDataType.UINT8}  # a 4-bit view of a native byte entry's bytes
+
+
+def quantized_from_json(
+    value: Any, where: str, entries: dict[str, PlanEntry], target: Target, alignment: int
+) -> dict[str, QuantizedWeight]:
+    """A format-4 manifest's ``quantized`` records, each part checked against the entry whose bytes it reads: the
+    same buffer and offset, the entry's DML type (or UINT4 over a UINT8 entry's bytes), sizes the weight's shape
+    gives, and a TotalTensorSizeInBytes that the layout rules give and the entry holds."""
+    if not isinstance(value, list) or len(value) > 1 << 20:
+        raise ManifestError(f"{where} must be an array of quantized weights, got {kind_of(value)}")
+    records: dict[str, QuantizedWeight] = {}
+    for index, raw in enumerate(value):
+        fields = Fields(raw, f"{where}[{index}]", _RECORD_FIELDS)
+        key = fields.string("key", nonempty=True)
+        fields.where = f"{where}[{index}] ({key[:80]!r})"
+        op, granularity = fields.string("op"), fields.string("granularity")
+        output = fields.string("output_type")
+        if op not in _OPS or granularity not in ("tensor", "axis", "block") or output not in _OUTPUT_TYPES:
+            raise ManifestError(f"{fields.where} has an unknown op, granularity or output_type")
+        if key in records or len(key) > 4 * MAX_KEY_LENGTH:
+            raise ManifestError(f"{fields.where} repeats a node key or has one too long")
+        shape = int_list(fields.get("shape"), fields.at("shape"))
+        axis = fields.integer("axis", 0, max(len(shape) - 1, 0), nullable=True)
+        block = fields.integer("block_size", 0, 2**31)
+        if not isinstance(fields.get("signed"), bool) or not isinstance(fields.get("zero_scales"), (bool, type(None))):
+            raise ManifestError(f"{fields.where}: signed must be true or false, zero_scales true, false or null")
+        record = QuantizedWeight(key, op, fields.string("origin"), fields.integer("bits", 2, 8), fields.get("signed"),
+                                 granularity, axis, block, shape, OnnxDataType[output], None, None, None, None,
+                                 fields.get("zero_scales"), fields.string("skipped", nullable=True))
+        if record.skipped is not None:
+            if any(fields.get(name) is not None for name in ("sizes", "weight", "scales", "zero_points")):
+                raise ManifestError(f"{fields.where} is skipped but has descs")
+            records[key] = record
+            continue
+        sizes = int_list(fields.get("sizes"), fields.at("sizes"))
+        split = granularity == "block" and block > 1 and axis is not None
+        logical = (*shape[:axis], -(-shape[axis] // block), block, *shape[axis + 1 :]) if split and axis is not None \
+            else (shape or (1,))
+        pad = len(sizes) - len(logical)
+        if pad < 0 or tuple(sizes[pad:]) != tuple(logical) or set(sizes[:pad]) - {1} \
+                or len(sizes) > target.max_dimension_count:
+            raise ManifestError(f"{fields.at('sizes')} are not the shape {list(shape)} split into blocks of {block}")
+        parts = [_quantized_part(fields, name, sizes, entries, alignment) for name in ("weight", "scales",
+                                                                                        "zero_points")]
+        records[key] = QuantizedWeight(**{**vars(record), "sizes": sizes, "weight": parts[0], "scales": parts[1],
+                                          "zero_points": parts[2]})
+    return records
+
+
+def _quantized_part(fields: Fields, name: str, sizes: tuple[int, ...], entries: dict[str, PlanEntry],
+                    alignment: int) -> QuantizedPart:
+    part = Fields(fields.get(name), fields.at(name), ("key", "buffer", "offset", "desc"))
+    key = part.string("key", nonempty=True)
+    entry = entries.get(key)
+    if entry is None or entry.skipped is not None:
+        raise ManifestError(f"{part.where}: {key[:80]!r} is not a converted entry of the manifest")
+    if (part.integer("buffer"), part.integer("offset")) != (entry.buffer, entry.offset):
+        raise ManifestError(f"{part.where} is not at its entry's buffer and offset ({entry.buffer}, {entry.offset})")
+    desc = Fields(part.get("desc"), part.at("desc"), _DESC_FIELDS)
+    try:
+        dml = DmlDataType(desc.integer("DataType", 1, 64))
+    except ValueError:
+        raise ManifestError(f"{desc.at('DataType')} is not a DirectML data type") from None
+    if dml is not entry.dml_type and not (_REINTERPRETED.get(dml) is entry.dml_type and entry.conversion == "native"):
+        raise ManifestError(f"{desc.at('DataType')} is {dml.name}, but its entry {key[:80]!r} is "
+                            f"{entry.dml_type.name if entry.dml_type else None}")
+    raw_strides = desc.get("Strides")
+    strides = None if raw_strides is None else int_list(raw_strides, desc.at("Strides"))
+    try:
+        if strides is not None:
+            check_strides(strides, sizes)
+        total = calc_buffer_tensor_size(dml, sizes, strides)
+    except (LayoutError, InvalidArgumentError) as exc:
+        raise ManifestError(f"{desc.where}: {exc}") from None
+    expected = BufferTensorDesc(dml, entry.flags, sizes, strides, total, alignment).as_dict()
+    if desc.value != expected or total > (entry.total_tensor_size_in_bytes or 0):
+        raise ManifestError(f"{desc.where} is not a desc of sizes {list(sizes)} within its entry {key[:80]!r} "
+                            f"(expected {json.dumps(expected)})")
+    return QuantizedPart(key, entry.buffer or 0, entry.offset or 0, dml, sizes, strides, total, alignment, entry.flags)

@@ -121,6 +121,7 @@ class QuantizedSpec(NamedTuple):
     output_type: OnnxDataType
     parts: tuple[PartSpec, PartSpec, PartSpec] | None
     skipped: str | None
+    zero_scales: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ class QuantizedWeight:
     ``op`` is ``"MatMulNBits"``, ``"DequantizeLinear"`` or ``"GatherBlockQuantized"``; ``shape`` the logical
     weight (``[N, K]`` for MatMulNBits); ``sizes`` the DML sizes its three parts share; ``weight``, ``scales`` and
     ``zero_points`` the parts (None, with ``skipped`` saying why, when the weight cannot be expressed exactly);
-    ``zero_scales`` whether a scale is 0 (undefined behaviour in DirectML's dequantize).
+    ``zero_scales`` whether a scale is 0 (undefined behaviour in DirectML's dequantize; None when the scales live
+    in external data, which planning does not read).
 
     Example:
         >>> import numpy as np, dmlbridge, os, tempfile
@@ -158,7 +160,7 @@ class QuantizedWeight:
     weight: QuantizedPart | None
     scales: QuantizedPart | None
     zero_points: QuantizedPart | None
-    zero_scales: bool = False
+    zero_scales: bool | None = False
     skipped: str | None = None
     _read: Callable[[str], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
@@ -254,8 +256,8 @@ def quantized_views(specs: list[QuantizedSpec], entries: Mapping[str, PlanEntry]
     records: dict[str, QuantizedWeight] = {}
     for spec in specs:
         base = QuantizedWeight(spec.key, spec.op, spec.origin, spec.bits, spec.signed, spec.granularity, spec.axis,
-                               spec.block_size, spec.shape, spec.output_type, None, None, None, None, False,
-                               spec.skipped)
+                               spec.block_size, spec.shape, spec.output_type, None, None, None, None,
+                               spec.zero_scales, spec.skipped)
         if spec.parts is None:
             records[spec.key] = base
             continue

@@ -36,6 +36,7 @@ from onnx import helper
 
 from dmlbridge.constants import ModelConstant, make_constant
 from dmlbridge.consumers import Consumer
+from dmlbridge.errors import DmlBridgeError
 from dmlbridge.layout import packed_strides
 from dmlbridge.mapping import resolve
 from dmlbridge.quantized import QUANTIZED_OPS, Granularity, PartSpec, QuantizedSpec
@@ -99,9 +100,22 @@ def find_quantized(
         finder = {"MatMulNBits": _matmul_nbits, "DequantizeLinear": _dequantize_linear,
                   "GatherBlockQuantized": _gather_block_quantized}[op]
         spec, extra = finder(node_key, node, found, target)
+        scales = found.get(2 if op != "DequantizeLinear" else 1)
+        if spec.parts is not None and scales is not None:
+            spec = spec._replace(zero_scales=_zero_scales(scales))
         specs.append(spec)
         derived += extra
     return specs, derived
+
+
+def _zero_scales(scales: ModelConstant) -> bool | None:
+    """Whether a scale is 0 (None when the scales are in external data: planning reads none)."""
+    if scales.storage == "external":
+        return None
+    try:
+        return bool((scales.to_array() == 0).any())
+    except DmlBridgeError:
+        return None  # (a broken tensor: conversion names it)
 
 
 def _attrs(node: Any) -> dict[str, Any]:

@@ -32,6 +32,8 @@ from dmlbridge.model_file import external_data_reader, need_reader, read_model
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
 from dmlbridge.planning import PlanEntry, plan_constants
 from dmlbridge.progress import Progress
+from dmlbridge.quantized import QuantizedWeight, quantized_views
+from dmlbridge.quantized_ops import QUANTIZED_NODES, find_quantized
 from dmlbridge.selection import Selection
 from dmlbridge.target import Target
 
@@ -59,6 +61,8 @@ class WrittenPlan(Protocol):
     def source_external(self) -> tuple[tuple[str, int], ...]: ...
     @property
     def selection(self) -> Selection: ...
+    @property
+    def quantized_records(self) -> dict[str, QuantizedWeight]: ...
     def buffer_problems(self, *, sha256: bool = False) -> list[str]: ...
     def read(self, key: str) -> np.ndarray: ...
     def array(self, key: str) -> np.ndarray: ...
@@ -88,8 +92,10 @@ def find_mismatches(
         reader = external_data_reader(loaded, external_data_root)
         selection = plan.selection
         every = find_constants(loaded.proto)
-        consumers = find_consumers(loaded.proto, every)
-        constants = [c for c in every if selection.selects(c.key, c.kind, c.nbytes)]
+        nodes: dict[str, Any] = {}
+        consumers = find_consumers(loaded.proto, every, nodes, QUANTIZED_NODES)
+        specs, derived = find_quantized(every, consumers, nodes, plan.target)
+        constants = [c for c in [*every, *derived] if selection.selects(c.key, c.kind, c.nbytes)]
         need_reader(constants, reader)
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")
@@ -97,6 +103,13 @@ def find_mismatches(
             problems = _find(plan, constants, consumers, reader, max_tensor_bytes, limit, sha256, bar)
         finally:
             bar.close()
+        fresh = quantized_views(specs, plan.entries, plan.min_dims, plan.target, plan.alignment)
+        for key in sorted(set(fresh) | set(plan.quantized_records)):
+            mine, theirs = plan.quantized_records.get(key), fresh.get(key)
+            if mine is None or theirs is None or mine.to_json() != theirs.to_json():
+                how = "missing in the plan" if mine is None else "not in the model" if theirs is None else "differs"
+                problems.append(f"quantized weight {key!r}: the plan's record {how} (a fresh view of the model's "
+                                "node gives another)")
         source = plan.source_sha256
         if source is not None and loaded.sha256 is not None and source != loaded.sha256:
             problems.insert(0, f"the plan was made from another model file (SHA-256 {source[:16]}..., this one's "

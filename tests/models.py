@@ -217,7 +217,7 @@ def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
     """A manifest ``doc`` (the current format, one buffer) as format ``version`` (3, 2 or 1) wrote it."""
     old = copy.deepcopy(doc)
     old["format_version"] = version
-    del old["max_buffer_bytes"]
+    del old["max_buffer_bytes"], old["quantized"]
     for entry in old["entries"]:
         assert entry.pop("buffer") in (0, None)
     if version <= 2:
