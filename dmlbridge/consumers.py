@@ -159,7 +159,8 @@ def _walk_nodes(scope: str, visible: dict[str, str], by_scope: dict[str, dict[st
             if key is not None:
                 node_key = node_key or _node_key(node, op_type, index, scope)
                 # (Another domain's op of the same name is not ONNX's: its inputs are never per-channel.)
-                found.setdefault(key, []).append(Consumer(node_key, op_type if onnx_domain else
+                # (A node without an op type is a broken model's: it is named "?", never the empty string.)
+                found.setdefault(key, []).append(Consumer(node_key, (op_type or "?") if onnx_domain else
                                                           f"{_text(node.domain)}:{op_type}", position))
         for attr in node.attribute:  # subgraphs, scoped as constants.py scopes them
             if attr.HasField("g") or len(attr.graphs):

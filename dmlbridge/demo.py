@@ -1,8 +1,9 @@
 """``dmlbridge demo``: build a small sample model, convert it, verify it, and print what happened.
 
 The sample holds a constant of every ONNX type DirectML can take (directly or widened), a STRING constant (to
-show a skipped entry), a ``Constant`` node, an ``If`` node whose branches carry their own constants, and one
-weight stored as external data beside the model, which is what real exported models look like.
+show a skipped entry), a ``Constant`` node, an ``If`` node whose branches carry their own constants, one weight
+stored as external data beside the model, which is what real exported models look like, and one quantized weight
+of each kind: a MatMulNBits, a blocked DequantizeLinear and a GatherBlockQuantized (see :mod:`dmlbridge.quantized`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dmlbridge.convert import convert_model
 from dmlbridge.plan import load_plan
 from dmlbridge.report import format_plan
 
-__all__ = ["build_sample_model", "run_demo", "sample_arrays"]
+__all__ = ["build_sample_model", "quantized_arrays", "run_demo", "sample_arrays"]
 
 
 def sample_arrays() -> dict[str, np.ndarray]:
@@ -59,12 +60,29 @@ def sample_arrays() -> dict[str, np.ndarray]:
     return arrays
 
 
+def quantized_arrays() -> dict[str, np.ndarray]:
+    """The constants of the sample's quantized nodes: a MatMulNBits weight (N=4, K=48, 4 bits in blocks of 16,
+    with zero points), an INT4 weight [4, 40] for a DequantizeLinear in blocks of 16 (40 is not whole blocks) and a
+    4-bit embedding table [6, 32] packed in uint8 for a GatherBlockQuantized (both without zero points)."""
+    codes = np.arange(4 * 3 * 8, dtype=np.int64)
+    return {
+        "q_B": ((codes * 37 + 11) % 256).astype(np.uint8).reshape(4, 3, 8),
+        "q_scales": np.linspace(0.01, 0.12, 12, dtype=np.float32).reshape(4, 3),
+        "q_zero_points": np.array([[0x87, 0x08], [0x78, 0x07], [0x88, 0x09], [0x69, 0x08]], dtype=np.uint8),
+        "q_x": ((np.arange(160) % 16) - 8).astype(ml_dtypes.int4).reshape(4, 40),
+        "q_x_scale": np.linspace(0.5, 2.0, 12, dtype=np.float32).reshape(4, 3),
+        "q_table": ((np.arange(96) * 29) % 256).astype(np.uint8).reshape(6, 16),
+        "q_table_scales": np.linspace(0.1, 1.2, 12, dtype=np.float32).reshape(6, 2),
+    }
+
+
 def build_sample_model(directory: str | os.PathLike[str]) -> str:
     """Write ``sample.onnx`` and its external data file ``sample.weights`` into ``directory``; return the model's
     path."""
     initializers = [numpy_helper.from_array(a, name) for name, a in sample_arrays().items()]
     initializers.append(numpy_helper.from_array(np.array(True), "cond"))
     initializers.append(numpy_helper.from_array(np.array(["cat", "dog"], dtype=object), "labels"))
+    initializers += [numpy_helper.from_array(a, name) for name, a in quantized_arrays().items()]
 
     then_branch = helper.make_graph(
         [helper.make_node("Add", ["X", "then_bias"], ["then_out"])],
@@ -90,19 +108,31 @@ def build_sample_model(directory: str | os.PathLike[str]) -> str:
         helper.make_node("Add", ["scaled", "w_float"], ["Y"], name="add"),
         helper.make_node("If", ["cond"], ["Z"], name="branch", then_branch=then_branch, else_branch=else_branch),
         helper.make_node("MatMul", ["weight", "weight"], ["W2"], name="matmul"),
+        # 4-bit weights as ONNX Runtime's quantizer and model builder store them:
+        helper.make_node("MatMulNBits", ["A", "q_B", "q_scales", "q_zero_points"], ["QY"], name="qmatmul",
+                         domain="com.microsoft", K=48, N=4, bits=4, block_size=16),
+        helper.make_node("DequantizeLinear", ["q_x", "q_x_scale"], ["QD"], name="qdq", axis=1, block_size=16),
+        helper.make_node("GatherBlockQuantized", ["q_table", "ids", "q_table_scales"], ["QG"], name="qgather",
+                         domain="com.microsoft", bits=4, block_size=16, gather_axis=0, quantize_axis=1),
     ]
     graph = helper.make_graph(
         nodes,
         "dmlbridge_sample",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, 48]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, [2])],
         [
             helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3]),
             helper.make_tensor_value_info("Z", TensorProto.FLOAT, [2, 3]),
             helper.make_tensor_value_info("W2", TensorProto.FLOAT, [64, 64]),
+            helper.make_tensor_value_info("QY", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("QD", TensorProto.FLOAT, [4, 40]),
+            helper.make_tensor_value_info("QG", TensorProto.FLOAT, [2, 32]),
         ],
         initializers,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
     path = os.path.join(os.fspath(directory), "sample.onnx")
     # Only `weight` (16 KiB) is above the threshold: it goes to sample.weights, the rest stays inline.
     onnx.save_model(

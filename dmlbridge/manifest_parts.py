@@ -345,7 +345,7 @@ def quantized_from_json(
         block = fields.integer("block_size", 0, 2**31)
         if not isinstance(fields.get("signed"), bool) or not isinstance(fields.get("zero_scales"), (bool, type(None))):
             raise ManifestError(f"{fields.where}: signed must be true or false, zero_scales true, false or null")
-        record = QuantizedWeight(key, op, fields.string("origin"), fields.integer("bits", 2, 8), fields.get("signed"),
+        record = QuantizedWeight(key, op, fields.string("origin"), fields.integer("bits", 0, 8), fields.get("signed"),
                                  granularity, axis, block, shape, OnnxDataType[output], None, None, None, None,
                                  fields.get("zero_scales"), fields.string("skipped", nullable=True))
         if record.skipped is not None:

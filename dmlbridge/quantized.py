@@ -128,7 +128,8 @@ class QuantizedSpec(NamedTuple):
 class QuantizedWeight:
     """One quantized node's weight as DirectML sees it (see the module docstring).
 
-    ``op`` is ``"MatMulNBits"``, ``"DequantizeLinear"`` or ``"GatherBlockQuantized"``; ``shape`` the logical
+    ``op`` is ``"MatMulNBits"``, ``"DequantizeLinear"`` or ``"GatherBlockQuantized"``; ``bits`` the width of
+    the quantized values in the model (2, 4 or 8; 0 in a record skipped before it was known); ``shape`` the logical
     weight (``[N, K]`` for MatMulNBits); ``sizes`` the DML sizes its three parts share; ``weight``, ``scales`` and
     ``zero_points`` the parts (None, with ``skipped`` saying why, when the weight cannot be expressed exactly);
     ``zero_scales`` whether a scale is 0 (undefined behaviour in DirectML's dequantize; None when the scales live

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import onnx
 from onnx import helper
 
 from dmlbridge.constants import ModelConstant, make_constant
@@ -99,7 +100,10 @@ def find_quantized(
         found = {index: constant(key) for index, key in inputs.get(node_key, {}).items()}
         finder = {"MatMulNBits": _matmul_nbits, "DequantizeLinear": _dequantize_linear,
                   "GatherBlockQuantized": _gather_block_quantized}[op]
-        spec, extra = finder(node_key, node, found, target)
+        try:
+            spec, extra = finder(node_key, node, found, target)
+        except _NotAnInteger as exc:
+            spec, extra = _skip(node_key, op, f"{op} node {node_key!r}", f"its attribute {exc} is not an integer"), []
         scales = found.get(2 if op != "DequantizeLinear" else 1)
         if spec.parts is not None and scales is not None:
             spec = spec._replace(zero_scales=_zero_scales(scales))
@@ -118,8 +122,22 @@ def _zero_scales(scales: ModelConstant) -> bool | None:
         return None  # (a broken tensor: conversion names it)
 
 
+class _NotAnInteger(Exception):
+    """An attribute these operators define as an integer is something else (a broken or hostile model)."""
+
+
 def _attrs(node: Any) -> dict[str, Any]:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    """The node's attributes; _NotAnInteger for one of the integer attributes these operators read that is not."""
+    values = {}
+    for attr in node.attribute:
+        if attr.name in _INTEGER_ATTRIBUTES and attr.type != onnx.AttributeProto.INT:
+            raise _NotAnInteger(attr.name)
+        values[attr.name] = attr.i if attr.name in _INTEGER_ATTRIBUTES else helper.get_attribute_value(attr)
+    return values
+
+
+_INTEGER_ATTRIBUTES = frozenset({"K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked", "axis",
+                                 "output_dtype", "precision", "gather_axis", "quantize_axis"})
 
 
 def _skip(key: str, op: str, origin: str, why: str) -> QuantizedSpec:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from dmlbridge.mapping import MappingRow
 from dmlbridge.plan import UploadPlan
+from dmlbridge.quantized import QuantizedWeight
 
 __all__ = ["format_plan", "format_table", "human_size"]
 
@@ -83,16 +84,34 @@ def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, 
     for index, (size, count) in enumerate(zip(sizes, counts, strict=True)):
         name = f" {plan.buffers[index].path}" if plan.buffers else ""
         lines.append(f"buffer {index}{name}: {human_size(size)}, {count} tensors")
+    for q in plan.quantized_records.values():
+        lines.append(_quantized_line(q))
     data = sum(e.total_tensor_size_in_bytes for e in converted)
-    limit = "" if plan.max_buffer_bytes is None else f", each at most {human_size(plan.max_buffer_bytes)}"
-    where = "a" if len(sizes) == 1 else f"{len(sizes)} buffers, together"
+    limit = "" if plan.max_buffer_bytes is None else f" (at most {human_size(plan.max_buffer_bytes)} each)"
+    where = (f"a {human_size(plan.total_size)} buffer" if len(sizes) == 1 else
+             f"{len(sizes)} buffers, {human_size(plan.total_size)} together")
     lines.append(
-        f"{len(plan.entries)} constants: {len(converted)} converted ({human_size(data)} of tensor data in {where} "
-        f"{human_size(plan.total_size)}{limit}; alignment {plan.alignment}), {len(plan.skipped)} skipped"
+        f"{len(plan.entries)} constants: {len(converted)} converted ({human_size(data)} of tensor data in {where}"
+        f"{limit}; alignment {plan.alignment}), {len(plan.skipped)} skipped"
+        + (f"; {derived} derived from quantized weights" if (derived := sum(
+            e.origin.startswith(("weight of", "zero point")) for e in converted)) else "")
+        + (f"; {len(plan.quantized_records)} quantized weights" if plan.quantized_records else "")
     )
     return "\n".join(lines)
 
 
+
+
+def _quantized_line(q: QuantizedWeight) -> str:
+    """``quantized 'mm': MatMulNBits 4 bits, block 32, [N, K] = weight 'B' UINT4 [..], scales .., zero points ..``"""
+    head = (f"quantized {_printable(q.key)!r}: {q.op} {q.bits} bits, {q.granularity}"
+            + (f" {q.block_size}" if q.block_size else "") + f", shape {list(q.shape)}")
+    if q.skipped is not None:
+        return f"{head}: not described ({_printable(q.skipped)})"
+    parts = ", ".join(f"{name} {_printable(p.key)!r} {p.dml_type.name}"
+                      for name, p in (("weight", q.weight), ("scales", q.scales), ("zero points", q.zero_points))
+                      if p is not None)
+    return f"{head}, sizes {list(q.sizes or ())}: {parts}"
 
 
 def _short_origin(key: str, origin: str) -> str:

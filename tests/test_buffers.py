@@ -182,7 +182,7 @@ def test_the_command_line_takes_the_limit_and_inspect_shows_the_buffers(tmp_path
     assert shown.returncode == 0 and lines[0].split()[6:8] == ["buffer", "offset"]
     buffer_lines = [line for line in lines if line.startswith("buffer ")]
     assert len(buffer_lines) == len(planned.buffer_sizes) > 10 and buffer_lines[0].startswith("buffer 0: ")
-    assert f"in {len(planned.buffer_sizes)} buffers, together" in lines[-1] and "each at most 64.0 KiB" not in lines[-1]
+    assert f"in {len(planned.buffer_sizes)} buffers, " in lines[-1] and "(at most 65,536 bytes each)" in lines[-1]
     as_json = json.loads(run_cli("inspect", tmp_path / "m.onnx", "--max-buffer-bytes", "65536", "--json").stdout)
     assert as_json["totals"]["buffer_sizes"] == list(planned.buffer_sizes)
     assert as_json["max_buffer_bytes"] == 64 * KIB

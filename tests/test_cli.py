@@ -67,12 +67,13 @@ def test_inspect_text(sample: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].split()[:4] == ["key", "origin", "ONNX", "shape"]
     rows = {line.split()[0]: line for line in lines[1:]
-            if line and not line.startswith(("skipped", "31 ", "buffer "))}
+            if line and not line.startswith(("skipped", "41 ", "buffer ", "quantized "))}
     assert "branch/then_branch/then_bias" in rows and "scale" in rows and "weight" in rows
     assert rows["w_int2"].split()[-5:-2] == ["INT4", "widen", "0"]  # (DML, conversion, buffer)
-    assert lines[-2].startswith("buffer 0: ") and lines[-2].endswith(", 30 tensors")
+    assert lines[-5].startswith("buffer 0: ") and lines[-5].endswith(", 40 tensors")
+    assert [line.split()[1] for line in lines[-4:-1]] == ["'qmatmul':", "'qdq':", "'qgather':"]
     assert "skipped 'labels': STRING: DirectML has no string tensors" in lines
-    assert lines[-1].startswith("31 constants: 30 converted")
+    assert lines[-1].startswith("41 constants: 40 converted") and lines[-1].endswith("; 3 quantized weights")
 
 
 def test_inspect_json_is_the_plan(sample: Path) -> None:
@@ -83,7 +84,8 @@ def test_inspect_json_is_the_plan(sample: Path) -> None:
     assert entries["w_int4"]["dml_type"] == "INT8" and entries["w_int4"]["conversion"] == "widen"
     assert entries["w_int4"]["desc"]["Sizes"] == [1, 1, 1, 5]
     assert entries["labels"]["skipped"] and entries["labels"]["offset"] is None
-    assert doc["totals"] == {"constants": 31, "converted": 30, "skipped": 1,
+    assert len(doc["entries"]) == 44  # (at 6.2 the 4-bit weights of the quantized nodes have 8-bit entries)
+    assert doc["totals"] == {"constants": 44, "converted": 43, "skipped": 1,
                              "tensor_bytes": sum(e["desc"]["TotalTensorSizeInBytes"] for e in doc["entries"]
                                                  if e["desc"]),
                              "total_size": doc["total_size"], "buffer_sizes": [doc["total_size"]]}
@@ -109,7 +111,7 @@ def test_convert_default_prefix_then_verify(sample: Path, tmp_path: Path) -> Non
     assert doc["alignment"] == 256 and doc["buffers"][0]["sha256"] is None
 
     ok = run("verify", tmp_path / "sample.dml.json", model)
-    assert ok.returncode == 0 and ok.stdout.startswith("ok: 30 converted constants match"), ok.stderr
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: 40 converted constants match"), ok.stderr
     data = bytearray(buffer.read_bytes())
     data[doc["entries"][0]["offset"]] ^= 0x40
     buffer.write_bytes(bytes(data))

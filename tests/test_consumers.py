@@ -169,3 +169,11 @@ def test_the_writer_leaves_defaults_out_and_the_reader_takes_them_either_way(tmp
         Path(dmlbridge.convert_model(model, tmp_path / "v", progress=False).manifest_path or "").read_text()
     ) | {"conversion_id": doc["conversion_id"], "buffers": doc["buffers"]}
     assert plan.entries["bn_b"].padding == "channel"
+
+
+def test_a_node_without_an_op_type_gives_a_readable_manifest(tmp_path: Path) -> None:
+    """A broken model's node with no op type still names a consumer the manifest can hold ("?")."""
+    w = numpy_helper.from_array(np.ones(3, np.float32), "w")
+    model = helper.make_model(helper.make_graph([helper.make_node("", ["w"], ["y"], name="n")], "g", [], [], [w]))
+    dmlbridge.convert_model(model, tmp_path / "w", progress=False)
+    assert dmlbridge.load_plan(tmp_path / "w.json").entries["w"].consumers == (Consumer("n", "?", 0),)
