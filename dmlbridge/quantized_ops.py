@@ -102,7 +102,7 @@ def find_quantized(
                   "GatherBlockQuantized": _gather_block_quantized}[op]
         try:
             spec, extra = finder(node_key, node, found, target)
-        except _NotAnInteger as exc:
+        except _NotAnIntegerError as exc:
             spec, extra = _skip(node_key, op, f"{op} node {node_key!r}", f"its attribute {exc} is not an integer"), []
         scales = found.get(2 if op != "DequantizeLinear" else 1)
         if spec.parts is not None and scales is not None:
@@ -122,16 +122,16 @@ def _zero_scales(scales: ModelConstant) -> bool | None:
         return None  # (a broken tensor: conversion names it)
 
 
-class _NotAnInteger(Exception):
+class _NotAnIntegerError(Exception):
     """An attribute these operators define as an integer is something else (a broken or hostile model)."""
 
 
 def _attrs(node: Any) -> dict[str, Any]:
-    """The node's attributes; _NotAnInteger for one of the integer attributes these operators read that is not."""
+    """The node's attributes; _NotAnIntegerError for one of the integer attributes these operators read that is not."""
     values = {}
     for attr in node.attribute:
         if attr.name in _INTEGER_ATTRIBUTES and attr.type != onnx.AttributeProto.INT:
-            raise _NotAnInteger(attr.name)
+            raise _NotAnIntegerError(attr.name)
         values[attr.name] = attr.i if attr.name in _INTEGER_ATTRIBUTES else helper.get_attribute_value(attr)
     return values
 
