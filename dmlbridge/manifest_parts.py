@@ -315,7 +315,7 @@ def entry_from_json(
 
 
 _RECORD_FIELDS = ("key", "op", "origin", "bits", "signed", "granularity", "axis", "block_size", "shape",
-                  "output_type", "sizes", "weight", "scales", "zero_points", "zero_scales", "skipped")
+                  "output_type", "sizes", "weight", "scales", "zero_points", "zero_scales", "skipped", "bias")
 _OPS = ("MatMulNBits", "DequantizeLinear", "GatherBlockQuantized")
 _OUTPUT_TYPES = ("FLOAT", "FLOAT16", "BFLOAT16")
 _REINTERPRETED = {DmlDataType.UINT4: DmlDataType.UINT8}  # a 4-bit view of a native byte entry's bytes
@@ -347,7 +347,10 @@ def quantized_from_json(
             raise ManifestError(f"{fields.where}: signed must be true or false, zero_scales true, false or null")
         record = QuantizedWeight(key, op, fields.string("origin"), fields.integer("bits", 0, 8), fields.get("signed"),
                                  granularity, axis, block, shape, OnnxDataType[output], None, None, None, None,
-                                 fields.get("zero_scales"), fields.string("skipped", nullable=True))
+                                 fields.get("zero_scales"), fields.string("skipped", nullable=True),
+                                 fields.string("bias", nullable=True))
+        if record.bias is not None and record.bias not in entries:
+            raise ManifestError(f"{fields.at('bias')} names {record.bias[:80]!r}, not an entry of the manifest")
         if record.skipped is not None:
             if any(fields.get(name) is not None for name in ("sizes", "weight", "scales", "zero_points")):
                 raise ManifestError(f"{fields.where} is skipped but has descs")

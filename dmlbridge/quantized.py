@@ -122,6 +122,7 @@ class QuantizedSpec(NamedTuple):
     parts: tuple[PartSpec, PartSpec, PartSpec] | None
     skipped: str | None
     zero_scales: bool | None = None
+    bias: str | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,9 @@ class QuantizedWeight:
     zero_points: QuantizedPart | None
     zero_scales: bool | None = False
     skipped: str | None = None
+    bias: str | None = None
+    """MatMulNBits' ``bias`` input, when it is a constant: the key of its plain entry (DirectML's GEMM takes it
+    as C)."""
     _read: Callable[[str], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def parts(self) -> tuple[QuantizedPart, QuantizedPart, QuantizedPart]:
@@ -225,7 +229,7 @@ class QuantizedWeight:
             "sizes": None if self.sizes is None else list(self.sizes),
             **{name: None if part is None else _part_json(part)
                for name, part in zip(_PARTS, (self.weight, self.scales, self.zero_points), strict=True)},
-            "zero_scales": self.zero_scales, "skipped": self.skipped,
+            "zero_scales": self.zero_scales, "skipped": self.skipped, "bias": self.bias,
         }
 
 
@@ -258,7 +262,7 @@ def quantized_views(specs: list[QuantizedSpec], entries: Mapping[str, PlanEntry]
     for spec in specs:
         base = QuantizedWeight(spec.key, spec.op, spec.origin, spec.bits, spec.signed, spec.granularity, spec.axis,
                                spec.block_size, spec.shape, spec.output_type, None, None, None, None,
-                               spec.zero_scales, spec.skipped)
+                               spec.zero_scales, spec.skipped, spec.bias)
         if spec.parts is None:
             records[spec.key] = base
             continue

@@ -226,8 +226,9 @@ def _matmul_nbits(key: str, node: Any, found: dict[int, ModelConstant], target: 
                                         _unpacked_rows, bits=bits, count=blocks, dtype=packed_type.numpy(), rows=n)),
                                     scope))
             zp_part = PartSpec(zp_key, sizes, (blocks, 1, 0))
+    bias = found.get(5)
     spec = QuantizedSpec(key, op, origin, bits, False, "block", 1, block, (n, k), scales.onnx_type,
-                         (weight, scale_part, zp_part), None)
+                         (weight, scale_part, zp_part), None, bias=None if bias is None else bias.key)
     return spec, derived
 
 

@@ -362,3 +362,20 @@ def test_blocked_form_is_what_onnx_runtimes_directml_ep_binds() -> None:
     assert (weight.sizes, weight.strides, weight.dml_type.name) == ((4, 80), None, "UINT4")
     assert (scales.sizes, scales.strides) == ((4, 5), (5, 1))
     assert (zero_points.sizes, zero_points.strides) == ((4, 5), (6, 1))  # rows of 3 bytes: 6 nibbles, one spare
+
+
+def test_older_1d_scales_and_a_bias(tmp_path: Path) -> None:
+    """Scales stored 1-D ([N * k_blocks], older models) read the same; MatMulNBits' bias stays a plain entry,
+    named by the record."""
+    model = quantized(72, 8, 4, 16, False)
+    (node,) = model.graph.node
+    want = identity_product(model, 72).T.copy()
+    scales = next(t for t in model.graph.initializer if t.name == node.input[2])
+    scales.dims[:] = [scales.dims[0] * scales.dims[1]]
+    bias = numpy_helper.from_array(np.arange(8, dtype=np.float32), "bias")
+    model.graph.initializer.append(bias)
+    node.input.extend(["", "bias"][len(node.input) - 4 :] if len(node.input) == 4 else ["", "", "bias"])
+    plan = check(model, tmp_path, {node.name: want}, signed_zero=False)
+    q = plan.quantized[node.name]
+    assert q.bias == "bias" and plan.entries["bias"].skipped is None
+    assert q.scales is not None and q.scales.strides == (5, 1, 0)
