@@ -17,7 +17,7 @@ Format ``dmlbridge-upload-plan``, version 4
   canonical form ``Target.describe()`` gives), ``alignment`` (a power of two from 16 to 2^31), ``min_dims`` (0 to
   the target's most dimensions), ``total_size`` (the upload image's size in bytes: the sum of the buffers'
   sizes), ``max_buffer_bytes`` (the largest a buffer file could be: a multiple of ``alignment``, at most
-  0xFFFF0000), ``buffers``, ``selection`` and ``entries``.
+  0xFFFF0000), ``buffers``, ``selection``, ``quantized`` and ``entries``.
 - ``selection`` MUST be ``{"include": [patterns] or null, "exclude": [patterns], "kinds": [kind names] or null,
   "min_bytes": integer}``: which of the model's constants the entries are (:mod:`dmlbridge.selection`; null
   include and kinds, an empty exclude and 0 select every one). At most 1024 patterns per list, each a non-empty
@@ -57,6 +57,18 @@ Format ``dmlbridge-upload-plan``, version 4
   entry ends, and each buffer after the first begun by an entry that would end past ``max_buffer_bytes`` if
   placed in the buffer before (at its end rounded up to ``alignment``): a tensor is never split, and a new
   buffer starts only when the next tensor does not fit. A plan with no converted entry has one empty buffer.
+- ``quantized`` MUST be an array of records, one per MatMulNBits, DequantizeLinear or GatherBlockQuantized node of
+  the model whose weight the conversion described, each with exactly ``key`` (the node key, unique), ``op``,
+  ``origin``, ``bits`` (2, 4 or 8; 0 when skipped before the width was known), ``signed``, ``granularity``
+  (``"tensor"``, ``"axis"`` or ``"block"``), ``axis`` (null per tensor), ``block_size`` (0 unless blocked),
+  ``shape`` (the logical weight), ``output_type`` (FLOAT, FLOAT16 or BFLOAT16), ``sizes``, ``weight``,
+  ``scales``, ``zero_points``, ``zero_scales`` (true, false or null when not read), ``skipped`` (null, or why the
+  weight has no descs, when ``sizes`` and the parts MUST be null) and ``bias`` (an entry key or null). A part is
+  ``{"key", "buffer", "offset", "desc"}``: the key of a converted entry, that entry's buffer and offset, and a
+  desc whose DataType is the entry's (or UINT4 over a native UINT8 entry's bytes), whose Sizes are ``sizes``, whose
+  TotalTensorSizeInBytes is what the layout rules give for its sizes and strides and at most the entry's, and
+  whose Flags and GuaranteedBaseOffsetAlignment are the entry's. ``sizes`` MUST be ``shape`` with dimension
+  ``axis`` split into (ceil(L / block_size), block_size) when blocked with blocks longer than 1, after leading 1s.
 - A reader MUST refuse a ``format`` or ``format_version`` it does not know, and any field that breaks a rule
   above; it MUST NOT allocate memory on the manifest's word alone. It MUST read a manifest only with the buffer
   files it lists, and check each one's size and fingerprint.
