@@ -165,8 +165,12 @@ def test_matmul_nbits_from_the_quantizer(tmp_path: Path, k: int, n: int, bits: i
         four = level == "6.4" and bits == 4
         assert q.weight is not None and q.weight.key == (node.input[1] if four or bits == 8 else f"{node.name}/weight")
         assert q.weight.dml_type.name == ("UINT4" if level == "6.4" and bits in (2, 4) else "UINT8")
-        if four:  # no second copy of B: the image is B, the scales and the zero points, aligned
+        if four:  # no second copy of B: the image is the model's constants and at most a default zero point
             assert len(plan.entries) == len(model.graph.initializer) + (0 if len(node.input) > 3 else 1)
+            aligned = sum(-(-numpy_helper.to_array(t).nbytes // 256) * 256 for t in model.graph.initializer)
+            assert plan.total_size <= aligned + 256
+            at63 = dmlbridge.plan_model(model, target=Target("6.3"))
+            assert at63.buffer_sizes == plan.buffer_sizes
 
 
 @pytest.mark.parametrize("symmetric", [False, True])
@@ -203,7 +207,8 @@ def dq_model(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, **attrs: i
 
 DQ_CASES = [  # (x shape, granularity, axis, block)
     ((6, 10), "tensor", 0, 0), ((6, 10), "axis", 1, 0), ((6, 10), "axis", 0, 0), ((6, 40), "block", 1, 16),
-    ((6, 32), "block", 1, 16), ((40, 6), "block", 0, 16), ((3, 20, 4), "block", 1, 8), ((3, 4, 20), "block", -1, 8),
+    ((6, 32), "block", 1, 16), ((40, 6), "block", 0, 16), ((20, 3, 4), "block", 0, 8), ((3, 20, 4), "block", 1, 8),
+    ((3, 4, 20), "block", -1, 8),
 ]
 
 
