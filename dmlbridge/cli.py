@@ -92,11 +92,15 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help="only constants of these origin kinds, comma-separated, from: " + ",".join(CONSTANT_KINDS))
     choose.add_argument("--min-bytes", type=_byte_count, default=0, metavar="BYTES",
                         help="only constants whose values take at least BYTES bytes (e.g. 4096 or 1KiB)")
+    choose.add_argument("--drop-quantized-sources", action="store_true",
+                        help="leave out quantized weights' packed bytes when derived entries carry their values "
+                        "(e.g. 4-bit weights made 8-bit below feature level 6.3)")
 
 
 def _selection_from(args: argparse.Namespace) -> dict[str, Any]:
     kinds = None if args.kinds is None else [k.strip() for k in args.kinds.split(",") if k.strip()]
-    return {"include": args.include, "exclude": args.exclude, "kinds": kinds, "min_bytes": args.min_bytes}
+    return {"include": args.include, "exclude": args.exclude, "kinds": kinds, "min_bytes": args.min_bytes,
+            "drop_quantized_sources": args.drop_quantized_sources}
 
 
 # --flags: the DML_TENSOR_FLAGS value of each choice

@@ -66,6 +66,7 @@ def convert_model(
     exclude: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
     min_bytes: int = 0,
+    drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into DirectML upload buffers: the buffer files
@@ -115,6 +116,9 @@ def convert_model(
             ``dmlbridge.selection.CONSTANT_KINDS``); default: every kind.
         min_bytes: only constants whose values take at least this many bytes as a numpy array. The manifest
             records the selection; ``verify`` compares the plan with the constants it selects.
+        drop_quantized_sources: leave out the constants that only quantized nodes read as weights or zero points
+            and whose values derived entries carry instead (below feature level 6.3 a 4-bit MatMulNBits B is
+            written unpacked to UINT8: its packed bytes are then of no use to DirectML); see ``plan.quantized``.
         max_buffer_bytes: the largest buffer file (a multiple of ``alignment``, at most 0xFFFF0000, the largest
             upload buffer Direct3D 12 makes). Constants go into buffers in model order; a new buffer starts when
             the next one would not fit, and no constant is split: one larger than the limit is refused
@@ -141,7 +145,8 @@ def convert_model(
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
-                                   selection=Selection.check(include, exclude, kinds, min_bytes))
+                                   selection=Selection.check(include, exclude, kinds, min_bytes,
+                                                             drop_quantized_sources))
     prefix = _output_prefix(out_prefix)
     with read_model(model, base_dir) as loaded, collector_paused():
         return _convert(loaded, prefix, options)
@@ -164,6 +169,7 @@ def check_conversion(
     exclude: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
     min_bytes: int = 0,
+    drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
 ) -> UploadPlan:
     """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
@@ -186,7 +192,8 @@ def check_conversion(
     options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,
                                    checksum=False, max_tensor_bytes=max_tensor_bytes, fsync=False,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
-                                   selection=Selection.check(include, exclude, kinds, min_bytes))
+                                   selection=Selection.check(include, exclude, kinds, min_bytes,
+                                                             drop_quantized_sources))
     with read_model(model, base_dir) as loaded, collector_paused():
         model_plan, reader, _ = _checked(loaded, options)
         clamped: dict[int, int] = {}

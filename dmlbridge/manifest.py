@@ -385,7 +385,8 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
             )
         buffers = buffers_from_json(top.get("buffers"), top.at("buffers"), conversion_id, total_size,
                                      max_buffer_bytes)
-    selection = EVERY_CONSTANT if version < 3 else selection_from_json(top.get("selection"), top.at("selection"))
+    selection = (EVERY_CONSTANT if version < 3 else
+                 selection_from_json(top.get("selection"), top.at("selection"), version))
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
         raise ManifestError(f"{top.at('entries')} must be an array, got {kind_of(raw_entries)}")

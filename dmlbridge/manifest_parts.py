@@ -123,12 +123,13 @@ def _consumers_from_json(value: Any, where: str) -> tuple[Consumer, ...]:
     return tuple(consumers)
 
 
-def selection_from_json(value: Any, where: str) -> Selection:
-    """A format-3 or later manifest's ``selection``."""
-    fields = Fields(value, where, ("include", "exclude", "kinds", "min_bytes"))
+def selection_from_json(value: Any, where: str, version: int) -> Selection:
+    """A format-3 or later manifest's ``selection`` (format 4 adds ``drop_quantized_sources``)."""
+    names = ("include", "exclude", "kinds", "min_bytes") + (("drop_quantized_sources",) if version >= 4 else ())
+    fields = Fields(value, where, names)
     try:
         return Selection.check(fields.get("include"), fields.get("exclude"), fields.get("kinds"),
-                               fields.integer("min_bytes"))
+                               fields.integer("min_bytes"), fields.value.get("drop_quantized_sources", False))
     except InvalidArgumentError as exc:
         raise ManifestError(f"{where}: {exc}") from None
 

@@ -40,7 +40,7 @@ from dmlbridge.options import (
 )
 from dmlbridge.planning import ConvertedEntry, Pair, PlanEntry, Planned, plan_constants, refuse_oversized
 from dmlbridge.quantized import QuantizedWeight, quantized_views
-from dmlbridge.quantized_ops import QUANTIZED_NODES, find_quantized
+from dmlbridge.quantized_ops import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
 from dmlbridge.verify import find_mismatches
@@ -312,6 +312,7 @@ def plan_model(
     exclude: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
     min_bytes: int = 0,
+    drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
 ) -> UploadPlan:
     """The plan :func:`convert_model` would write, computed from the model's protobuf alone (no value is decoded
@@ -332,7 +333,7 @@ def plan_model(
     """
     return plan_with_notes(model, target=target, alignment=alignment, min_dims=min_dims, strict=strict,
                            base_dir=base_dir, include=include, exclude=exclude, kinds=kinds, min_bytes=min_bytes,
-                           max_buffer_bytes=max_buffer_bytes)[0]
+                           max_buffer_bytes=max_buffer_bytes, drop_quantized_sources=drop_quantized_sources)[0]
 
 
 def plan_with_notes(
@@ -347,13 +348,14 @@ def plan_with_notes(
     exclude: Sequence[str] | None = None,
     kinds: Sequence[str] | None = None,
     min_bytes: int = 0,
+    drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
 ) -> tuple[UploadPlan, dict[str, str]]:
     """:func:`plan_model`, and per key what it did not check (``dmlbridge inspect``'s note column):
     "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
     options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes)
     strict = check_flag("strict", strict)
-    selection = Selection.check(include, exclude, kinds, min_bytes)
+    selection = Selection.check(include, exclude, kinds, min_bytes, drop_quantized_sources)
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
         planned = plan_loaded(loaded, options, strict, selection)
     refuse_oversized(planned.constants, planned.planned, options.max_buffer_bytes)
@@ -426,7 +428,9 @@ def plan_loaded(
         constants = [*constants, *derived]
         scan = None if scan is None else scan.extended(derived)
     if not selection.everything:
-        keep = [i for i, c in enumerate(constants) if selection.selects(c.key, c.kind, c.nbytes)]
+        dropped = replaced_sources(consumers, specs) if selection.drop_quantized_sources else set()
+        keep = [i for i, c in enumerate(constants)
+                if selection.selects(c.key, c.kind, c.nbytes) and c.key not in dropped]
         constants = [constants[i] for i in keep]
         scan = None if scan is None else scan.subset(keep)
     planned = plan_constants(constants, options, consumers)

@@ -44,7 +44,7 @@ from dmlbridge.quantized import QUANTIZED_OPS, Granularity, PartSpec, QuantizedS
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, OnnxDataType
 
-__all__ = ["QUANTIZED_NODES", "Derivation", "find_quantized"]
+__all__ = ["QUANTIZED_NODES", "Derivation", "find_quantized", "replaced_sources"]
 
 QUANTIZED_NODES = frozenset(QUANTIZED_OPS)
 """The op types whose nodes ``find_consumers`` collects for :func:`find_quantized`."""
@@ -422,3 +422,21 @@ def _gather_weight(sources: list[np.ndarray], bits: int, shape: tuple[int, ...],
     """GatherBlockQuantized's data as its logical values (unpacked when ``bits``), padded to whole blocks."""
     values = _unpack(sources[0], bits, shape[-1], dtype) if bits else sources[0].astype(dtype)
     return _padded([values], shape, padded, axis) if padded != shape else values
+
+
+_SOURCE_INPUTS = {"com.microsoft:MatMulNBits": frozenset({1, 3}), "DequantizeLinear": frozenset({0, 2}),
+                  "com.microsoft:GatherBlockQuantized": frozenset({0, 3})}
+"""The inputs of each op whose values a derived entry may carry instead (weights and zero points, never scales)."""
+
+
+def replaced_sources(consumers: Mapping[str, tuple[Consumer, ...]], specs: list[QuantizedSpec]) -> set[str]:
+    """The keys of the constants whose values the image holds elsewhere: read only as the weight or zero points
+    of described quantized nodes, and the bytes of none of their parts (``drop_quantized_sources``)."""
+    described = {spec.key: spec for spec in specs if spec.parts is not None}
+    used = {part.key for spec in described.values() for part in spec.parts or ()}
+    used |= {spec.bias for spec in described.values() if spec.bias}
+    return {
+        key for key, read_by in consumers.items()
+        if key not in used and read_by
+        and all(c.node in described and c.input in _SOURCE_INPUTS.get(c.op_type, ()) for c in read_by)
+    }

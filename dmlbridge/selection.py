@@ -45,10 +45,14 @@ class Selection(NamedTuple):
     exclude: tuple[str, ...] = ()
     kinds: tuple[str, ...] | None = None
     min_bytes: int = 0
+    drop_quantized_sources: bool = False
+    """Leave out the model's constants that only quantized nodes read and whose values the image holds in derived
+    entries instead (a 4-bit weight made 8-bit below feature level 6.3, say): see :mod:`dmlbridge.quantized_ops`."""
 
     @classmethod
     def check(
-        cls, include: Any = None, exclude: Any = None, kinds: Any = None, min_bytes: Any = 0
+        cls, include: Any = None, exclude: Any = None, kinds: Any = None, min_bytes: Any = 0,
+        drop_quantized_sources: Any = False,
     ) -> Selection:
         """The selection the keywords describe, each checked (InvalidArgumentError names the keyword)."""
         chosen_kinds = None if kinds is None else _strings("kinds", kinds)
@@ -62,13 +66,17 @@ class Selection(NamedTuple):
             chosen_kinds = tuple(kind for kind in CONSTANT_KINDS if kind in chosen_kinds)  # canonical order
         if isinstance(min_bytes, bool) or not isinstance(min_bytes, int) or min_bytes < 0:
             raise InvalidArgumentError(f"min_bytes must be a non-negative integer, got {min_bytes!r}")
+        if not isinstance(drop_quantized_sources, bool):
+            raise InvalidArgumentError(f"drop_quantized_sources must be True or False, not {drop_quantized_sources!r}")
         return cls(None if include is None else _strings("include", include),
-                   () if exclude is None else _strings("exclude", exclude), chosen_kinds, min_bytes)
+                   () if exclude is None else _strings("exclude", exclude), chosen_kinds, min_bytes,
+                   drop_quantized_sources)
 
     @property
     def everything(self) -> bool:
         """True when every constant is selected (the default)."""
-        return self.include is None and not self.exclude and self.kinds is None and self.min_bytes == 0
+        return (self.include is None and not self.exclude and self.kinds is None and self.min_bytes == 0
+                and not self.drop_quantized_sources)
 
     def selects(self, key: str, kind: str, nbytes: int) -> bool:
         """Whether the constant of this key, origin kind and decoded size is selected."""
@@ -85,6 +93,7 @@ class Selection(NamedTuple):
             "exclude": list(self.exclude),
             "kinds": None if self.kinds is None else list(self.kinds),
             "min_bytes": self.min_bytes,
+            "drop_quantized_sources": self.drop_quantized_sources,
         }
 
 

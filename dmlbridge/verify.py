@@ -33,7 +33,7 @@ from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
 from dmlbridge.planning import PlanEntry, plan_constants
 from dmlbridge.progress import Progress
 from dmlbridge.quantized import QuantizedWeight, quantized_views
-from dmlbridge.quantized_ops import QUANTIZED_NODES, find_quantized
+from dmlbridge.quantized_ops import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.selection import Selection
 from dmlbridge.target import Target
 
@@ -95,7 +95,9 @@ def find_mismatches(
         nodes: dict[str, Any] = {}
         consumers = find_consumers(loaded.proto, every, nodes, QUANTIZED_NODES)
         specs, derived = find_quantized(every, consumers, nodes, plan.target)
-        constants = [c for c in [*every, *derived] if selection.selects(c.key, c.kind, c.nbytes)]
+        dropped = replaced_sources(consumers, specs) if selection.drop_quantized_sources else set()
+        constants = [c for c in [*every, *derived] if selection.selects(c.key, c.kind, c.nbytes)
+                     and c.key not in dropped]
         need_reader(constants, reader)
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")

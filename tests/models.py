@@ -164,7 +164,8 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
     assert doc["max_buffer_bytes"] == max_buffer_bytes
     assert [b["size"] for b in doc["buffers"]] == [len(f) for f in files]
     assert all(len(f) <= max_buffer_bytes for f in files)
-    assert doc["selection"] == {"include": None, "exclude": [], "kinds": None, "min_bytes": 0}
+    assert doc["selection"] == {"include": None, "exclude": [], "kinds": None, "min_bytes": 0,
+                                "drop_quantized_sources": False}
     assert doc["alignment"] == alignment and doc["min_dims"] == min_dims and doc["target"] == target.describe()
     assert [e["key"] for e in doc["entries"]] == list(expected)  # every constant, in model order
     ref = ref_target(target)
@@ -220,6 +221,8 @@ def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
     del old["max_buffer_bytes"], old["quantized"]
     for entry in old["entries"]:
         assert entry.pop("buffer") in (0, None)
+    if version == 3:
+        del old["selection"]["drop_quantized_sources"]
     if version <= 2:
         del old["selection"]
         old["entries"] = [{k: v for k, v in e.items() if k not in ("clamped", "padding", "consumers")}

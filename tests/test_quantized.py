@@ -384,3 +384,16 @@ def test_older_1d_scales_and_a_bias(tmp_path: Path) -> None:
     q = plan.quantized[node.name]
     assert q.bias == "bias" and plan.entries["bias"].skipped is None
     assert q.scales is not None and q.scales.strides == (5, 1, 0)
+
+
+def test_dropping_the_sources_that_derived_entries_replace(tmp_path: Path) -> None:
+    """Below feature level 6.3 a 4-bit B is written unpacked to UINT8: drop_quantized_sources leaves its packed
+    bytes out (and the packed zero points), and the records, values and verification are the same."""
+    model = quantized(72, 8, 4, 16, False)
+    (node,) = model.graph.node
+    want = identity_product(model, 72).T.copy()
+    plan = check(model, tmp_path, {node.name: want}, Target("6.2"), signed_zero=False, drop_quantized_sources=True)
+    assert node.input[1] not in plan.entries and node.input[3] not in plan.entries  # B and its zero points
+    assert node.input[2] in plan.entries and plan.selection.drop_quantized_sources
+    kept = dmlbridge.plan_model(model, target=Target("6.4"), drop_quantized_sources=True)
+    assert set(kept.entries) == {t.name for t in model.graph.initializer}  # at 6.4 the views read B itself
