@@ -122,8 +122,11 @@ def _contenders(model: Path, out: Path) -> dict[str, dict[str, Any]]:
 
 
 def _clean(out: Path) -> None:
-    for suffix in (".bin", ".json", ".copy"):
-        Path(os.fspath(out) + suffix).unlink(missing_ok=True)
+    """Remove what a run wrote (every buffer file too): each run converts into an empty prefix, as each copy
+    writes a new file."""
+    for path in out.parent.glob(out.name + ".*"):
+        if path.name != out.name + ".lock":
+            path.unlink(missing_ok=True)
 
 
 def _ab_runs(jobs: dict[str, dict[str, Any]], rounds: int, out: Path) -> dict[str, list[dict[str, Any]]]:

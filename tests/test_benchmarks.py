@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = tmp_path_factory.mktemp("bench") / "quick.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               DMLBRIDGE_BENCH_CACHE=str(tmp_path_factory.mktemp("cache")))  # (case 7's model, never in $HOME)
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
         cwd=REPO,

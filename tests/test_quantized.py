@@ -397,3 +397,33 @@ def test_dropping_the_sources_that_derived_entries_replace(tmp_path: Path) -> No
     assert node.input[2] in plan.entries and plan.selection.drop_quantized_sources
     kept = dmlbridge.plan_model(model, target=Target("6.4"), drop_quantized_sources=True)
     assert set(kept.entries) == {t.name for t in model.graph.initializer}  # at 6.4 the views read B itself
+
+
+def test_a_shared_weight_gives_each_node_a_view_of_one_entry(tmp_path: Path) -> None:
+    """Tied embeddings: one uint8 table read by a GatherBlockQuantized and by a MatMulNBits (bfloat16 scales,
+    which the target widens to FLOAT32); float zero points cannot be rendered exactly and are listed."""
+    rng = np.random.default_rng(3)
+    vocab, dim, block = 8, 64, 32
+    table = rng.integers(0, 256, (vocab, dim // 2)).astype(np.uint8)
+    scales = (rng.random((vocab, dim // block)) + 0.1).astype(ml_dtypes.bfloat16)
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(scales, "scales"),
+             numpy_helper.from_array(np.arange(vocab, dtype=np.int64), "ids")]
+    gather = helper.make_node("GatherBlockQuantized", ["table", "ids", "scales"], ["e"], "embed",
+                              domain="com.microsoft", bits=4, block_size=block, gather_axis=0, quantize_axis=1)
+    head = helper.make_node("MatMulNBits", ["h", "table3", "scales"], ["logits"], "lm_head", domain="com.microsoft",
+                            K=dim, N=vocab, bits=4, block_size=block)
+    reshaped = numpy_helper.from_array(table.reshape(vocab, dim // block, block // 2), "table3")
+    model = helper.make_model(helper.make_graph([gather, head], "g", [], [], [*inits, reshaped]),
+                              opset_imports=OPSETS)
+    plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False)
+    embed, lm_head = plan.quantized["embed"], plan.quantized["lm_head"]
+    assert embed.scales is not None and lm_head.scales is not None
+    assert embed.scales.key == lm_head.scales.key == "scales" and embed.scales.dml_type.name == "FLOAT32"
+    assert embed.output_type.name == "BFLOAT16" and embed.dequantize().dtype == ml_dtypes.bfloat16
+    assert (embed.weight.key if embed.weight else None) == "table"
+    # The same values both ways: the embedding dequantized is the head's weight (its zero point 8 both).
+    assert same_bits(embed.dequantize(), lm_head.dequantize())
+    float_zp = copy.deepcopy(model)
+    float_zp.graph.initializer.append(numpy_helper.from_array(np.zeros((vocab, 2), np.float32), "fzp"))
+    float_zp.graph.node[1].input.append("fzp")
+    assert "float zero points" in (dmlbridge.plan_model(float_zp).quantized["lm_head"].skipped or "")
