@@ -324,6 +324,16 @@ def test_what_cannot_be_expressed_is_listed(tmp_path: Path) -> None:
     plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([node8], "g", [], [], [x, s]),
                                                   opset_imports=OPSETS))
     assert "2-, 4- and 8-bit" in (plan.quantized["dq"].skipped or "")
+    empty = copy.deepcopy(model)  # an omitted projection: B with no bytes
+    b = next(t for t in empty.graph.initializer if t.name == node.input[1])
+    b.CopyFrom(numpy_helper.from_array(np.zeros((0, 4, 8), np.uint8), b.name))
+    assert "not UINT8" in (dmlbridge.plan_model(empty).quantized[node.name].skipped or "")
+    f8 = numpy_helper.from_array(np.zeros((4, 32), np.float32).astype(ml_dtypes.float8_e4m3fn), "t")
+    gbq = helper.make_node("GatherBlockQuantized", ["t", "i", "sc"], ["e"], "g8", domain="com.microsoft",
+                           block_size=32, gather_axis=0, quantize_axis=1)
+    plan = dmlbridge.plan_model(helper.make_model(helper.make_graph(
+        [gbq], "g", [], [], [f8, numpy_helper.from_array(np.ones((4, 1), np.float32), "sc")]), opset_imports=OPSETS))
+    assert "float8 and float4 data" in (plan.quantized["g8"].skipped or "")
     deep = np.zeros((2, 2, 2, 2, 32), np.int8)  # blocked: 6 dimensions, more than feature level 2.0's 5
     model6, _ = dq_model(deep, np.ones((2, 2, 2, 2, 2), np.float32), None, axis=4, block_size=16)
     plan = dmlbridge.plan_model(model6, target=Target("2.0"))
