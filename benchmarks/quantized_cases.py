@@ -86,7 +86,7 @@ def build_matmul_nbits_model(folder: Path, layers: int, k: int, n: int) -> Path:
 def matmul_nbits(settings: Settings) -> list[Row | Skipped]:
     """Case 7: a 1 GiB MatMulNBits model (64 layers of 16 MiB of B; 64 KiB each when quick)."""
     try:
-        import onnxruntime  # noqa: F401
+        import onnxruntime.quantization.matmul_nbits_quantizer  # noqa: F401  (it needs onnx-ir too)
     except ImportError:
         return [Skipped("7 convert MatMulNBits external", "onnxruntime is not installed (pip install -e '.[bench]')")]
     layers, (k, n) = 64, ((4096, 8192) if not settings.quick else (256, 512))
