@@ -82,6 +82,8 @@ def find_quantized(
     """The quantized nodes' weights (``nodes``: node key -> NodeProto of the QUANTIZED_OPS, as
     :func:`dmlbridge.consumers.find_consumers` collects them) and the derived constants they need, in node order.
     ``with_tensor``: a constant by position with its TensorProto (the byte scan's), when some have none."""
+    if not nodes:
+        return [], []  # (the usual model: nothing to look up among its constants)
     position = {c.key: i for i, c in enumerate(constants)}
     inputs: dict[str, dict[int, str]] = {}
     for key, read_by in consumers.items():
