@@ -239,20 +239,25 @@ def entry_lines(entries: Mapping[str, PlanEntry], limit: int | None = None) -> l
         return lines
     keys, origins, offsets, pairs = entries.columns()
     consumers, buffers = entries.consumers, entries.buffers
+    several = any(buffers)  # (one buffer, the usual case: "buffer": 0 goes into each pair's shared text)
     unique = {id(pair): pair for pair in pairs}
-    shared = {ident: _shared_json(pair.fields) for ident, pair in unique.items() if pair.total >= 0}
+    shared = {ident: _shared_json(pair.fields, None if several else 0)
+              for ident, pair in unique.items() if pair.total >= 0}
     lines, size = [], 0
     for first in range(0, len(keys), _LINES_AT_ONCE):  # made in pieces: a refused manifest is never all made
         stop = min(first + _LINES_AT_ONCE, len(keys))
         clamped = entries.clamped
         texts = [None if i in clamped else shared.get(id(pairs[i])) for i in range(first, stop)]
+        if several:
+            texts = [None if text is None else (f"{text[0]}{buffer}, \"offset\": ", text[1])
+                     for text, buffer in zip(texts, buffers[first:stop], strict=True)]
         piece = [
-            f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{buffer}, "offset": {offset}{text[1]}'
+            f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{offset}{text[1]}'
             f'{_consumers_json(read_by) if read_by else "}"}'
             if text is not None else _entry_json(entries[key])
-            for key, origin, buffer, offset, read_by, text in zip(
-                keys[first:stop], origins[first:stop], buffers[first:stop], offsets[first:stop],
-                consumers[first:stop], texts, strict=True)
+            for key, origin, offset, read_by, text in zip(
+                keys[first:stop], origins[first:stop], offsets[first:stop], consumers[first:stop], texts,
+                strict=True)
         ]
         size += sum(map(len, piece))
         _check_size(size, len(keys), limit)
@@ -290,12 +295,14 @@ _quote = json.encoder.encode_basestring_ascii  # what json.dumps(ensure_ascii=Tr
 _OFFSET_MARK = 2**62 + 12345  # an offset no plan has: where the entry's own offset goes in its pair's text
 
 
-def _shared_json(fields: Mapping[str, Any]) -> tuple[str, str]:
-    """The text of a converted entry's manifest line around its buffer and offset, after its key and origin:
-    json.dumps of an entry with the fields it shares with the entries of its type and shape, cut there."""
+def _shared_json(fields: Mapping[str, Any], buffer: int | None) -> tuple[str, str]:
+    """The text of a converted entry's manifest line around its offset (and its buffer, unless ``buffer`` is
+    given: then it is in the text), after its key and origin: json.dumps of an entry with the fields it shares
+    with the entries of its type and shape, cut there."""
     text = _json(PlanEntry(**{**fields, "key": "", "origin": "", "offset": _OFFSET_MARK, "buffer": 0}).to_json())
     head, tail = text.split(f'"buffer": 0, "offset": {_OFFSET_MARK}', 1)
-    return head[len('{"key": "", "origin": "", ') :] + '"buffer": ', tail[:-1]  # (each line adds consumers and })
+    head = head[len('{"key": "", "origin": "", ') :]
+    return (head + '"buffer": ' if buffer is None else f'{head}"buffer": {buffer}, "offset": '), tail[:-1]
 
 
 def _consumers_json(consumers: tuple[Consumer, ...]) -> str:

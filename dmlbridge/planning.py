@@ -382,51 +382,63 @@ def plan_constants(
     end = 0
     planned: dict[tuple[Any, ...], Pair] = {}
     rows: dict[OnnxDataType, MappingRow] = {}
-    for constant in constants:
-        if len(constant.key) > MAX_KEY_LENGTH or len(constant.origin) > 2 * MAX_KEY_LENGTH:
-            raise InvalidArgumentError(
-                f"constant {constant.key[:100]!r}... has a key of {len(constant.key)} characters (origin "
-                f"{len(constant.origin)}); dmlbridge takes keys of at most {MAX_KEY_LENGTH} (origins twice that), "
-                "which every real model's names fit: this model's names or subgraph paths are unreasonably long"
-            )
-        onnx_type, shape = constant.onnx_type, constant.shape
+    get_pair, add_key, add_origin, add_pair = planned.get, keys.append, origins.append, pairs.append
+    add_offset, add_buffer = offsets.append, buffers.append
+    buffer = 0
+    for constant in constants:  # (a model may hold 100,000 constants: the usual path does as little as it can)
+        key, onnx_type, shape = constant.key, constant.onnx_type, constant.shape
+        add_key(key)
+        add_origin(constant.origin)
         padding: Padding = "leading"
-        if per_channel and constant.key in per_channel:
-            padding = padding_of(shape, readers[constant.key], options.min_dims)
-        pair = planned.get((onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding))
+        if per_channel and key in per_channel:
+            padding = padding_of(shape, readers[key], options.min_dims)
+        pair = get_pair((onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding))
         if pair is None:
             row = rows.get(onnx_type)
             if row is None:
                 row = rows[onnx_type] = resolve(onnx_type, options.target)
             pair = _plan_pair(onnx_type, shape, row, options, padding)
             planned[(onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding)] = pair
-        keys.append(constant.key)
-        origins.append(constant.origin)
-        pairs.append(pair)
-        if pair.total >= 0:
-            offset = -(-end // alignment) * alignment
-            if pair.total > limit and oversized is None:
+        add_pair(pair)
+        total = pair.total
+        if total < 0:
+            add_offset(None)
+            add_buffer(None)
+            continue
+        offset = -(-end // alignment) * alignment
+        if offset + total > limit:  # (rare: the next buffer, or a constant no buffer holds)
+            if total > limit and oversized is None:
                 oversized = len(keys) - 1  # (refused by refuse_oversized, after the checks that come first)
-            if offset + pair.total > limit and end > 0:
+            if end > 0:
                 buffer_sizes.append(end)  # the next buffer starts here
                 buffer_starts.append(len(keys) - 1)
-                offset = 0
+                buffer, offset = buffer + 1, 0
                 if len(buffer_starts) > MAX_BUFFER_COUNT:
                     raise InvalidArgumentError(
                         f"max_buffer_bytes={limit} splits this model's constants into more than "
                         f"{MAX_BUFFER_COUNT} buffers, the most a conversion writes; raise max_buffer_bytes "
                         "(--max-buffer-bytes on the command line)"
                     )
-            offsets.append(offset)
-            buffers.append(len(buffer_starts) - 1)
-            end = offset + pair.total
-        else:
-            offsets.append(None)
-            buffers.append(None)
+        add_offset(offset)
+        add_buffer(buffer)
+        end = offset + total
+    _check_names(keys, origins)
     buffer_sizes.append(end)
     each = [readers.get(key, ()) for key in keys] if readers else None
     entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers)
     return Planned(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized)
+
+
+def _check_names(keys: list[str], origins: list[str]) -> None:
+    """InvalidArgumentError when a key or an origin is longer than dmlbridge takes (checked once for all)."""
+    if keys and (max(map(len, keys)) > MAX_KEY_LENGTH or max(map(len, origins)) > 2 * MAX_KEY_LENGTH):
+        key, origin = next((k, o) for k, o in zip(keys, origins, strict=True)
+                           if len(k) > MAX_KEY_LENGTH or len(o) > 2 * MAX_KEY_LENGTH)
+        raise InvalidArgumentError(
+            f"constant {key[:100]!r}... has a key of {len(key)} characters (origin {len(origin)}); dmlbridge takes "
+            f"keys of at most {MAX_KEY_LENGTH} (origins twice that), which every real model's names fit: this "
+            "model's names or subgraph paths are unreasonably long"
+        )
 
 
 def refuse_oversized(constants: list[ModelConstant], planned: Planned, limit: int) -> None:
