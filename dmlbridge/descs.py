@@ -28,6 +28,7 @@ __all__ = [
     "DML_TENSOR_DESC",
     "DML_TENSOR_FLAG_OWNED_BY_DML",
     "DML_TENSOR_TYPE_BUFFER",
+    "BufferDescMethods",
     "BufferTensorDesc",
     "check_flags",
     "tensor_desc_array",
@@ -134,6 +135,35 @@ class BufferTensorDesc(NamedTuple):
         desc.TotalTensorSizeInBytes = self.total_tensor_size_in_bytes
         desc.GuaranteedBaseOffsetAlignment = self.guaranteed_base_offset_alignment
         return desc
+
+
+class BufferDescMethods:
+    """``desc()``, ``as_ctypes()`` and ``as_ctypes_tensor_desc()`` of a record of one buffer tensor, from its
+    ``buffer_desc`` (a :class:`BufferTensorDesc`): what ``PreparedTensor`` and ``QuantizedPart`` share.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> dmlbridge.prepare(np.ones(3, np.float32)).desc()["Sizes"]
+        [3]
+    """
+
+    __slots__ = ()
+
+    @property
+    def buffer_desc(self) -> BufferTensorDesc:
+        raise NotImplementedError
+
+    def desc(self) -> dict[str, Any]:
+        """The DML_BUFFER_TENSOR_DESC fields, by their DirectML names."""
+        return self.buffer_desc.as_dict()
+
+    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
+        """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit); it keeps its Sizes and Strides arrays alive."""
+        return self.buffer_desc.as_ctypes()
+
+    def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC:
+        """A ctypes DML_TENSOR_DESC (type BUFFER) pointing at a fresh ``as_ctypes()`` struct it keeps alive."""
+        return DML_TENSOR_DESC.pointing_at(self.as_ctypes())
 
 
 def tensor_desc_array(items: Sequence[Any]) -> ctypes.Array[DML_TENSOR_DESC]:

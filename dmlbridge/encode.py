@@ -16,7 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from dmlbridge.buffers import as_writable_bytes
 from dmlbridge.decode import decode, read_elements, restore_values
-from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc, check_flags
+from dmlbridge.descs import BufferDescMethods, BufferTensorDesc, check_flags
 from dmlbridge.errors import (
     DestinationError,
     ExternalDataError,
@@ -39,7 +39,7 @@ _DEFAULT_TARGET = Target()
 
 
 @dataclass(frozen=True, eq=False)
-class PreparedTensor:
+class PreparedTensor(BufferDescMethods):
     """A tensor ready for DirectML: its DML_BUFFER_TENSOR_DESC fields and the exact bytes to upload.
 
     ``data`` is a uint8 array of ``total_tensor_size_in_bytes`` bytes: every padding byte and unreached position
@@ -87,17 +87,6 @@ class PreparedTensor:
         return BufferTensorDesc(self.dml_type, self.flags, self.sizes, self.strides, self.total_tensor_size_in_bytes,
                                 self.guaranteed_base_offset_alignment)
 
-    def desc(self) -> dict[str, Any]:
-        """The DML_BUFFER_TENSOR_DESC fields, by their DirectML names."""
-        return self.buffer_desc.as_dict()
-
-    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
-        """A ctypes DML_BUFFER_TENSOR_DESC (48 bytes on 64-bit); it keeps its Sizes and Strides arrays alive."""
-        return self.buffer_desc.as_ctypes()
-
-    def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC:
-        """A ctypes DML_TENSOR_DESC (type BUFFER) pointing at a fresh ``as_ctypes()`` struct it keeps alive."""
-        return DML_TENSOR_DESC.pointing_at(self.as_ctypes())
 
 
 @dataclass(frozen=True)

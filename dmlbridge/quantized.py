@@ -40,7 +40,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from dmlbridge.decode import decode
-from dmlbridge.descs import DML_BUFFER_TENSOR_DESC, BufferTensorDesc
+from dmlbridge.descs import BufferDescMethods, BufferTensorDesc
 from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.layout import calc_buffer_tensor_size
 from dmlbridge.planning import PlanEntry
@@ -62,7 +62,7 @@ _PARTS = ("weight", "scales", "zero_points")
 
 
 @dataclass(frozen=True)
-class QuantizedPart:
+class QuantizedPart(BufferDescMethods):
     """One part of a quantized weight: a DML_BUFFER_TENSOR_DESC over the bytes of plan entry ``key``, at
     ``offset`` (absolute in buffer file ``buffer``, the entry's own offset: a multiple of 16).
 
@@ -84,16 +84,9 @@ class QuantizedPart:
 
     @property
     def buffer_desc(self) -> BufferTensorDesc:
+        """The DML_BUFFER_TENSOR_DESC fields as one value (``desc()``, ``as_ctypes()``: BufferDescMethods)."""
         return BufferTensorDesc(self.dml_type, self.flags, self.sizes, self.strides, self.total_tensor_size_in_bytes,
                                 self.guaranteed_base_offset_alignment)
-
-    def desc(self) -> dict[str, Any]:
-        """The DML_BUFFER_TENSOR_DESC fields by their DirectML names."""
-        return self.buffer_desc.as_dict()
-
-    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
-        """A ctypes DML_BUFFER_TENSOR_DESC of this part."""
-        return self.buffer_desc.as_ctypes()
 
 
 class PartSpec(NamedTuple):
