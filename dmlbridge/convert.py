@@ -332,10 +332,10 @@ def _write_outputs(
                 for index, size in enumerate(planned.buffer_sizes):  # one file per buffer, in order
                     with publication.new_buffer(index) as file:
                         image = write_image(file, constants, planned, scan, reader, options, bar, buffer=index)
-                        first, stop = planned.buffer_range(index).start, planned.buffer_range(index).stop
+                        within = planned.buffer_range(index)
                         fingerprint = bin_fingerprint(
-                            file.fileno(), size, [o for o in planned.offsets[first:stop] if o is not None],
-                            [pair.total for pair in planned.pairs[first:stop] if pair.total >= 0])
+                            file.fileno(), size, [o for o in planned.offsets[within] if o is not None],
+                            [pair.total for pair in planned.pairs[within] if pair.total >= 0])
                         kept.append(os.dup(file.fileno()))
                     path = os.path.join(publication.directory, publication.buffer_names[index])
                     buffers.append(BufferFile(path, size, fingerprint, image.sha256))

@@ -350,10 +350,10 @@ class Planned(NamedTuple):
     oversized: int | None = None
     """The position of the first constant larger than ``max_buffer_bytes`` (alone in its buffer), if any."""
 
-    def buffer_range(self, buffer: int) -> range:
+    def buffer_range(self, buffer: int) -> slice:
         """The positions of the constants in buffer ``buffer`` (skipped ones between them included)."""
         stop = self.buffer_starts[buffer + 1] if buffer + 1 < len(self.buffer_starts) else len(self.offsets)
-        return range(self.buffer_starts[buffer], stop)
+        return slice(self.buffer_starts[buffer], stop)
 
 
 def plan_constants(

@@ -94,7 +94,7 @@ def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, 
         f"{len(plan.entries)} constants: {len(converted)} converted ({human_size(data)} of tensor data in {where}"
         f"{limit}; alignment {plan.alignment}), {len(plan.skipped)} skipped"
         + (f"; {derived} derived from quantized weights" if (derived := sum(
-            e.origin.startswith(("weight of", "zero point")) for e in converted)) else "")
+            key.rpartition("/")[0] in plan.quantized_records for key in plan.entries)) else "")
         + (f"; {len(plan.quantized_records)} quantized weights" if plan.quantized_records else "")
     )
     return "\n".join(lines)

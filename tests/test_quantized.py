@@ -440,3 +440,26 @@ def test_a_shared_weight_gives_each_node_a_view_of_one_entry(tmp_path: Path) -> 
     float_zp.graph.initializer.append(numpy_helper.from_array(np.zeros((vocab, 2), np.float32), "fzp"))
     float_zp.graph.node[1].input.append("fzp")
     assert "float zero points" in (dmlbridge.plan_model(float_zp).quantized["lm_head"].skipped or "")
+
+
+def test_refusals_of_the_records_and_options() -> None:
+    """A skipped record has no parts to give, an unwritten plan nothing to dequantize, a weight blocked on
+    another axis than the last no blocked form, and drop_quantized_sources takes only True or False."""
+    model = quantized(64, 4, 4, 16, False)
+    (node,) = model.graph.node
+    changed = copy.deepcopy(model)
+    changed.graph.node[0].attribute.append(helper.make_attribute("weight_prepacked", 1))
+    skipped = dmlbridge.plan_model(changed).quantized[node.name]
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="was skipped"):
+        skipped.parts()
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="was not written"):
+        dmlbridge.plan_model(model).quantized[node.name].dequantize()
+    x, s = np.zeros((32, 4), np.int8), np.ones((2, 4), np.float32)
+    dq, _ = dq_model(x, s, None, axis=0, block_size=16)
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="not blocked on its last axis"):
+        dmlbridge.plan_model(dq).quantized["dq"].blocked_form()
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="drop_quantized_sources must be True or False"):
+        dmlbridge.plan_model(model, drop_quantized_sources=1)  # type: ignore[arg-type]
+    bad_attr = copy.deepcopy(model)
+    bad_attr.graph.node[0].attribute[0].CopyFrom(helper.make_attribute("K", 64.0))
+    assert "is not an integer" in (dmlbridge.plan_model(bad_attr).quantized[node.name].skipped or "")
