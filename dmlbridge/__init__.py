@@ -38,6 +38,7 @@ from dmlbridge.planning import ConvertedEntry, PlanEntry
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
 from dmlbridge.version import __version__ as __version__
+from dmlbridge.workers import available_cpus
 
 __all__ = [
     "DEFAULT_MAX_BUFFER_BYTES",
@@ -65,6 +66,7 @@ __all__ = [
     "UnsupportedTypeError",
     "UploadPlan",
     "ValueRangeError",
+    "available_cpus",
     "calc_buffer_tensor_size",
     "check_conversion",
     "convert_model",

@@ -36,6 +36,7 @@ from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
 from dmlbridge.verify import find_mismatches
 from dmlbridge.version import __version__
+from dmlbridge.workers import MAX_WORKERS, check_workers
 
 __all__ = ["build_parser", "main"]
 
@@ -129,7 +130,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         plan = check_conversion(
             args.model, **options, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
             max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
-            flags=_FLAG_VALUES[args.flags],
+            flags=_FLAG_VALUES[args.flags], workers=args.workers,
         )
     else:
         plan, notes = plan_with_notes(args.model, **options)
@@ -180,6 +181,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
         max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
         flags=_FLAG_VALUES[args.flags], max_buffer_bytes=args.max_buffer_bytes, **_selection_from(args),
+        workers=args.workers,
     )
     if not args.quiet:
         for entry in plan.skipped:
@@ -200,6 +202,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
         sha256=all(b.sha256 is not None for b in plan.buffers), progress=False if args.quiet else None,
+        workers=args.workers,
     )
     if problems:
         for problem in problems[:20]:
@@ -232,6 +235,22 @@ def _byte_count(text: str) -> int:
         return parse_byte_count(text)
     except DmlBridgeError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _worker_count(text: str) -> int:
+    try:
+        return check_workers(int(text))
+    except (ValueError, DmlBridgeError):
+        raise argparse.ArgumentTypeError(
+            f"not a number of threads: {text!r}; write a whole number from 1 to {MAX_WORKERS} (the default is every "
+            "CPU this process may use)"
+        ) from None
+
+
+def _add_workers(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--workers", type=_worker_count, default=None, metavar="N",
+                        help=f"threads that {what} (default: every CPU this process may use; 1: one thread; the "
+                        "output is the same bytes either way)")
 
 
 def _help(description: str, example: str, exits: str = "0 done, 2 a usage or input error") -> dict[str, Any]:
@@ -269,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--external-data-root", metavar="DIR", help="with --check: allow external data under DIR")
     _add_plan_options(inspect)
     _add_limit_options(inspect, "with --check: ")
+    _add_workers(inspect, "convert constants with --check")
     inspect.set_defaults(run=_cmd_inspect)
 
     convert = commands.add_parser("convert", help="write a model's constants as an upload buffer + manifest",
@@ -291,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--no-fsync", action="store_true",
                          help="do not flush the outputs to the disk before renaming them into place (faster; still "
                          "atomic if the process dies, but a power loss may leave an empty or partial output)")
+    _add_workers(convert, "convert constants")
     convert.set_defaults(run=_cmd_convert)
 
     verify = commands.add_parser("verify", help="check that an upload plan matches a model bit for bit",
@@ -306,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refuse constants larger than BYTES (e.g. 2GiB; default 16GiB)")
     verify.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
                         metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
+    _add_workers(verify, "compare constants")
     verify.set_defaults(run=_cmd_verify)
 
     demo = commands.add_parser("demo", help="build a sample model, convert it, verify it, print the summary",

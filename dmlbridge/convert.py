@@ -68,6 +68,7 @@ def convert_model(
     min_bytes: int = 0,
     drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
+    workers: int | None = None,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into DirectML upload buffers: the buffer files
     ``out_prefix.<conversion id>.00000.bin``, ``.00001.bin``, ... (one when the model fits in ``max_buffer_bytes``)
@@ -125,6 +126,12 @@ def convert_model(
             (TensorTooLargeError) before any file is created. The default, 2 GiB, is the size Direct3D 12
             guarantees a resource on a GPU with 8 GiB or more; :func:`dmlbridge.max_buffer_bytes_for` gives it for
             others. A model with a constant over 2 GiB needs a larger limit.
+        workers: how many threads decode and convert constants (``--workers``): None (the default) is every CPU
+            this process may use (its CPU affinity, bounded by a cgroup CPU quota when one is set); 1 does
+            everything in the calling thread. Constants of 1 MiB and more that need converting (widening,
+            packing, narrowing, densifying) go to the threads, a few ahead of the one thread that writes the
+            files in order, within 128 MiB of values and results in flight; a constant is converted by one
+            thread. The files are the same bytes whatever the number.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -146,7 +153,7 @@ def convert_model(
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
                                    selection=Selection.check(include, exclude, kinds, min_bytes,
-                                                             drop_quantized_sources))
+                                                             drop_quantized_sources), workers=workers)
     prefix = _output_prefix(out_prefix)
     with read_model(model, base_dir) as loaded, collector_paused():
         return _convert(loaded, prefix, options)
@@ -171,6 +178,7 @@ def check_conversion(
     min_bytes: int = 0,
     drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
+    workers: int | None = None,
 ) -> UploadPlan:
     """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
     value decoded and converted (external data read, values that must narrow checked), each error the one
@@ -193,7 +201,7 @@ def check_conversion(
                                    checksum=False, max_tensor_bytes=max_tensor_bytes, fsync=False,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
                                    selection=Selection.check(include, exclude, kinds, min_bytes,
-                                                             drop_quantized_sources))
+                                                             drop_quantized_sources), workers=workers)
     with read_model(model, base_dir) as loaded, collector_paused():
         model_plan, reader, _ = _checked(loaded, options)
         clamped: dict[int, int] = {}

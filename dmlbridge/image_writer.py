@@ -27,6 +27,7 @@ makes every constant go.
 from __future__ import annotations
 
 import array
+import contextlib
 import hashlib
 import itertools
 import operator
@@ -38,7 +39,7 @@ import numpy as np
 
 from dmlbridge.byte_scan import BytesScan
 from dmlbridge.constants import ModelConstant
-from dmlbridge.encode import prepare
+from dmlbridge.encode import PreparedTensor, prepare
 from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
@@ -46,6 +47,7 @@ from dmlbridge.planning import FOUR_BIT, Pair, PlanEntry, Planned
 from dmlbridge.progress import Progress
 from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
+from dmlbridge.workers import POOL_MIN_BYTES, Prefetch
 
 __all__ = ["ImageWriter", "WrittenImage", "write_image"]
 
@@ -162,21 +164,47 @@ def write_image(
 ) -> WrittenImage:
     """Write buffer ``buffer`` of the image of ``planned`` into ``file`` (unbuffered, empty). ``scan``: the byte
     scan that found ``constants``, if one did. ``kernel_copy=False``: external data passes through this process
-    (and its checks) even where the kernel could copy it."""
+    (and its checks) even where the kernel could copy it. With ``options.workers`` above 1, the large constants
+    that need converting are converted by that many threads, a few ahead of the writer (dmlbridge.workers)."""
     writer = ImageWriter(file, options.checksum, kernel_copy)
     within = planned.buffer_range(buffer)
     size = planned.buffer_sizes[buffer]
-    for first, stop, as_is in _runs(constants, planned.pairs, scan, within.start, within.stop):
-        if as_is:
-            _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
-        else:
-            _write_each(writer, constants, planned, first, stop, scan, reader, options, bar)
+    with contextlib.ExitStack() as stack:
+        ahead = None
+        if options.workers > 1:
+            jobs = _pool_jobs(constants, planned, within.start, within.stop)
+            if jobs:
+                ahead = stack.enter_context(Prefetch(
+                    lambda position: _prepared(constants[position], planned.entries.at(position), reader,
+                                               options.layout, options.max_tensor_bytes),
+                    jobs, workers=options.workers))
+        for first, stop, as_is in _runs(constants, planned.pairs, scan, within.start, within.stop):
+            if as_is:
+                _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
+            else:
+                _write_each(writer, constants, planned, first, stop, scan, reader, options, bar, ahead)
     bar.update(size - writer.position)
     writer.zeros(size - writer.position)  # the last constant's padding
     writer.flush()
     if writer.position != size:
         raise DmlBridgeError(f"internal error: wrote {writer.position} bytes but planned {size}")
     return WrittenImage(writer.hexdigest(), writer.clamped)
+
+
+def _pool_jobs(constants: list[ModelConstant], planned: Planned, start: int, stop: int) -> list[tuple[int, int]]:
+    """(position, cost) of the constants from ``start`` to ``stop`` worth a worker thread: written, at least
+    POOL_MIN_BYTES, and converted (not written as stored); the cost is the bytes a job holds (values and result)."""
+    stored = not checked_path_only()
+    jobs = []
+    for position in range(start, stop):
+        constant = constants[position]
+        if constant.nbytes < POOL_MIN_BYTES or planned.offsets[position] is None:
+            continue
+        entry = planned.entries.at(position)
+        if stored and constant.kind in _STORED_KINDS and entry.conversion == "native":
+            continue  # copied as stored, by the writer
+        jobs.append((position, constant.nbytes + (entry.total_tensor_size_in_bytes or 0)))
+    return jobs
 
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -241,9 +269,11 @@ def _place_spans(
 def _write_each(
     writer: ImageWriter, constants: list[ModelConstant], planned: Planned, first: int, stop: int,
     scan: BytesScan | None, reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
+    ahead: Prefetch[int, PreparedTensor] | None = None,
 ) -> None:
     """Write constants[first:stop] one at a time: the stored bytes as they are where they already are the
-    DirectML bytes, else decoded, converted by ``prepare`` and written."""
+    DirectML bytes, else decoded, converted by ``prepare`` (or taken from ``ahead``, whose workers did that) and
+    written."""
     stored = not checked_path_only()
     for position in range(first, stop):
         offset = planned.offsets[position]
@@ -255,10 +285,16 @@ def _write_each(
         before = writer.position
         writer.zeros(offset - before)
         entry = planned.entries.at(position)
-        if not (stored and _write_stored(writer, constant, entry, reader, options.max_tensor_bytes)):
-            clamped = _write_prepared(writer, constant, entry, reader, options.layout, options.max_tensor_bytes)
+        if ahead is not None and ahead.next_item == position:
+            prepared: PreparedTensor | None = ahead.take(position)
+        elif stored and _write_stored(writer, constant, entry, reader, options.max_tensor_bytes):
+            prepared = None
+        else:
+            prepared = _prepared(constant, entry, reader, options.layout, options.max_tensor_bytes)
+        if prepared is not None:
+            writer.write(prepared.data)
             if entry.conversion == "saturate":
-                writer.clamped[position] = clamped
+                writer.clamped[position] = prepared.clamped
         bar.update(writer.position - before)
 
 
@@ -281,16 +317,12 @@ def _stored_bytes(constant: ModelConstant) -> bytes | None:
     return data if len(data) == constant.packed_nbytes else None
 
 
-def _write_prepared(
-    writer: ImageWriter,
-    constant: ModelConstant,
-    entry: PlanEntry,
-    reader: ExternalDataReader | None,
-    options: PlanOptions,
+def _prepared(
+    constant: ModelConstant, entry: PlanEntry, reader: ExternalDataReader | None, options: PlanOptions,
     max_tensor_bytes: int,
-) -> int:
-    """Decode the constant, convert it with ``prepare`` and write the result (checked against the plan); returns
-    how many values were clamped (``"saturate"``)."""
+) -> PreparedTensor:
+    """The constant decoded and converted by ``prepare`` (checked against the plan): what is written for it. Runs
+    in a worker thread when there are workers: it only reads."""
     try:
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
         if entry.padding == "channel":  # [C] as [1, C, 1, 1]: the same bytes, the channel axis where it belongs
@@ -309,8 +341,10 @@ def _write_prepared(
         ) from None
     if prepared.buffer_desc != entry.buffer_desc:
         raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
-    writer.write(prepared.data)
-    return prepared.clamped
+    return prepared
+
+
+_STORED_KINDS = ("initializer", "value")  # the constants whose stored bytes may be written as they are
 
 
 def _write_stored(
@@ -333,7 +367,7 @@ def _write_stored(
     the constant was found (exact byte and entry counts) or is made here by the same code (the external data
     reader, the typed-field decoder).
     """
-    if constant.kind not in ("initializer", "value") or entry.conversion != "native":
+    if constant.kind not in _STORED_KINDS or entry.conversion != "native":
         return False
     if constant.nbytes > max_tensor_bytes:
         return False  # the usual path raises the usual error

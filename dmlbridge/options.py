@@ -19,6 +19,7 @@ from dmlbridge.descs import check_flags
 from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.selection import EVERY_CONSTANT, Selection
 from dmlbridge.target import Target
+from dmlbridge.workers import check_workers
 
 __all__ = [
     "DEFAULT_MAX_BUFFER_BYTES",
@@ -190,12 +191,14 @@ class ConvertOptions(NamedTuple):
     max_output_bytes: int | None = None  # None: the default bound, from the model's size
     max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES
     selection: Selection = EVERY_CONSTANT
+    workers: int = 1  # threads converting constants (dmlbridge.workers); 1: all in the calling thread
 
     @classmethod
     def check(
         cls, layout: PlanOptions, *, progress: Any, strict: Any, external_data_root: Any, checksum: Any,
         max_tensor_bytes: Any, fsync: Any, max_output_bytes: Any = None,
         max_manifest_bytes: Any = DEFAULT_MAX_MANIFEST_BYTES, selection: Selection = EVERY_CONSTANT,
+        workers: Any = 1,
     ) -> ConvertOptions:
         """The options, each checked (InvalidArgumentError names the keyword)."""
         strict, checksum = check_flag("strict", strict), check_flag("checksum", checksum)
@@ -209,4 +212,4 @@ class ConvertOptions(NamedTuple):
         if max_manifest_bytes is None:
             raise InvalidArgumentError("max_manifest_bytes must be a non-negative integer, got None")
         return cls(layout, progress, strict, external_data_root, checksum, max_tensor_bytes, fsync, max_output_bytes,
-                   max_manifest_bytes, selection)
+                   max_manifest_bytes, selection, check_workers(workers))

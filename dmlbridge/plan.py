@@ -281,10 +281,13 @@ class UploadPlan(Manifest):
         external_data_root: str | os.PathLike[str] | None = None,
         max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
         progress: bool | None = None,
+        workers: int | None = None,
     ) -> None:
         """Check that the plan is exactly ``model``'s constants: the same keys, types and shapes, the bytes a
         fresh conversion gives, and values that read back bit for bit (NaN payloads of widened floats excepted).
         ``progress``: a bar on stderr, as ``convert_model`` shows (None: when stderr is a terminal).
+        ``workers``: threads comparing constants of 1 MiB and more (None, the default: every CPU this process may
+        use; 1: none), as ``convert_model`` takes it.
 
         Raises ManifestError listing the mismatches.
         """
@@ -292,7 +295,7 @@ class UploadPlan(Manifest):
             raise InvalidArgumentError(f"progress must be None, True or False, not {progress!r}")
         problems = find_mismatches(
             self, model, base_dir=base_dir, external_data_root=external_data_root, max_tensor_bytes=max_tensor_bytes,
-            progress=progress,
+            progress=progress, workers=workers,
         )
         if problems:
             shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")

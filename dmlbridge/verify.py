@@ -16,6 +16,7 @@ any NaN). The model is read one constant at a time; the buffer files one entry a
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -36,6 +37,7 @@ from dmlbridge.quantized import QuantizedWeight, quantized_views
 from dmlbridge.quantized_ops import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.selection import Selection
 from dmlbridge.target import Target
+from dmlbridge.workers import POOL_MIN_BYTES, Prefetch, check_workers
 
 __all__ = ["WrittenPlan", "find_mismatches"]
 
@@ -78,14 +80,16 @@ def find_mismatches(
     limit: int = 1000,
     sha256: bool = False,
     progress: bool | None = False,
+    workers: int | None = 1,
 ) -> list[str]:
     """Where a written plan and a model's constants differ, one message each (empty when they agree); the
     first ones say so when a buffer file no longer matches its size or fingerprint (or, with ``sha256``, the
     SHA-256 its manifest records). ``progress``: a bar of the bytes compared on stderr (None: when stderr is a
-    terminal).
+    terminal). ``workers``: threads comparing the large constants (None: every CPU this process may use).
 
     The engine of :meth:`UploadPlan.verify` and ``dmlbridge verify``.
     """
+    workers = check_workers(workers)
     if not plan.buffers:
         raise InvalidArgumentError("this plan was not written (plan_model); there is no buffer file to verify")
     with read_model(model, base_dir) as loaded:
@@ -102,7 +106,7 @@ def find_mismatches(
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")
         try:
-            problems = _find(plan, constants, consumers, reader, max_tensor_bytes, limit, sha256, bar)
+            problems = _find(plan, constants, consumers, reader, max_tensor_bytes, limit, sha256, bar, workers)
         finally:
             bar.close()
         fresh = quantized_views(specs, plan.entries, plan.min_dims, plan.target, plan.alignment)
@@ -127,6 +131,7 @@ def find_mismatches(
 def _find(
     plan: WrittenPlan, constants: list[ModelConstant], consumers: dict[str, tuple[Consumer, ...]],
     reader: ExternalDataReader | None, max_tensor_bytes: int, limit: int, sha256: bool, bar: Progress,
+    workers: int = 1,
 ) -> list[str]:
     problems = plan.buffer_problems(sha256=sha256)
     keys = {c.key for c in constants}
@@ -135,23 +140,44 @@ def _find(
             problems.append(f"{key!r} is in the plan but not in the model")
     # A fresh plan of every constant at once (flags change no size: each entry's own are used below).
     fresh = plan_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0), consumers).pairs
-    for constant, pair in zip(constants, fresh, strict=True):
-        if len(problems) >= limit:
-            break
+
+    def same_consumers(index: int) -> tuple[PlanEntry | None, tuple[Consumer, ...]]:
+        constant = constants[index]
         entry = plan.entries.get(constant.key)
-        if entry is None:
-            problems.append(f"{constant.key!r} ({constant.origin}) is in the model but not in the plan")
-            continue
         read_by = consumers.get(constant.key, ())
-        if entry.consumers != read_by or entry.padding != pair.fields["padding"]:
-            problems.append(f"{constant.key!r}: the plan has consumers {_consumer_list(entry.consumers)} "
-                            f"({entry.padding} padding), the model {_consumer_list(read_by)} "
-                            f"({pair.fields['padding']} padding)")
-            continue
-        problem = _compare(plan, constant, entry, pair.total >= 0, reader, max_tensor_bytes)
-        bar.update(entry.total_tensor_size_in_bytes or 0)
-        if problem:
-            problems.append(f"{constant.key!r}: {problem}")
+        if entry is None or entry.consumers != read_by or entry.padding != fresh[index].fields["padding"]:
+            return None, read_by
+        return entry, read_by
+
+    def compare(index: int) -> str | None:
+        entry = plan.entries[constants[index].key]
+        return _compare(plan, constants[index], entry, fresh[index].total >= 0, reader, max_tensor_bytes)
+
+    jobs = []
+    if workers > 1:
+        for index, constant in enumerate(constants):
+            entry = same_consumers(index)[0] if constant.nbytes >= POOL_MIN_BYTES else None
+            if entry is not None:  # (values, fresh bytes, bytes read and values read back)
+                jobs.append((index, constant.nbytes * 2 + 2 * (entry.total_tensor_size_in_bytes or 0)))
+    with contextlib.ExitStack() as stack:
+        ahead = stack.enter_context(Prefetch(compare, jobs, workers=workers)) if jobs else None
+        for index, constant in enumerate(constants):
+            if len(problems) >= limit:
+                break
+            entry, read_by = same_consumers(index)
+            if entry is None:
+                if constant.key not in plan.entries:
+                    problems.append(f"{constant.key!r} ({constant.origin}) is in the model but not in the plan")
+                    continue
+                mine = plan.entries[constant.key]
+                problems.append(f"{constant.key!r}: the plan has consumers {_consumer_list(mine.consumers)} "
+                                f"({mine.padding} padding), the model {_consumer_list(read_by)} "
+                                f"({fresh[index].fields['padding']} padding)")
+                continue
+            problem = ahead.take(index) if ahead is not None and ahead.next_item == index else compare(index)
+            bar.update(entry.total_tensor_size_in_bytes or 0)
+            if problem:
+                problems.append(f"{constant.key!r}: {problem}")
     return problems
 
 
