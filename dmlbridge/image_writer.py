@@ -174,10 +174,12 @@ def write_image(
         if options.workers > 1:
             jobs = _pool_jobs(constants, planned, within.start, within.stop)
             if jobs:
-                ahead = stack.enter_context(Prefetch(
-                    lambda position: _prepared(constants[position], planned.entries.at(position), reader,
-                                               options.layout, options.max_tensor_bytes),
-                    jobs, workers=options.workers))
+                def job(position: int) -> PreparedTensor:
+                    constant = constants[position] if scan is None else scan.with_tensor(position)
+                    return _prepared(constant, planned.entries.at(position), reader, options.layout,
+                                     options.max_tensor_bytes)
+
+                ahead = stack.enter_context(Prefetch(job, jobs, workers=options.workers))
         for first, stop, as_is in _runs(constants, planned.pairs, scan, within.start, within.stop):
             if as_is:
                 _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]

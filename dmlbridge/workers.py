@@ -144,10 +144,10 @@ class Prefetch(Generic[Item, Result]):
     """
 
     def __init__(self, job: Callable[[Item], Result], jobs: Iterable[tuple[Item, int]], *, workers: int,
-                 budget: int = IN_FLIGHT_BYTES) -> None:
+                 budget: int | None = None) -> None:
         self._job = job
         self._jobs = iter(jobs)
-        self._budget = budget
+        self._budget = IN_FLIGHT_BYTES if budget is None else budget  # (read here: tests lower it)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dmlbridge")
         self._ahead: collections.deque[tuple[Item, int, Future[Result]]] = collections.deque()
         self._held = 0  # the cost of the jobs in ``_ahead`` and of the one taken last

@@ -1,0 +1,401 @@
+"""Worker threads: the same bytes for any number of workers, memory bounded whatever the number, failures and
+Ctrl-C with jobs in flight leaving the previous conversion untouched, and the pool's size from the CPUs the
+process may use."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from models import TARGETS, buffer_paths, build_model, check_independently, no_temp_files, output_names, outputs
+from onnx import TensorProto, external_data_helper, helper, numpy_helper
+
+import dmlbridge
+from dmlbridge import DmlBridgeError, InvalidArgumentError, ValueRangeError, image_writer, verify, workers
+from dmlbridge.commit import Publication
+from dmlbridge.plan import read_plan
+from dmlbridge.workers import Prefetch, available_cpus, check_workers
+
+# Larger constants of the types whose conversion is work (widening, narrowing, packing, densifying), each in a
+# form the byte scan does not take; at full size (1 MiB and more) each goes to a worker at the real POOL_MIN_BYTES.
+RNG = np.random.default_rng(5)
+
+
+def large_constants(elements: int) -> dict[str, np.ndarray]:
+    return {
+        "l_float8": RNG.integers(0, 256, 2 * elements, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn),
+        "l_bfloat16": RNG.standard_normal(elements).astype(ml_dtypes.bfloat16),
+        "l_int64": RNG.integers(-(2**31), 2**31, elements // 4, dtype=np.int64),
+        "l_double": RNG.standard_normal(elements // 4),
+        "l_uint2": RNG.integers(0, 4, 4 * elements, dtype=np.uint8).astype(ml_dtypes.uint2),
+        "l_float4": RNG.integers(0, 16, 4 * elements + 1, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn),
+        "l_bool": RNG.integers(0, 2, 3 * elements).astype(bool),
+        "l_float": RNG.standard_normal(elements // 2).astype(np.float32),  # native: written as stored, by the writer
+    }
+
+
+def every_type_model(folder: Path, elements: int) -> tuple[Path, dict[str, np.ndarray]]:
+    """tests/models.py's model of every type, place and form, with :func:`large_constants` added (half of them in
+    external data) and a sparse initializer of ``elements`` FLOAT16 elements densified."""
+    path, expected = build_model(folder)
+    model = onnx.load(path, load_external_data=False)
+    large = large_constants(elements)
+    if large:
+        for index, (name, values) in enumerate(large.items()):
+            tensor = numpy_helper.from_array(values, name)
+            if index % 2:
+                (folder / f"{name}.data").write_bytes(tensor.raw_data)
+                external_data_helper.set_external_data(tensor, f"{name}.data")
+                tensor.ClearField("raw_data")
+            model.graph.initializer.append(tensor)
+            expected[name] = values
+        dense = np.zeros((elements // 1024, 1024), np.float16)
+        dense[::7, ::3] = 1.5
+        where = np.argwhere(dense)
+        model.graph.sparse_initializer.append(helper.make_sparse_tensor(
+            numpy_helper.from_array(dense[dense != 0], "l_sparse"), numpy_helper.from_array(where, "l_sparse_i"),
+            list(dense.shape)))
+        expected["l_sparse"] = dense
+        # Model order: the initializers (the new ones after t_last), then the sparse ones, then the rest.
+        keys = list(expected)
+        keys = [k for k in keys if k not in large and k != "l_sparse"]
+        at = keys.index("t_last") + 1
+        keys[at:at] = list(large)
+        keys.insert(keys.index("sp") + 1, "l_sparse")
+        expected = {key: expected[key] for key in keys}
+    onnx.save(model, path)
+    return path, expected
+
+
+@pytest.fixture
+def every_type(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """The model of every type with small "large" constants (8 KiB and so): for the pool's paths (tiny_jobs)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    return every_type_model(folder, 4096)
+
+
+@pytest.fixture
+def tiny_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every constant a worker's job, at most 64 KiB in flight: the pool's paths on a small model."""
+    monkeypatch.setattr(image_writer, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(verify, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(workers, "IN_FLIGHT_BYTES", 64 << 10)
+
+
+@pytest.mark.parametrize("checked_only", [False, True], ids=["fast-paths", "checked-path-only"])
+def test_the_same_bytes_whatever_the_number_of_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_jobs: None, checked_only: bool,
+) -> None:
+    """Every constant of a model of every type in every place and form a worker's job: workers=1, 2 and 8 write
+    the same buffer files and manifests, in one buffer and in several; those bytes are the independent
+    reference's, and verify (with workers) finds nothing."""
+    if checked_only:
+        monkeypatch.setenv("DMLBRIDGE_CHECKED_PATH_ONLY", "1")
+    (tmp_path / "model").mkdir()
+    path, expected = every_type_model(tmp_path / "model", 4096)
+    _same_for_any_workers(path, tmp_path, (2 << 30, 128 << 10), expected)
+
+
+def test_the_same_bytes_for_large_constants(tmp_path: Path) -> None:
+    """The same at the real thresholds: constants of 1 MiB and more converted by the workers, the others by the
+    writer, in one buffer and in several."""
+    (tmp_path / "model").mkdir()
+    path, _ = every_type_model(tmp_path / "model", 1 << 19)
+    _same_for_any_workers(path, tmp_path, (2 << 30, 12 << 20), None)
+
+
+def _same_for_any_workers(path: Path, tmp_path: Path, limits: tuple[int, int],
+                          expected: dict[str, np.ndarray] | None) -> None:
+    target, min_dims, alignment = TARGETS["no64-narrow-lossy"]
+    for limit in limits:  # one buffer; several
+        results = {}
+        for count in (1, 2, 8):
+            prefix = tmp_path / f"w{count}-{limit}"
+            plan = dmlbridge.convert_model(path, prefix, target=target, min_dims=min_dims, alignment=alignment,
+                                           progress=False, fsync=False, max_buffer_bytes=limit, workers=count,
+                                           checksum=count == 2)
+            results[count] = outputs(prefix)
+            plan.verify(path, workers=count)
+            plan.close()
+        assert (len(buffer_paths(tmp_path / f"w1-{limit}")) == 1) == (limit > 1 << 30)
+        one = results[1]
+        assert results[8] == one
+        # (checksum=True for workers=2: the manifest has the SHA-256s; the bytes are the same.)
+        assert results[2][0] == one[0]
+        assert json.loads(results[2][1])["buffers"][0]["sha256"] is not None
+        if expected is not None:
+            check_independently(tmp_path / f"w8-{limit}", expected, target, min_dims, alignment, limit)
+
+
+def test_verify_reports_the_same_mismatches_with_workers(
+    every_type: tuple[Path, dict[str, np.ndarray]], tmp_path: Path, tiny_jobs: None,
+) -> None:
+    path, _ = every_type
+    plan = dmlbridge.convert_model(path, tmp_path / "w", progress=False, fsync=False, workers=1)
+    entry = plan.entries["l_float8"]
+    assert entry.offset is not None
+    with open(buffer_paths(tmp_path / "w")[0], "r+b") as f:  # one byte of one entry changed, its size kept
+        f.seek(entry.offset + 1000)
+        byte = f.read(1)
+        f.seek(entry.offset + 1000)
+        f.write(bytes([byte[0] ^ 0x40]))
+    plan.close()
+    loaded = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)  # (as verify)
+    found = {count: verify.find_mismatches(loaded, path, workers=count) for count in (1, 2, 8)}
+    assert found[1] and found[1] == found[2] == found[8]
+    assert any("'l_float8'" in problem for problem in found[1])
+
+
+def _bad_model(folder: Path, bad: list[int]) -> Path:
+    """Eight INT64 constants of 64 KiB, those at ``bad`` with a value outside 32 bits (a target that narrows
+    INT64 refuses them)."""
+    inits = []
+    for index in range(8):
+        values = np.arange(8192, dtype=np.int64) - 4096
+        if index in bad:
+            values[100 + index] = 2**40 + index
+        inits.append(numpy_helper.from_array(values, f"c{index}"))
+    path = folder / "bad.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    return path
+
+
+NARROW = dmlbridge.Target(supported={"FLOAT32", "INT32", "UINT32", "INT8", "UINT8", "INT16", "UINT16"},
+                          int64="narrow", allow_lossy=True)
+
+
+def test_a_failing_worker_leaves_the_previous_conversion(tmp_path: Path, tiny_jobs: None) -> None:
+    """A constant that fails in a worker: the error the writer meets first in model order (the same for any
+    number of workers), the previous conversion's files as they were, nothing else left."""
+    good = _bad_model(tmp_path, [])
+    dmlbridge.convert_model(good, tmp_path / "w", target=NARROW, progress=False, fsync=False).close()
+    before = outputs(tmp_path / "w")
+    names = output_names(tmp_path)
+    bad = _bad_model(tmp_path, [3, 6])
+    messages = set()
+    for count in (1, 2, 8):
+        with pytest.raises(ValueRangeError) as caught:
+            dmlbridge.convert_model(bad, tmp_path / "w", target=NARROW, progress=False, fsync=False, workers=count)
+        messages.add(str(caught.value))
+        assert outputs(tmp_path / "w") == before
+        assert output_names(tmp_path) == names and no_temp_files(tmp_path)
+        assert not [t for t in threading.enumerate() if t.name.startswith("dmlbridge")]  # none outlives it
+    assert len(messages) == 1 and "'c3'" in messages.pop()
+
+
+def test_prefetch_keeps_its_budget_and_order() -> None:
+    """At most the budget's worth of jobs not yet written, however many workers; results in order; the first
+    failure in order raised, though a later job failed sooner."""
+    running = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def job(item: int) -> int:
+        with lock:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+        time.sleep(0.002)
+        with lock:
+            running["now"] -= 1
+        if item in (5, 7):
+            time.sleep(0.05 if item == 5 else 0)
+            raise DmlBridgeError(f"job {item}")
+        return item * 10
+
+    held = []
+    with Prefetch(job, [(i, 10) for i in range(5)], workers=8, budget=35) as ahead:
+        for item in range(5):
+            held.append(len(ahead._ahead))
+            assert ahead.take(item) == item * 10
+    assert max(held) <= 3 and running["most"] <= 3  # 35 bytes hold three jobs of 10 (the last taken counts)
+    with Prefetch(job, [(i, 1) for i in range(9)], workers=8, budget=100) as ahead:
+        for item in range(5):
+            assert ahead.take(item) == item * 10
+        with pytest.raises(DmlBridgeError, match="job 5"):
+            ahead.take(5)
+    with Prefetch(job, [(0, 1000)], workers=2, budget=10) as ahead:  # one job larger than the budget runs
+        assert ahead.take(0) == 0
+        assert ahead.next_item is None
+    with Prefetch(job, [(0, 1), (1, 1)], workers=2, budget=10) as ahead, pytest.raises(DmlBridgeError):
+        ahead.take(1)  # out of order
+
+
+def test_memory_with_eight_workers_stays_within_the_bound(tmp_path: Path) -> None:
+    """Peak RSS growth of a conversion with workers=8, in a child process: 48 FLOAT8 constants of 2 MiB (96 MiB
+    in external data, widened to 192 MiB) with 32 MiB in flight; the writer's jobs would pile up without it."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    inits = []
+    with open(folder / "w.data", "wb") as f:
+        for index in range(48):
+            tensor = TensorProto(name=f"f{index}", data_type=TensorProto.FLOAT8E4M3FN, dims=[2048, 1024],
+                                 data_location=TensorProto.EXTERNAL)
+            for key, value in (("location", "w.data"), ("offset", str(f.tell())), ("length", str(2 << 20))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+            RNG.integers(0, 256, 2 << 20, dtype=np.uint8).tofile(f)
+            inits.append(tensor)
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), folder / "m.onnx")
+    code = textwrap.dedent(f"""
+        import resource, dmlbridge
+        from dmlbridge import workers
+        workers.IN_FLIGHT_BYTES = 32 << 20
+        dmlbridge.convert_model({str(folder / "m.onnx")!r}, {str(tmp_path / "w")!r}, fsync=False,
+                                progress=False, workers=1).close()  # (imports, onnx, first-use caches)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        plan = dmlbridge.convert_model({str(folder / "m.onnx")!r}, {str(tmp_path / "w")!r}, fsync=False,
+                                       progress=False, workers=8)
+        print(plan.total_size, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    total, growth_mib = result.stdout.split()
+    assert int(total) == 48 * (4 << 20)
+    # 32 MiB in flight (each job 6 MiB: 2 read, 4 written), the one being written and the allocator's slack.
+    assert float(growth_mib) <= 80, growth_mib  # (25-46 MiB measured; 131 with no budget)
+
+
+def _mincore_resident(path: Path) -> int:
+    """How many pages of ``path`` are in the page cache (mincore on a mapping of it)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+        view = np.frombuffer(mapped, dtype=np.uint8)
+        status = libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vec)
+        del view  # (the mapping closes only when no array holds it)
+    if status != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+    return sum(v & 1 for v in vec)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="posix_fadvise and mincore: Linux")
+def test_a_reconversion_releases_the_previous_buffers_pages(tmp_path: Path) -> None:
+    """The previous conversion's buffer files (on the disk: fsync) give back their page cache while the new one
+    is written, and stay whole until the commit point."""
+    inits = [numpy_helper.from_array(RNG.standard_normal(1 << 20).astype(np.float32), "w")]
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    dmlbridge.convert_model(path, tmp_path / "w", progress=False).close()  # fsync: its pages are clean
+    old = buffer_paths(tmp_path / "w")[0]
+    old_bytes = old.read_bytes()  # and in the page cache
+    assert _mincore_resident(old) > 0
+    with Publication(str(tmp_path / "w"), fsync=True) as publication:
+        thread = publication._releaser._thread
+        assert thread is not None
+        thread.join(timeout=30)
+        assert _mincore_resident(old) == 0
+        assert old.read_bytes() == old_bytes  # (read back from the disk)
+        dmlbridge.load_plan(tmp_path / "w.json").close()
+    assert old.exists()  # nothing published: the previous conversion stays
+
+
+def test_ctrl_c_with_jobs_in_flight(tmp_path: Path) -> None:
+    """SIGINT while worker threads are converting: exit 130 with one line, the previous conversion as it was,
+    no temporary file, no buffer file of the interrupted one, and the process ends (no thread keeps it)."""
+    if os.name != "posix":
+        pytest.skip("POSIX signals")
+    # bfloat16 is widened to FLOAT32: work for the workers (1 MiB each).
+    inits = [numpy_helper.from_array(RNG.standard_normal(1 << 19).astype(ml_dtypes.bfloat16), f"c{i}")
+             for i in range(24)]
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    out = tmp_path / "out"
+    out.mkdir()
+    dmlbridge.convert_model(path, out / "w", progress=False, fsync=False).close()
+    before, names = outputs(out / "w"), output_names(out)
+    # The child's jobs say when they run and take a while, so that the signal lands with jobs in flight.
+    code = textwrap.dedent(f"""
+        import sys, time
+        from dmlbridge import image_writer
+        real = image_writer._prepared
+        def slow(*args, **kwargs):
+            sys.stdout.write("job\\n"); sys.stdout.flush()
+            time.sleep(0.3)
+            return real(*args, **kwargs)
+        image_writer._prepared = slow
+        import dmlbridge_entry
+        sys.argv = ["dmlbridge", "convert", {str(path)!r}, "-o", {str(out / "w")!r}, "--quiet", "--workers", "4",
+                    "--no-fsync"]
+        dmlbridge_entry.main()
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    for _ in range(3):
+        assert child.stdout.readline() == "job\n"
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=60)
+    assert (child.returncode, stderr) == (130, "dmlbridge convert: interrupted\n"), stderr
+    assert outputs(out / "w") == before and output_names(out) == names and no_temp_files(out)
+
+
+# --- the pool's size ----------------------------------------------------------------------------------------
+
+
+def _cgroups(tmp_path: Path, proc: str, files: dict[str, str]) -> tuple[str, str]:
+    root = tmp_path / "cgroup"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    (tmp_path / "proc_cgroup").write_text(proc)
+    return str(root), str(tmp_path / "proc_cgroup")
+
+
+@pytest.mark.parametrize(
+    ("proc", "files", "quota"),
+    [
+        ("0::/job\n", {"job/cpu.max": "150000 100000\n"}, 2),  # 1.5 CPUs: 2 threads
+        ("0::/job\n", {"job/cpu.max": "max 100000\n"}, None),
+        ("0::/a/b\n", {"a/b/cpu.max": "max 100000\n", "a/cpu.max": "100000 100000\n"}, 1),  # a parent's quota
+        ("0::/\n", {"cpu.max": "300000 100000\n"}, 3),
+        ("4:cpu,cpuacct:/job\n", {"cpu,cpuacct/job/cpu.cfs_quota_us": "200000\n",
+                                  "cpu,cpuacct/job/cpu.cfs_period_us": "100000\n"}, 2),
+        ("4:cpu:/job\n", {"cpu/job/cpu.cfs_quota_us": "-1\n", "cpu/job/cpu.cfs_period_us": "100000\n"}, None),
+        ("0::/job\n", {"job/cpu.max": "garbage\n"}, None),
+        ("0::/job\n", {}, None),
+    ],
+)
+def test_available_cpus_honours_a_cgroup_quota(tmp_path: Path, proc: str, files: dict[str, str],
+                                               quota: int | None) -> None:
+    root, proc_file = _cgroups(tmp_path, proc, files)
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    expected = affinity if quota is None else min(affinity, quota)
+    assert available_cpus(root, proc_file) == expected
+    assert available_cpus(root, str(tmp_path / "missing")) == affinity
+
+
+def test_workers_is_checked() -> None:
+    assert check_workers(None) == min(available_cpus(), 256) and check_workers(3) == 3
+    for bad in (0, -1, 257, True, 1.5, "2"):
+        with pytest.raises(InvalidArgumentError, match="workers must be"):
+            check_workers(bad)
+    with pytest.raises(InvalidArgumentError, match="workers must be"):
+        dmlbridge.convert_model(b"", "x", workers=0)
+
+
+def test_the_command_line_takes_workers(every_type: tuple[Path, dict[str, np.ndarray]], tmp_path: Path) -> None:
+    path, _ = every_type
+    for args, status in ((["convert", str(path), "-o", str(tmp_path / "w"), "--workers", "2", "--quiet"], 0),
+                         (["verify", str(tmp_path / "w.json"), str(path), "--workers", "3", "--quiet"], 0),
+                         (["inspect", str(path), "--check", "--workers", "2"], 0)):
+        result = subprocess.run([sys.executable, "-m", "dmlbridge", *args], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == status, result.stderr
+    result = subprocess.run([sys.executable, "-m", "dmlbridge", "convert", str(path), "--workers", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--workers" in result.stderr and "Traceback" not in result.stderr
