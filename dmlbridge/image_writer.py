@@ -38,16 +38,16 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 
 from dmlbridge.byte_scan import BytesScan
+from dmlbridge.constant_jobs import STORED_KINDS, ConstantJobs, Item, prepared_constant
 from dmlbridge.constants import ModelConstant
-from dmlbridge.encode import PreparedTensor, prepare
-from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
+from dmlbridge.errors import DmlBridgeError
 from dmlbridge.external_data import ExternalDataReader
-from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
+from dmlbridge.options import ConvertOptions, checked_path_only
 from dmlbridge.planning import FOUR_BIT, Pair, PlanEntry, Planned
 from dmlbridge.progress import Progress
 from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
-from dmlbridge.workers import POOL_MIN_BYTES, Prefetch
+from dmlbridge.workers import Prefetch
 
 __all__ = ["ImageWriter", "WrittenImage", "write_image"]
 
@@ -170,43 +170,24 @@ def write_image(
     within = planned.buffer_range(buffer)
     size = planned.buffer_sizes[buffer]
     with contextlib.ExitStack() as stack:
-        ahead = None
+        ahead, work = None, ConstantJobs(constants, planned, scan, reader, options)
         if options.workers > 1:
-            jobs = _pool_jobs(constants, planned, within.start, within.stop)
-            if jobs:
-                def job(position: int) -> PreparedTensor:
-                    constant = constants[position] if scan is None else scan.with_tensor(position)
-                    return _prepared(constant, planned.entries.at(position), reader, options.layout,
-                                     options.max_tensor_bytes)
-
-                ahead = stack.enter_context(Prefetch(job, jobs, workers=options.workers))
+            items = work.items(within.start, within.stop)
+            first_item = next(items, None)
+            if first_item is not None:
+                ahead = stack.enter_context(Prefetch(work.run, itertools.chain([first_item], items),
+                                                     workers=options.workers))
         for first, stop, as_is in _runs(constants, planned.pairs, scan, within.start, within.stop):
             if as_is:
                 _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
             else:
-                _write_each(writer, constants, planned, first, stop, scan, reader, options, bar, ahead)
+                _write_each(writer, work, planned, first, stop, reader, options, bar, ahead)
     bar.update(size - writer.position)
     writer.zeros(size - writer.position)  # the last constant's padding
     writer.flush()
     if writer.position != size:
         raise DmlBridgeError(f"internal error: wrote {writer.position} bytes but planned {size}")
     return WrittenImage(writer.hexdigest(), writer.clamped)
-
-
-def _pool_jobs(constants: list[ModelConstant], planned: Planned, start: int, stop: int) -> list[tuple[int, int]]:
-    """(position, cost) of the constants from ``start`` to ``stop`` worth a worker thread: written, at least
-    POOL_MIN_BYTES, and converted (not written as stored); the cost is the bytes a job holds (values and result)."""
-    stored = not checked_path_only()
-    jobs = []
-    for position in range(start, stop):
-        constant = constants[position]
-        if constant.nbytes < POOL_MIN_BYTES or planned.offsets[position] is None:
-            continue
-        entry = planned.entries.at(position)
-        if stored and constant.kind in _STORED_KINDS and entry.conversion == "native":
-            continue  # copied as stored, by the writer
-        jobs.append((position, constant.nbytes + (entry.total_tensor_size_in_bytes or 0)))
-    return jobs
 
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -269,9 +250,9 @@ def _place_spans(
 
 
 def _write_each(
-    writer: ImageWriter, constants: list[ModelConstant], planned: Planned, first: int, stop: int,
-    scan: BytesScan | None, reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
-    ahead: Prefetch[int, PreparedTensor] | None = None,
+    writer: ImageWriter, work: ConstantJobs, planned: Planned, first: int, stop: int,
+    reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
+    ahead: Prefetch[Item, tuple[np.ndarray, int]] | None = None,
 ) -> None:
     """Write constants[first:stop] one at a time: the stored bytes as they are where they already are the
     DirectML bytes, else decoded, converted by ``prepare`` (or taken from ``ahead``, whose workers did that) and
@@ -281,23 +262,48 @@ def _write_each(
         offset = planned.offsets[position]
         if offset is None:
             continue  # skipped
-        constant = constants[position]
-        if constant.proto is None:
-            constant = scan.with_tensor(position)  # type: ignore[union-attr]
+        constant = work.constant(position)
         before = writer.position
         writer.zeros(offset - before)
         entry = planned.entries.at(position)
-        if ahead is not None and ahead.next_item == position:
-            prepared: PreparedTensor | None = ahead.take(position)
+        if ahead is not None and ahead.next_item is not None and ahead.next_item[0] == position:
+            clamped = _write_jobs(writer, ahead, work, position, entry, reader, options)
         elif stored and _write_stored(writer, constant, entry, reader, options.max_tensor_bytes):
-            prepared = None
+            clamped = 0
         else:
-            prepared = _prepared(constant, entry, reader, options.layout, options.max_tensor_bytes)
-        if prepared is not None:
+            prepared = prepared_constant(constant, entry, reader, options.layout, options.max_tensor_bytes)
             writer.write(prepared.data)
-            if entry.conversion == "saturate":
-                writer.clamped[position] = prepared.clamped
+            clamped = prepared.clamped
+        if entry.conversion == "saturate":
+            writer.clamped[position] = clamped
         bar.update(writer.position - before)
+
+
+def _write_jobs(
+    writer: ImageWriter, ahead: Prefetch[Item, tuple[np.ndarray, int]], work: ConstantJobs, position: int,
+    entry: PlanEntry, reader: ExternalDataReader | None, options: ConvertOptions,
+) -> int:
+    """Write what the workers made of the constant at ``position`` (whole or in chunks, then its padding);
+    returns how many values were clamped."""
+    chunks = work.chunks(position)
+    if not chunks:
+        data, clamped = ahead.take((position, -1))
+        writer.write(data)
+        return clamped
+    start, clamped = writer.position, 0
+    for chunk in range(chunks):
+        try:
+            data, count = ahead.take((position, chunk))
+        except DmlBridgeError:
+            # The error of the whole tensor (a value's index in it, not in the chunk), else this one.
+            prepared_constant(work.constant(position), entry, reader, options.layout, options.max_tensor_bytes)
+            raise
+        writer.write(data)
+        clamped += count
+    work.done(position)
+    assert entry.total_tensor_size_in_bytes is not None
+    writer.zeros(entry.total_tensor_size_in_bytes - (writer.position - start))
+    return clamped
 
 
 def _stored_bytes(constant: ModelConstant) -> bytes | None:
@@ -317,36 +323,6 @@ def _stored_bytes(constant: ModelConstant) -> bytes | None:
     else:
         return None
     return data if len(data) == constant.packed_nbytes else None
-
-
-def _prepared(
-    constant: ModelConstant, entry: PlanEntry, reader: ExternalDataReader | None, options: PlanOptions,
-    max_tensor_bytes: int,
-) -> PreparedTensor:
-    """The constant decoded and converted by ``prepare`` (checked against the plan): what is written for it. Runs
-    in a worker thread when there are workers: it only reads."""
-    try:
-        values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
-        if entry.padding == "channel":  # [C] as [1, C, 1, 1]: the same bytes, the channel axis where it belongs
-            assert entry.sizes is not None
-            values = values.reshape(entry.sizes)
-        prepared = prepare(values, target=options.target, min_dims=options.min_dims, flags=options.flags,
-                           guaranteed_base_offset_alignment=options.alignment)
-    except DmlBridgeError as exc:
-        # Name the constant: messages from the value checks (ValueRangeError, ...) do not know it.
-        raise type(exc)(f"constant {constant.key!r} ({constant.origin}): {exc}") from exc
-    except MemoryError:
-        raise TensorTooLargeError(
-            f"constant {constant.key!r} ({constant.origin}) needs {constant.nbytes} bytes "
-            f"({constant.onnx_type.name} {list(constant.shape)}) and the allocation failed; free memory, or set "
-            "max_tensor_bytes (--max-tensor-bytes) below this size to refuse such constants up front"
-        ) from None
-    if prepared.buffer_desc != entry.buffer_desc:
-        raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
-    return prepared
-
-
-_STORED_KINDS = ("initializer", "value")  # the constants whose stored bytes may be written as they are
 
 
 def _write_stored(
@@ -369,7 +345,7 @@ def _write_stored(
     the constant was found (exact byte and entry counts) or is made here by the same code (the external data
     reader, the typed-field decoder).
     """
-    if constant.kind not in _STORED_KINDS or entry.conversion != "native":
+    if constant.kind not in STORED_KINDS or entry.conversion != "native":
         return False
     if constant.nbytes > max_tensor_bytes:
         return False  # the usual path raises the usual error

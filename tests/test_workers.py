@@ -25,7 +25,7 @@ from models import TARGETS, buffer_paths, build_model, check_independently, no_t
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import dmlbridge
-from dmlbridge import DmlBridgeError, InvalidArgumentError, ValueRangeError, image_writer, verify, workers
+from dmlbridge import DmlBridgeError, InvalidArgumentError, ValueRangeError, constant_jobs, verify, workers
 from dmlbridge.commit import Publication
 from dmlbridge.plan import read_plan
 from dmlbridge.workers import Prefetch, available_cpus, check_workers
@@ -44,6 +44,8 @@ def large_constants(elements: int) -> dict[str, np.ndarray]:
         "l_uint2": RNG.integers(0, 4, 4 * elements, dtype=np.uint8).astype(ml_dtypes.uint2),
         "l_float4": RNG.integers(0, 16, 4 * elements + 1, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn),
         "l_bool": RNG.integers(0, 2, 3 * elements).astype(bool),
+        "l_int4": RNG.integers(-8, 8, 4 * elements + 3, dtype=np.int8).astype(ml_dtypes.int4),
+        "l_uint4": RNG.integers(0, 16, 4 * elements + 1, dtype=np.uint8).astype(ml_dtypes.uint4),
         "l_float": RNG.standard_normal(elements // 2).astype(np.float32),  # native: written as stored, by the writer
     }
 
@@ -89,17 +91,21 @@ def every_type(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     return every_type_model(folder, 4096)
 
 
-@pytest.fixture
-def tiny_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every constant a worker's job, at most 64 KiB in flight: the pool's paths on a small model."""
-    monkeypatch.setattr(image_writer, "POOL_MIN_BYTES", 0)
+@pytest.fixture(params=["whole", "chunks"])
+def tiny_jobs(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> str:
+    """Every constant a worker's job, at most 64 KiB in flight, and (``"chunks"``) every constant of 2 KiB and
+    more cut into chunks of about 1 KiB: the pool's paths on a small model."""
+    monkeypatch.setattr(constant_jobs, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(verify, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(workers, "IN_FLIGHT_BYTES", 64 << 10)
+    if request.param == "chunks":
+        monkeypatch.setattr(constant_jobs, "CHUNK_BYTES", 1 << 10)
+    return str(request.param)
 
 
 @pytest.mark.parametrize("checked_only", [False, True], ids=["fast-paths", "checked-path-only"])
 def test_the_same_bytes_whatever_the_number_of_workers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_jobs: None, checked_only: bool,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_jobs: str, checked_only: bool,
 ) -> None:
     """Every constant of a model of every type in every place and form a worker's job: workers=1, 2 and 8 write
     the same buffer files and manifests, in one buffer and in several; those bytes are the independent
@@ -108,7 +114,8 @@ def test_the_same_bytes_whatever_the_number_of_workers(
         monkeypatch.setenv("DMLBRIDGE_CHECKED_PATH_ONLY", "1")
     (tmp_path / "model").mkdir()
     path, expected = every_type_model(tmp_path / "model", 4096)
-    _same_for_any_workers(path, tmp_path, (2 << 30, 128 << 10), expected)
+    for name in ("no64-narrow-lossy", "default"):  # (INT4 and UINT4 written as such by the second)
+        _same_for_any_workers(path, tmp_path / name, (2 << 30, 128 << 10), expected, name)
 
 
 def test_the_same_bytes_for_large_constants(tmp_path: Path) -> None:
@@ -116,12 +123,13 @@ def test_the_same_bytes_for_large_constants(tmp_path: Path) -> None:
     writer, in one buffer and in several."""
     (tmp_path / "model").mkdir()
     path, _ = every_type_model(tmp_path / "model", 1 << 19)
-    _same_for_any_workers(path, tmp_path, (2 << 30, 12 << 20), None)
+    _same_for_any_workers(path, tmp_path, (2 << 30, 12 << 20), None, "no64-narrow-lossy")
 
 
 def _same_for_any_workers(path: Path, tmp_path: Path, limits: tuple[int, int],
-                          expected: dict[str, np.ndarray] | None) -> None:
-    target, min_dims, alignment = TARGETS["no64-narrow-lossy"]
+                          expected: dict[str, np.ndarray] | None, target_name: str) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    target, min_dims, alignment = TARGETS[target_name]
     for limit in limits:  # one buffer; several
         results = {}
         for count in (1, 2, 8):
@@ -143,7 +151,7 @@ def _same_for_any_workers(path: Path, tmp_path: Path, limits: tuple[int, int],
 
 
 def test_verify_reports_the_same_mismatches_with_workers(
-    every_type: tuple[Path, dict[str, np.ndarray]], tmp_path: Path, tiny_jobs: None,
+    every_type: tuple[Path, dict[str, np.ndarray]], tmp_path: Path, tiny_jobs: str,
 ) -> None:
     path, _ = every_type
     plan = dmlbridge.convert_model(path, tmp_path / "w", progress=False, fsync=False, workers=1)
@@ -179,9 +187,10 @@ NARROW = dmlbridge.Target(supported={"FLOAT32", "INT32", "UINT32", "INT8", "UINT
                           int64="narrow", allow_lossy=True)
 
 
-def test_a_failing_worker_leaves_the_previous_conversion(tmp_path: Path, tiny_jobs: None) -> None:
+def test_a_failing_worker_leaves_the_previous_conversion(tmp_path: Path, tiny_jobs: str) -> None:
     """A constant that fails in a worker: the error the writer meets first in model order (the same for any
-    number of workers), the previous conversion's files as they were, nothing else left."""
+    number of workers, and for a constant cut into chunks: the index in the tensor), the previous conversion's
+    files as they were, nothing else left."""
     good = _bad_model(tmp_path, [])
     dmlbridge.convert_model(good, tmp_path / "w", target=NARROW, progress=False, fsync=False).close()
     before = outputs(tmp_path / "w")
@@ -195,7 +204,8 @@ def test_a_failing_worker_leaves_the_previous_conversion(tmp_path: Path, tiny_jo
         assert outputs(tmp_path / "w") == before
         assert output_names(tmp_path) == names and no_temp_files(tmp_path)
         assert not [t for t in threading.enumerate() if t.name.startswith("dmlbridge")]  # none outlives it
-    assert len(messages) == 1 and "'c3'" in messages.pop()
+    assert len(messages) == 1
+    assert "'c3'" in (message := messages.pop()) and f"at index [{100 + 3}]" in message, message
 
 
 def test_prefetch_keeps_its_budget_and_order() -> None:
@@ -322,13 +332,13 @@ def test_ctrl_c_with_jobs_in_flight(tmp_path: Path) -> None:
     # The child's jobs say when they run and take a while, so that the signal lands with jobs in flight.
     code = textwrap.dedent(f"""
         import sys, time
-        from dmlbridge import image_writer
-        real = image_writer._prepared
+        from dmlbridge.constant_jobs import ConstantJobs
+        real = ConstantJobs.run
         def slow(*args, **kwargs):
             sys.stdout.write("job\\n"); sys.stdout.flush()
             time.sleep(0.3)
             return real(*args, **kwargs)
-        image_writer._prepared = slow
+        ConstantJobs.run = slow
         import dmlbridge_entry
         sys.argv = ["dmlbridge", "convert", {str(path)!r}, "-o", {str(out / "w")!r}, "--quiet", "--workers", "4",
                     "--no-fsync"]

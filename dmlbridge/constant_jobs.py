@@ -1,0 +1,164 @@
+"""The conversion of a buffer's large constants as jobs for worker threads: whole constants, or chunks of one.
+
+A constant of 1 MiB or more whose bytes must be computed (widened, narrowed, packed, densified) is a job; one of
+32 MiB or more is cut into chunks of about 16 MiB of output, so that one large tensor (an LLM's embedding, say)
+uses every core and never needs its whole output in memory. Chunks work because every conversion of a whole
+model's constant is element by element into a packed layout: the bytes of elements ``[a, b)`` converted alone
+(``b - a`` even, for 4-bit types) are bytes ``[a, b)`` of the whole tensor's, scaled by the element size. A chunk
+that fails is converted again whole, by the writer, so that the error is the one the whole tensor gives (the
+index of a value out of range is the index in the tensor).
+
+    >>> import numpy as np
+    >>> from onnx import helper, numpy_helper
+    >>> from dmlbridge.constants import find_constants
+    >>> from dmlbridge.options import ConvertOptions, PlanOptions
+    >>> from dmlbridge.planning import plan_constants
+    >>> values = np.arange(6, dtype=np.float64)
+    >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(values, "d")]))
+    >>> constants = find_constants(model)
+    >>> options = ConvertOptions.check(PlanOptions.check(), progress=False, strict=False, external_data_root=None,
+    ...                                checksum=False, max_tensor_bytes=1 << 20, fsync=False, workers=2)
+    >>> work = ConstantJobs(constants, plan_constants(constants, options.layout), None, None, options)
+    >>> [(item, cost) for item, cost in work.items(0, 1, min_bytes=0, chunk_bytes=16)]
+    [((0, 0), 32), ((0, 1), 32), ((0, 2), 32)]
+    >>> data, clamped = work.run((0, 1))
+    >>> data.view("<f8").tolist(), clamped
+    ([2.0, 3.0], 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from dmlbridge.byte_scan import BytesScan
+from dmlbridge.constants import ModelConstant
+from dmlbridge.encode import PreparedTensor, prepare
+from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
+from dmlbridge.external_data import ExternalDataReader
+from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
+from dmlbridge.planning import FOUR_BIT, PlanEntry, Planned
+from dmlbridge.workers import POOL_MIN_BYTES
+
+__all__ = ["CHUNK_BYTES", "STORED_KINDS", "ConstantJobs", "Item", "prepared_constant"]
+
+CHUNK_BYTES = 16 << 20
+"""About this many bytes (of values or of output, the larger) per chunk of a constant cut into chunks; constants
+of twice this size and more are cut."""
+STORED_KINDS = ("initializer", "value")  # the constants whose stored bytes may be written as they are
+
+Item = tuple[int, int]
+"""A job: (position of the constant, chunk index); chunk -1 is the whole constant."""
+WHOLE = -1
+
+
+def prepared_constant(
+    constant: ModelConstant, entry: PlanEntry, reader: ExternalDataReader | None, options: PlanOptions,
+    max_tensor_bytes: int,
+) -> PreparedTensor:
+    """The constant decoded and converted by ``prepare`` (checked against the plan): what is written for it."""
+    try:
+        values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
+        if entry.padding == "channel":  # [C] as [1, C, 1, 1]: the same bytes, the channel axis where it belongs
+            assert entry.sizes is not None
+            values = values.reshape(entry.sizes)
+        prepared = prepare(values, target=options.target, min_dims=options.min_dims, flags=options.flags,
+                           guaranteed_base_offset_alignment=options.alignment)
+    except DmlBridgeError as exc:
+        # Name the constant: messages from the value checks (ValueRangeError, ...) do not know it.
+        raise type(exc)(f"constant {constant.key!r} ({constant.origin}): {exc}") from exc
+    except MemoryError:
+        raise TensorTooLargeError(
+            f"constant {constant.key!r} ({constant.origin}) needs {constant.nbytes} bytes "
+            f"({constant.onnx_type.name} {list(constant.shape)}) and the allocation failed; free memory, or set "
+            "max_tensor_bytes (--max-tensor-bytes) below this size to refuse such constants up front"
+        ) from None
+    if prepared.buffer_desc != entry.buffer_desc:
+        raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
+    return prepared
+
+
+class ConstantJobs:
+    """The jobs of one conversion's constants: :meth:`items` lists them (for ``workers.Prefetch``), :meth:`run`
+    does one (in a worker thread: it only reads), giving the bytes to write and the values clamped."""
+
+    def __init__(self, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
+                 reader: ExternalDataReader | None, options: ConvertOptions) -> None:
+        self._constants = constants
+        self._planned = planned
+        self._scan = scan
+        self._reader = reader
+        self._options = options
+        self._values: dict[int, np.ndarray] = {}  # flat values of the constants cut into chunks
+        self._steps: dict[int, int] = {}  # elements per chunk
+
+    def constant(self, position: int) -> ModelConstant:
+        constant = self._constants[position]
+        return constant if constant.proto is not None or self._scan is None else self._scan.with_tensor(position)
+
+    def items(self, start: int, stop: int, *, min_bytes: int | None = None,
+              chunk_bytes: int | None = None) -> Iterator[tuple[Item, int]]:
+        """(item, cost) of the constants from ``start`` to ``stop`` worth a worker: written, at least
+        ``min_bytes`` (POOL_MIN_BYTES), and converted (not written as stored); the cost is the bytes a job holds
+        (values and result). A constant of ``2 * chunk_bytes`` and more is decoded here (a view of external data
+        or of its raw bytes: cheap) and listed as chunks."""
+        least = POOL_MIN_BYTES if min_bytes is None else min_bytes  # (read here: tests lower them)
+        chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+        stored = not checked_path_only()
+        planned = self._planned
+        for position in range(start, stop):
+            constant = self._constants[position]
+            if constant.nbytes < least or planned.offsets[position] is None:
+                continue
+            entry = planned.entries.at(position)
+            if stored and constant.kind in STORED_KINDS and entry.conversion == "native":
+                continue  # copied as stored, by the writer
+            total = entry.total_tensor_size_in_bytes or 0
+            cost = constant.nbytes + total
+            larger = max(constant.nbytes, total)
+            if larger < 2 * chunk_bytes or constant.size < 4:
+                yield (position, WHOLE), cost
+                continue
+            try:
+                values = self.constant(position).to_array(reader=self._reader,
+                                                          max_tensor_bytes=self._options.max_tensor_bytes)
+            except (DmlBridgeError, MemoryError):
+                yield (position, WHOLE), cost  # its job raises the error, in its turn
+                continue
+            step = max(2, chunk_bytes * constant.size // larger // 2 * 2)  # even: 4-bit chunks are whole bytes
+            self._values[position], self._steps[position] = values.reshape(-1), step
+            for chunk, begin in enumerate(range(0, constant.size, step)):
+                yield (position, chunk), cost * min(step, constant.size - begin) // constant.size
+
+    def chunks(self, position: int) -> int:
+        """How many chunks the constant at ``position`` was cut into (0: it was not)."""
+        step = self._steps.get(position)
+        return 0 if step is None else -(-self._constants[position].size // step)
+
+    def run(self, item: Item) -> tuple[np.ndarray, int]:
+        """Job ``item``: (the bytes to write, how many values "saturate" clamped)."""
+        position, chunk = item
+        entry = self._planned.entries.at(position)
+        layout = self._options.layout
+        if chunk == WHOLE:
+            prepared = prepared_constant(self.constant(position), entry, self._reader, layout,
+                                         self._options.max_tensor_bytes)
+            return prepared.data, prepared.clamped
+        step = self._steps[position]
+        values = self._values[position][chunk * step : (chunk + 1) * step]
+        prepared = prepare(values, target=layout.target, min_dims=1, flags=layout.flags,
+                           guaranteed_base_offset_alignment=layout.alignment)
+        if prepared.dml_type is not entry.dml_type or prepared.conversion != entry.conversion:
+            raise DmlBridgeError(f"internal error: a chunk of {entry.key!r} became {prepared}")
+        count = len(values)
+        if entry.dml_type in FOUR_BIT:
+            used = (count + 1) // 2
+        else:
+            used = count * (8 if entry.conversion == "emulate" else prepared.dml_type.itemsize)
+        return prepared.data[:used], prepared.clamped
+
+    def done(self, position: int) -> None:
+        """Forget the values of a constant written in chunks."""
+        self._values.pop(position, None)
+        self._steps.pop(position, None)
