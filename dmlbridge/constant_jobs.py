@@ -8,38 +8,39 @@ model's constant is element by element into a packed layout: the bytes of elemen
 that fails is converted again whole, by the writer, so that the error is the one the whole tensor gives (the
 index of a value out of range is the index in the tensor).
 
-    >>> import numpy as np
+    >>> import ml_dtypes, numpy as np
     >>> from onnx import helper, numpy_helper
     >>> from dmlbridge.constants import find_constants
     >>> from dmlbridge.options import ConvertOptions, PlanOptions
     >>> from dmlbridge.planning import plan_constants
-    >>> values = np.arange(6, dtype=np.float64)
-    >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(values, "d")]))
+    >>> values = np.arange(6).astype(ml_dtypes.bfloat16)  # widened to FLOAT32
+    >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(values, "b")]))
     >>> constants = find_constants(model)
     >>> options = ConvertOptions.check(PlanOptions.check(), progress=False, strict=False, external_data_root=None,
     ...                                checksum=False, max_tensor_bytes=1 << 20, fsync=False, workers=2)
     >>> work = ConstantJobs(constants, plan_constants(constants, options.layout), None, None, options)
-    >>> [(item, cost) for item, cost in work.items(0, 1, min_bytes=0, chunk_bytes=16)]
-    [((0, 0), 32), ((0, 1), 32), ((0, 2), 32)]
-    >>> data, clamped = work.run((0, 1))
-    >>> data.view("<f8").tolist(), clamped
+    >>> [(item, cost) for item, cost in work.items(0, 1, min_bytes=0, chunk_bytes=8)]
+    [((0, 0), 12), ((0, 1), 12), ((0, 2), 12)]
+    >>> data, clamped, _ = work.run((0, 1))
+    >>> data.view("<f4").tolist(), clamped
     ([2.0, 3.0], 0)
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import numpy as np
 
 from dmlbridge.byte_scan import BytesScan
 from dmlbridge.constants import ModelConstant
-from dmlbridge.encode import PreparedTensor, prepare
+from dmlbridge.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
 from dmlbridge.planning import FOUR_BIT, PlanEntry, Planned
-from dmlbridge.workers import POOL_MIN_BYTES
+from dmlbridge.workers import IN_FLIGHT_BYTES, POOL_MIN_BYTES
 
 __all__ = ["CHUNK_BYTES", "STORED_KINDS", "ConstantJobs", "Item", "prepared_constant"]
 
@@ -55,16 +56,21 @@ WHOLE = -1
 
 def prepared_constant(
     constant: ModelConstant, entry: PlanEntry, reader: ExternalDataReader | None, options: PlanOptions,
-    max_tensor_bytes: int,
+    max_tensor_bytes: int, out: np.ndarray | None = None,
 ) -> PreparedTensor:
-    """The constant decoded and converted by ``prepare`` (checked against the plan): what is written for it."""
+    """The constant decoded and converted by ``prepare`` (checked against the plan): what is written for it;
+    into ``out`` (``prepare_into``) when given, a buffer large enough."""
     try:
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
         if entry.padding == "channel":  # [C] as [1, C, 1, 1]: the same bytes, the channel axis where it belongs
             assert entry.sizes is not None
             values = values.reshape(entry.sizes)
-        prepared = prepare(values, target=options.target, min_dims=options.min_dims, flags=options.flags,
-                           guaranteed_base_offset_alignment=options.alignment)
+        if out is None:
+            prepared = prepare(values, target=options.target, min_dims=options.min_dims, flags=options.flags,
+                               guaranteed_base_offset_alignment=options.alignment)
+        else:
+            prepared = prepare_into(out, 0, values, target=options.target, min_dims=options.min_dims,
+                                    flags=options.flags, guaranteed_base_offset_alignment=options.alignment)
     except DmlBridgeError as exc:
         # Name the constant: messages from the value checks (ValueRangeError, ...) do not know it.
         raise type(exc)(f"constant {constant.key!r} ({constant.origin}): {exc}") from exc
@@ -92,6 +98,8 @@ class ConstantJobs:
         self._options = options
         self._values: dict[int, np.ndarray] = {}  # flat values of the constants cut into chunks
         self._steps: dict[int, int] = {}  # elements per chunk
+        self._spare: list[np.ndarray] = []  # output buffers written and given back: reused, their pages warm
+        self._lock = threading.Lock()
 
     def constant(self, position: int) -> ModelConstant:
         constant = self._constants[position]
@@ -136,27 +144,51 @@ class ConstantJobs:
         step = self._steps.get(position)
         return 0 if step is None else -(-self._constants[position].size // step)
 
-    def run(self, item: Item) -> tuple[np.ndarray, int]:
-        """Job ``item``: (the bytes to write, how many values "saturate" clamped)."""
+    def _buffer(self, size: int) -> np.ndarray:
+        """An output buffer of at least ``size`` bytes: the smallest spare one that is large enough, else a new
+        one (fresh memory costs page faults, and on a virtual machine much more)."""
+        with self._lock:
+            fits = [b for b in self._spare if b.shape[0] >= size]
+            if fits:
+                chosen = min(fits, key=len)
+                self._spare = [b for b in self._spare if b is not chosen]
+                return chosen
+        return np.empty(size, np.uint8)
+
+    def give_back(self, buffer: np.ndarray | None) -> None:
+        """Return an output buffer once its bytes are written (at most a few are kept)."""
+        if buffer is not None:
+            with self._lock:
+                self._spare.append(buffer)
+                while sum(b.shape[0] for b in self._spare) > IN_FLIGHT_BYTES:
+                    self._spare.remove(min(self._spare, key=len))
+
+    def run(self, item: Item) -> tuple[np.ndarray, int, np.ndarray | None]:
+        """Job ``item``: (the bytes to write, how many values "saturate" clamped, the buffer that holds them, for
+        :meth:`give_back` once written)."""
         position, chunk = item
         entry = self._planned.entries.at(position)
         layout = self._options.layout
+        assert entry.total_tensor_size_in_bytes is not None
         if chunk == WHOLE:
+            buffer = self._buffer(entry.total_tensor_size_in_bytes)
             prepared = prepared_constant(self.constant(position), entry, self._reader, layout,
-                                         self._options.max_tensor_bytes)
-            return prepared.data, prepared.clamped
+                                         self._options.max_tensor_bytes, buffer)
+            return prepared.data, prepared.clamped, buffer
         step = self._steps[position]
         values = self._values[position][chunk * step : (chunk + 1) * step]
-        prepared = prepare(values, target=layout.target, min_dims=1, flags=layout.flags,
-                           guaranteed_base_offset_alignment=layout.alignment)
-        if prepared.dml_type is not entry.dml_type or prepared.conversion != entry.conversion:
-            raise DmlBridgeError(f"internal error: a chunk of {entry.key!r} became {prepared}")
         count = len(values)
         if entry.dml_type in FOUR_BIT:
             used = (count + 1) // 2
         else:
-            used = count * (8 if entry.conversion == "emulate" else prepared.dml_type.itemsize)
-        return prepared.data[:used], prepared.clamped
+            assert entry.dml_type is not None
+            used = count * (8 if entry.conversion == "emulate" else entry.dml_type.itemsize)
+        buffer = self._buffer(used + 4)  # (prepare_into pads to a multiple of 4)
+        prepared = prepare_into(buffer, 0, values, target=layout.target, min_dims=1, flags=layout.flags,
+                                guaranteed_base_offset_alignment=layout.alignment)
+        if prepared.dml_type is not entry.dml_type or prepared.conversion != entry.conversion:
+            raise DmlBridgeError(f"internal error: a chunk of {entry.key!r} became {prepared}")
+        return prepared.data[:used], prepared.clamped, buffer
 
     def done(self, position: int) -> None:
         """Forget the values of a constant written in chunks."""

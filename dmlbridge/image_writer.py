@@ -31,7 +31,9 @@ import contextlib
 import hashlib
 import itertools
 import operator
+import queue
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO, NamedTuple
 
@@ -65,10 +67,12 @@ class ImageWriter:
 
     GATHER = 1 << 20  # writes below this size are gathered; the gathered bytes are written at this size
 
-    def __init__(self, file: BinaryIO, hashing: bool, kernel_copy: bool = True) -> None:
+    def __init__(self, file: BinaryIO, hashing: bool, kernel_copy: bool = True,
+                 hasher: _HashThread | None = None) -> None:
         self._file = file
         self._kernel_copy = kernel_copy and not hashing  # (hashing needs the bytes here)
         self._hash = hashlib.sha256() if hashing else None
+        self._hasher = hasher if hashing else None  # hashes large pieces while they are written
         self._buffer = memoryview(bytearray(self.GATHER))  # reused: no fresh pages to fault in
         self._array = np.frombuffer(self._buffer, dtype=np.uint8)
         self._used = 0
@@ -137,8 +141,15 @@ class ImageWriter:
             self._used = 0
 
     def _out(self, view: memoryview) -> None:
+        if self._hasher is not None and self._hash is not None:
+            with self._hasher.hashing(self._hash, view):  # (returns when both are done: the bytes may be reused)
+                self._write_out(view)
+            return
         if self._hash is not None:
             self._hash.update(view)
+        self._write_out(view)
+
+    def _write_out(self, view: memoryview) -> None:
         while len(view):
             written = self._file.write(view)
             view = view[written:]
@@ -147,6 +158,41 @@ class ImageWriter:
         return None if self._hash is None else self._hash.hexdigest()
 
 
+
+
+class _HashThread:
+    """A thread that feeds SHA-256 (which releases the GIL) the bytes the writer is writing at the same time: the
+    digest costs no more time than the write, where it would add to it."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Any, memoryview] | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="dmlbridge-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            digest, view = job
+            try:
+                digest.update(view)
+                self._done.put(None)
+            except BaseException as exc:  # noqa: BLE001 (handed to the writer, which raises it)
+                self._done.put(exc)
+
+    @contextlib.contextmanager
+    def hashing(self, digest: Any, view: memoryview) -> Iterator[None]:
+        """Hash ``view`` into ``digest`` in the thread while the block runs; wait for it after."""
+        self._jobs.put((digest, view))
+        try:
+            yield
+        finally:
+            failure = self._done.get()
+        if failure is not None:
+            raise failure
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
 
 
 class WrittenImage(NamedTuple):
@@ -166,10 +212,14 @@ def write_image(
     scan that found ``constants``, if one did. ``kernel_copy=False``: external data passes through this process
     (and its checks) even where the kernel could copy it. With ``options.workers`` above 1, the large constants
     that need converting are converted by that many threads, a few ahead of the writer (dmlbridge.workers)."""
-    writer = ImageWriter(file, options.checksum, kernel_copy)
     within = planned.buffer_range(buffer)
     size = planned.buffer_sizes[buffer]
     with contextlib.ExitStack() as stack:
+        hasher = None
+        if options.checksum and options.workers > 1:
+            hasher = _HashThread()
+            stack.callback(hasher.close)
+        writer = ImageWriter(file, options.checksum, kernel_copy, hasher)
         ahead, work = None, ConstantJobs(constants, planned, scan, reader, options)
         if options.workers > 1:
             items = work.items(within.start, within.stop)
@@ -182,9 +232,9 @@ def write_image(
                 _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
             else:
                 _write_each(writer, work, planned, first, stop, reader, options, bar, ahead)
-    bar.update(size - writer.position)
-    writer.zeros(size - writer.position)  # the last constant's padding
-    writer.flush()
+        bar.update(size - writer.position)
+        writer.zeros(size - writer.position)  # the last constant's padding
+        writer.flush()
     if writer.position != size:
         raise DmlBridgeError(f"internal error: wrote {writer.position} bytes but planned {size}")
     return WrittenImage(writer.hexdigest(), writer.clamped)
@@ -252,7 +302,7 @@ def _place_spans(
 def _write_each(
     writer: ImageWriter, work: ConstantJobs, planned: Planned, first: int, stop: int,
     reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
-    ahead: Prefetch[Item, tuple[np.ndarray, int]] | None = None,
+    ahead: Prefetch[Item, tuple[np.ndarray, int, np.ndarray | None]] | None = None,
 ) -> None:
     """Write constants[first:stop] one at a time: the stored bytes as they are where they already are the
     DirectML bytes, else decoded, converted by ``prepare`` (or taken from ``ahead``, whose workers did that) and
@@ -280,25 +330,28 @@ def _write_each(
 
 
 def _write_jobs(
-    writer: ImageWriter, ahead: Prefetch[Item, tuple[np.ndarray, int]], work: ConstantJobs, position: int,
+    writer: ImageWriter, ahead: Prefetch[Item, tuple[np.ndarray, int, np.ndarray | None]], work: ConstantJobs,
+    position: int,
     entry: PlanEntry, reader: ExternalDataReader | None, options: ConvertOptions,
 ) -> int:
     """Write what the workers made of the constant at ``position`` (whole or in chunks, then its padding);
     returns how many values were clamped."""
     chunks = work.chunks(position)
     if not chunks:
-        data, clamped = ahead.take((position, -1))
+        data, clamped, buffer = ahead.take((position, -1))
         writer.write(data)
+        work.give_back(buffer)
         return clamped
     start, clamped = writer.position, 0
     for chunk in range(chunks):
         try:
-            data, count = ahead.take((position, chunk))
+            data, count, buffer = ahead.take((position, chunk))
         except DmlBridgeError:
             # The error of the whole tensor (a value's index in it, not in the chunk), else this one.
             prepared_constant(work.constant(position), entry, reader, options.layout, options.max_tensor_bytes)
             raise
         writer.write(data)
+        work.give_back(buffer)
         clamped += count
     work.done(position)
     assert entry.total_tensor_size_in_bytes is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import json
 import mmap
 import os
@@ -145,7 +146,9 @@ def _same_for_any_workers(path: Path, tmp_path: Path, limits: tuple[int, int],
         assert results[8] == one
         # (checksum=True for workers=2: the manifest has the SHA-256s; the bytes are the same.)
         assert results[2][0] == one[0]
-        assert json.loads(results[2][1])["buffers"][0]["sha256"] is not None
+        recorded = [b["sha256"] for b in json.loads(results[2][1])["buffers"]]
+        files = buffer_paths(tmp_path / f"w2-{limit}")
+        assert recorded == [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]  # hashed in a thread
         if expected is not None:
             check_independently(tmp_path / f"w8-{limit}", expected, target, min_dims, alignment, limit)
 
