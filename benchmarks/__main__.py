@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from benchmarks import core_cases, model_cases, quantized_cases
+from benchmarks import core_cases, model_cases, performance_cases, quantized_cases
 from benchmarks.harness import Row, Settings, Skipped, machine, table
 
 CASES: dict[str, Callable[[Settings], list[Row | Skipped]]] = {
@@ -21,6 +21,7 @@ CASES: dict[str, Callable[[Settings], list[Row | Skipped]]] = {
     "5": model_cases.models,
     "6": model_cases.constants,
     "7": quantized_cases.matmul_nbits,
+    "8": performance_cases.cases,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
