@@ -4,8 +4,9 @@ Free memory on a virtual machine can be cold: a host that takes back the pages i
 first touch of each page slow (2-3 s per GiB measured on this project's machines, against 0.2 s for pages freed
 an instant before). A run that follows the deletion of a large file gets warm pages; one that follows nothing
 gets cold ones, whatever it is. So that every contender starts alike, the rows marked "warm" run a child that
-touches and frees memory (``warm`` below) just before each timed child. The re-conversion rows are also
-measured without it ("as is"), which is what a user running the two conversions back to back sees.
+writes and deletes a scratch file a little larger than the output (its page cache freed: warm pages) just before
+each timed child. The re-conversion rows are also measured without it ("as is"), which is what a user running the
+two conversions back to back sees.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _rounds(steps: list[tuple[str, dict[str, Any], bool]], rounds: int, warm: in
             if clean_first:
                 _clean(Path(job.get("out") or job["dst"]))
             if warm:
-                run_child({"kind": "warm", "bytes": warm})
+                scratch = Path(job.get("out") or job["dst"]).parent / "scratch.bin"
+                run_child({"kind": "warm", "bytes": warm, "path": str(scratch)})
             reports[name].append(run_child(job))
     return reports
 
