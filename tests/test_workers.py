@@ -297,14 +297,15 @@ def _mincore_resident(path: Path) -> int:
     return sum(v & 1 for v in vec)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="posix_fadvise and mincore: Linux")
-def test_a_reconversion_releases_the_previous_buffers_pages(tmp_path: Path) -> None:
-    """The previous conversion's buffer files (on the disk: fsync) give back their page cache while the new one
-    is written, and stay whole until the commit point."""
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="posix_fadvise, sync_file_range, mincore: Linux")
+@pytest.mark.parametrize("fsync", [True, False])
+def test_a_reconversion_releases_the_previous_buffers_pages(tmp_path: Path, fsync: bool) -> None:
+    """The previous conversion's buffer files give back their page cache while the new one is written (written
+    to the disk first when the previous conversion ran without fsync), and stay whole until the commit point."""
     inits = [numpy_helper.from_array(RNG.standard_normal(1 << 20).astype(np.float32), "w")]
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
-    dmlbridge.convert_model(path, tmp_path / "w", progress=False).close()  # fsync: its pages are clean
+    dmlbridge.convert_model(path, tmp_path / "w", progress=False, fsync=fsync).close()
     old = buffer_paths(tmp_path / "w")[0]
     old_bytes = old.read_bytes()  # and in the page cache
     assert _mincore_resident(old) > 0
