@@ -67,7 +67,7 @@ from dmlbridge.protobuf_wire import (
 )
 from dmlbridge.types import OnnxDataType
 
-__all__ = ["BYTE_SCAN_MAX_BYTES", "BytesScan", "scan_bytes"]
+__all__ = ["BYTE_SCAN_MAX_BYTES", "SCANNED_MAX_BYTES", "BytesScan", "scan_bytes"]
 
 BYTE_SCAN_MAX_BYTES = 1 << 26
 """Models up to this size keep their bytes for this scan (they are held in memory while converting)."""
@@ -123,7 +123,7 @@ _CHUNK = 1 << 15  # records parsed together: bounds the temporaries
 # of every field of the graph are held at once, and a few arrays of them would take more memory than is useful.
 _MAX_RECORDS = 1 << 22
 _MAX_DIMS = 8  # a tensor with more dims is left to the parsed model
-_MAX_DATA = 1 << 16  # a tensor with more bytes of data is left to the parsed model
+SCANNED_MAX_BYTES = 1 << 16  # a tensor with more bytes of data is left to the parsed model
 _CONSTANT = b"Constant"
 # The packed typed fields whose bytes are the values themselves: the field and each entry's width.
 _TYPED_FIELD = {
@@ -286,7 +286,7 @@ def _graph_records(data: bytes, source: np.ndarray, at: int, end: int) -> tuple[
 
 
 # The facts of a (data_type, dims) pair: (type, size, nbytes, packed bytes, the typed field or 0, its entries),
-# computed once per pair; only pairs of at most _MAX_DATA bytes. Cleared past _SHAPES_MAX: a hostile model can
+# computed once per pair; only pairs of at most SCANNED_MAX_BYTES bytes. Cleared past _SHAPES_MAX: a hostile model can
 # have any number of shapes.
 _SHAPE_FACTS: dict[tuple[int, tuple[int, ...]], tuple[OnnxDataType, int, int, int, int, int]] = {}
 _SHAPES_MAX = 4096
@@ -295,12 +295,12 @@ _SHAPES_MAX = 4096
 def shape_facts(code: int, shape: tuple[int, ...]) -> tuple[OnnxDataType, int, int, int, int, int] | None:
     """The facts of a tensor of ONNX type ``code`` and dims ``shape`` (see _SHAPE_FACTS), or None when the type is
     unknown, UNDEFINED or STRING, a dim is negative, the dims are more than any array can hold, or the tensor is
-    over _MAX_DATA bytes."""
+    over SCANNED_MAX_BYTES bytes."""
     onnx_type = TYPE_OF_CODE.get(code)
     if onnx_type is None or onnx_type in (OnnxDataType.UNDEFINED, OnnxDataType.STRING):
         return None
     counts = tensor_sizes(onnx_type, shape)  # (None: the checked path names what is wrong)
-    if counts is None or counts[1] > _MAX_DATA:
+    if counts is None or counts[1] > SCANNED_MAX_BYTES:
         return None
     size, nbytes, packed = counts
     typed_field, width = _TYPED_FIELD.get(onnx_type, (0, 0))

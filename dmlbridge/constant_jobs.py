@@ -29,11 +29,11 @@ index of a value out of range is the index in the tensor).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from dmlbridge.byte_scan import BytesScan
+from dmlbridge.byte_scan import SCANNED_MAX_BYTES, BytesScan
 from dmlbridge.constants import ModelConstant
 from dmlbridge.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
@@ -115,7 +115,11 @@ class ConstantJobs:
         chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         stored = not checked_path_only()
         planned = self._planned
-        for position in range(start, stop):
+        positions: Iterable[int] = range(start, stop)
+        # The constants the byte scan read are small (at most 8 x its data limit decoded): skipped all at once.
+        if self._scan is not None and least > 8 * SCANNED_MAX_BYTES:
+            positions = (np.flatnonzero(self._scan.starts[start:stop] < 0) + start).tolist()
+        for position in positions:
             constant = self._constants[position]
             if constant.nbytes < least or planned.offsets[position] is None:
                 continue
