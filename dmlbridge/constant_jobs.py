@@ -39,7 +39,7 @@ from dmlbridge.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
-from dmlbridge.planning import FOUR_BIT, PlanEntry, Planned
+from dmlbridge.planning import PlanEntry, Planned
 from dmlbridge.workers import IN_FLIGHT_BYTES, POOL_MIN_BYTES
 
 __all__ = ["CHUNK_BYTES", "STORED_KINDS", "ConstantJobs", "Item", "prepared_constant"]
@@ -91,9 +91,9 @@ class ConstantJobs:
 
     def __init__(self, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
                  reader: ExternalDataReader | None, options: ConvertOptions) -> None:
-        self._constants = constants
+        self.constants = constants
         self._planned = planned
-        self._scan = scan
+        self.scan = scan
         self._reader = reader
         self._options = options
         self._values: dict[int, np.ndarray] = {}  # flat values of the constants cut into chunks
@@ -102,8 +102,8 @@ class ConstantJobs:
         self._lock = threading.Lock()
 
     def constant(self, position: int) -> ModelConstant:
-        constant = self._constants[position]
-        return constant if constant.proto is not None or self._scan is None else self._scan.with_tensor(position)
+        constant = self.constants[position]
+        return constant if constant.proto is not None or self.scan is None else self.scan.with_tensor(position)
 
     def items(self, start: int, stop: int, *, min_bytes: int | None = None,
               chunk_bytes: int | None = None) -> Iterator[tuple[Item, int]]:
@@ -117,10 +117,10 @@ class ConstantJobs:
         planned = self._planned
         positions: Iterable[int] = range(start, stop)
         # The constants the byte scan read are small (at most 8 x its data limit decoded): skipped all at once.
-        if self._scan is not None and least > 8 * SCANNED_MAX_BYTES:
-            positions = (np.flatnonzero(self._scan.starts[start:stop] < 0) + start).tolist()
+        if self.scan is not None and least > 8 * SCANNED_MAX_BYTES:
+            positions = (np.flatnonzero(self.scan.starts[start:stop] < 0) + start).tolist()
         for position in positions:
-            constant = self._constants[position]
+            constant = self.constants[position]
             if constant.nbytes < least or planned.offsets[position] is None:
                 continue
             entry = planned.entries.at(position)
@@ -146,7 +146,7 @@ class ConstantJobs:
     def chunks(self, position: int) -> int:
         """How many chunks the constant at ``position`` was cut into (0: it was not)."""
         step = self._steps.get(position)
-        return 0 if step is None else -(-self._constants[position].size // step)
+        return 0 if step is None else -(-self.constants[position].size // step)
 
     def _buffer(self, size: int) -> np.ndarray:
         """An output buffer of at least ``size`` bytes: the smallest spare one that is large enough, else a new
@@ -159,15 +159,14 @@ class ConstantJobs:
                 return chosen
         return np.empty(size, np.uint8)
 
-    def give_back(self, buffer: np.ndarray | None) -> None:
+    def give_back(self, buffer: np.ndarray) -> None:
         """Return an output buffer once its bytes are written (at most a few are kept)."""
-        if buffer is not None:
-            with self._lock:
-                self._spare.append(buffer)
-                while sum(b.shape[0] for b in self._spare) > IN_FLIGHT_BYTES:
-                    self._spare.remove(min(self._spare, key=len))
+        with self._lock:
+            self._spare.append(buffer)
+            while sum(b.shape[0] for b in self._spare) > IN_FLIGHT_BYTES:
+                self._spare.remove(min(self._spare, key=len))
 
-    def run(self, item: Item) -> tuple[np.ndarray, int, np.ndarray | None]:
+    def run(self, item: Item) -> tuple[np.ndarray, int, np.ndarray]:
         """Job ``item``: (the bytes to write, how many values "saturate" clamped, the buffer that holds them, for
         :meth:`give_back` once written)."""
         position, chunk = item
@@ -181,12 +180,9 @@ class ConstantJobs:
             return prepared.data, prepared.clamped, buffer
         step = self._steps[position]
         values = self._values[position][chunk * step : (chunk + 1) * step]
-        count = len(values)
-        if entry.dml_type in FOUR_BIT:
-            used = (count + 1) // 2
-        else:
-            assert entry.dml_type is not None
-            used = count * (8 if entry.conversion == "emulate" else entry.dml_type.itemsize)
+        assert entry.dml_type is not None
+        bits = 64 if entry.conversion == "emulate" else entry.dml_type.bitwidth  # (emulation: 8-byte elements)
+        used = (len(values) * bits + 7) // 8
         buffer = self._buffer(used + 4)  # (prepare_into pads to a multiple of 4)
         prepared = prepare_into(buffer, 0, values, target=layout.target, min_dims=1, flags=layout.flags,
                                 guaranteed_base_offset_alignment=layout.alignment)

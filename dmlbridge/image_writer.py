@@ -302,17 +302,20 @@ def _place_spans(
 def _write_each(
     writer: ImageWriter, work: ConstantJobs, planned: Planned, first: int, stop: int,
     reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
-    ahead: Prefetch[Item, tuple[np.ndarray, int, np.ndarray | None]] | None = None,
+    ahead: Prefetch[Item, tuple[np.ndarray, int, np.ndarray]] | None = None,
 ) -> None:
     """Write constants[first:stop] one at a time: the stored bytes as they are where they already are the
     DirectML bytes, else decoded, converted by ``prepare`` (or taken from ``ahead``, whose workers did that) and
     written."""
     stored = not checked_path_only()
+    constants, scan = work.constants, work.scan
     for position in range(first, stop):
         offset = planned.offsets[position]
         if offset is None:
             continue  # skipped
-        constant = work.constant(position)
+        constant = constants[position]
+        if constant.proto is None:
+            constant = scan.with_tensor(position)  # type: ignore[union-attr]
         before = writer.position
         writer.zeros(offset - before)
         entry = planned.entries.at(position)
@@ -330,7 +333,7 @@ def _write_each(
 
 
 def _write_jobs(
-    writer: ImageWriter, ahead: Prefetch[Item, tuple[np.ndarray, int, np.ndarray | None]], work: ConstantJobs,
+    writer: ImageWriter, ahead: Prefetch[Item, tuple[np.ndarray, int, np.ndarray]], work: ConstantJobs,
     position: int,
     entry: PlanEntry, reader: ExternalDataReader | None, options: ConvertOptions,
 ) -> int:
