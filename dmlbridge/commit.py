@@ -42,12 +42,10 @@ import errno
 import os
 import re
 import secrets
-import signal
 import socket
 import stat
 import sys
 import threading
-from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, BinaryIO
 
@@ -57,8 +55,9 @@ except ImportError:  # Windows: no flock; see the README for what that means
     fcntl = None  # type: ignore[assignment]
 
 from dmlbridge.errors import DestinationError
+from dmlbridge.workers import sigint_deferred
 
-__all__ = ["LOCK_SUFFIX", "TEMP_SUFFIX", "Publication", "buffer_name", "sigint_deferred", "write_all"]
+__all__ = ["LOCK_SUFFIX", "TEMP_SUFFIX", "Publication", "buffer_name", "write_all"]
 
 TEMP_SUFFIX = ".dmlbridge-tmp"
 LOCK_SUFFIX = ".lock"
@@ -327,7 +326,8 @@ class _PageRelease:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dmlbridge-release", daemon=True) if fds else None
         if self._thread is not None:
-            self._thread.start()
+            with sigint_deferred():  # (start waits on a Condition)
+                self._thread.start()
 
     def _run(self) -> None:
         for fd in self._fds:
@@ -341,35 +341,12 @@ class _PageRelease:
                     os.posix_fadvise(fd, offset, self._CHUNK, os.POSIX_FADV_DONTNEED)
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        with sigint_deferred():  # (Event.set and join go through Conditions)
+            self._stopping.set()
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
         for fd in self._fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds = []
-
-
-@contextlib.contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Hold back Ctrl-C (SIGINT) for the duration; raise KeyboardInterrupt after it if one came."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is not signal.default_int_handler:
-        yield  # the caller handles SIGINT its own way: leave that alone
-        return
-    received: list[int] = []
-
-    def hold(signum: int, frame: Any) -> None:
-        received.append(signum)
-
-    signal.signal(signal.SIGINT, hold)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt

@@ -49,7 +49,7 @@ from dmlbridge.planning import FOUR_BIT, Pair, PlanEntry, Planned
 from dmlbridge.progress import Progress
 from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
-from dmlbridge.workers import Prefetch
+from dmlbridge.workers import Prefetch, sigint_deferred
 
 __all__ = ["ImageWriter", "WrittenImage", "write_image"]
 
@@ -168,7 +168,8 @@ class _HashThread:
         self._jobs: queue.SimpleQueue[tuple[Any, memoryview] | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="dmlbridge-sha256", daemon=True)
-        self._thread.start()
+        with sigint_deferred():  # (start waits on a Condition)
+            self._thread.start()
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
@@ -181,18 +182,21 @@ class _HashThread:
 
     @contextlib.contextmanager
     def hashing(self, digest: Any, view: memoryview) -> Iterator[None]:
-        """Hash ``view`` into ``digest`` in the thread while the block runs; wait for it after."""
-        self._jobs.put((digest, view))
-        try:
-            yield
-        finally:
-            failure = self._done.get()
+        """Hash ``view`` into ``digest`` in the thread while the block runs; wait for it after (Ctrl-C held back
+        meanwhile: the writer must not reuse ``view`` while the thread still reads it)."""
+        with sigint_deferred():
+            self._jobs.put((digest, view))
+            try:
+                yield
+            finally:
+                failure = self._done.get()
         if failure is not None:
             raise failure
 
     def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join()
+        with sigint_deferred():
+            self._jobs.put(None)
+            self._thread.join()
 
 
 class WrittenImage(NamedTuple):

@@ -14,16 +14,20 @@ written are the same whatever the number of workers: only where the work runs ch
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
-from collections.abc import Callable, Iterable
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError
 
-__all__ = ["IN_FLIGHT_BYTES", "MAX_WORKERS", "POOL_MIN_BYTES", "Prefetch", "available_cpus", "check_workers"]
+__all__ = ["IN_FLIGHT_BYTES", "MAX_WORKERS", "POOL_MIN_BYTES", "Prefetch", "available_cpus", "check_workers",
+           "sigint_deferred"]
 
 MAX_WORKERS = 256
 """The most threads a conversion or a verification starts."""
@@ -132,6 +136,42 @@ def check_workers(workers: Any) -> int:
     return workers
 
 
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold back Ctrl-C (SIGINT) for the duration, in the main thread; raise KeyboardInterrupt after it if one came.
+
+    Python raises KeyboardInterrupt between any two steps of the main thread, and its threading primitives are
+    written in Python: one raised inside ``Condition.wait`` (under ``ThreadPoolExecutor.submit``,
+    ``Future.result``, ``Thread.start``, ``Event.set``, ``Thread.join``) can leave a lock released twice
+    ("RuntimeError: release unlocked lock") or a pool that never ends. Every call the main thread makes into
+    them here runs under this, as does each step that must not be cut in two (a rename and its bookkeeping). A
+    handler the caller installed is left alone, as are threads other than the main one (signals reach only it).
+
+    Example:
+        >>> with sigint_deferred():
+        ...     pass
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        yield  # the caller handles SIGINT its own way (or holds it already: nested)
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            raise KeyboardInterrupt  # (wins over an error of the block: the user asked to stop)
+
+
 class Prefetch(Generic[Item, Result]):
     """Runs ``job(item)`` in a pool of ``workers`` threads for each ``(item, cost)`` of ``jobs``, in order and a
     few ahead of the caller, who takes each result with :meth:`take` in the same order.
@@ -140,7 +180,8 @@ class Prefetch(Generic[Item, Result]):
     costs; one job runs even when its cost alone is larger. A job's exception is raised by :meth:`take` of its
     item, so the first failure in order is the one seen, whatever the number of workers. Leaving the ``with``
     block cancels the jobs not started and waits for the running ones (none outlives the conversion, whose
-    files they read).
+    files they read). Ctrl-C in the main thread is held back while it waits or hands out jobs
+    (:func:`sigint_deferred`), and raised when that step is over.
     """
 
     def __init__(self, job: Callable[[Item], Result], jobs: Iterable[tuple[Item, int]], *, workers: int,
@@ -153,7 +194,12 @@ class Prefetch(Generic[Item, Result]):
         self._held = 0  # the cost of the jobs in ``_ahead`` and of the one taken last
         self._taken = 0  # the cost of the one taken last
         self._next: tuple[Item, int] | None = next(self._jobs, None)
-        self._fill()
+        try:
+            with sigint_deferred():
+                self._fill()
+        except BaseException:
+            self.close()  # (no ``with`` holds this one yet)
+            raise
 
     @property
     def next_item(self) -> Item | None:
@@ -173,20 +219,22 @@ class Prefetch(Generic[Item, Result]):
         """The result of ``item``'s job (which must be :attr:`next_item`), waiting for it if need be."""
         self._held -= self._taken  # the one taken before is written by now
         self._taken = 0
-        self._fill()
-        if not self._ahead or self._ahead[0][0] != item:
-            raise DmlBridgeError(f"internal error: {item!r} taken out of order (next: {self.next_item!r})")
-        _, cost, future = self._ahead.popleft()
-        self._taken = cost
-        try:
-            return future.result()
-        finally:
+        with sigint_deferred():
             self._fill()
+            if not self._ahead or self._ahead[0][0] != item:
+                raise DmlBridgeError(f"internal error: {item!r} taken out of order (next: {self.next_item!r})")
+            _, cost, future = self._ahead.popleft()
+            self._taken = cost
+            try:
+                return future.result()
+            finally:
+                self._fill()
 
     def close(self) -> None:
         """Cancel the jobs not started and wait for the running ones."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._ahead.clear()
+        with sigint_deferred():
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._ahead.clear()
 
     def __enter__(self) -> Prefetch[Item, Result]:
         return self

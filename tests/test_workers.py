@@ -16,7 +16,9 @@ import sys
 import textwrap
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -26,7 +28,15 @@ from models import TARGETS, buffer_paths, build_model, check_independently, no_t
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import dmlbridge
-from dmlbridge import DmlBridgeError, InvalidArgumentError, ValueRangeError, constant_jobs, verify, workers
+from dmlbridge import (
+    DmlBridgeError,
+    InvalidArgumentError,
+    ValueRangeError,
+    constant_jobs,
+    image_writer,
+    verify,
+    workers,
+)
 from dmlbridge.commit import Publication
 from dmlbridge.plan import read_plan
 from dmlbridge.workers import Prefetch, available_cpus, check_workers
@@ -356,6 +366,122 @@ def test_ctrl_c_with_jobs_in_flight(tmp_path: Path) -> None:
     _, stderr = child.communicate(timeout=60)
     assert (child.returncode, stderr) == (130, "dmlbridge convert: interrupted\n"), stderr
     assert outputs(out / "w") == before and output_names(out) == names and no_temp_files(out)
+
+
+def _innermost(error: BaseException) -> str:
+    """The function a KeyboardInterrupt was raised in (sigint_deferred when it was held back and raised after)."""
+    tb = error.__traceback__
+    assert tb is not None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_name
+
+
+def _interrupt_main_thread() -> None:
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
+def _no_dmlbridge_threads() -> bool:
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("dmlbridge") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not any(t.name.startswith("dmlbridge") for t in threading.enumerate())
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
+def test_ctrl_c_is_held_back_while_jobs_are_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that lands inside the pool's own locking (here: while a job is submitted) is raised once that step
+    is over, never inside it (Python's threading code cut in two leaves a lock released twice)."""
+    real = ThreadPoolExecutor.submit
+    submitted: list[int] = []
+
+    def submit(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> Any:
+        signal.raise_signal(signal.SIGINT)  # (without the hold, KeyboardInterrupt comes out of this call)
+        future = real(self, *args, **kwargs)
+        submitted.append(1)
+        return future
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        Prefetch(lambda n: n, [(1, 1), (2, 1)], workers=2, budget=1 << 20)
+    assert submitted == [1, 1] and _innermost(raised.value) == "sigint_deferred"
+    assert _no_dmlbridge_threads()
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
+def test_ctrl_c_is_held_back_while_a_result_is_awaited() -> None:
+    """A Ctrl-C while the writer waits for a job: the wait ends with the job, then KeyboardInterrupt; leaving the
+    ``with`` block waits for the other running jobs, and no thread is left."""
+    finished: list[int] = []
+
+    def job(n: int) -> int:
+        if n == 1:
+            _interrupt_main_thread()
+        time.sleep(0.2)
+        finished.append(n)
+        return n
+
+    with pytest.raises(KeyboardInterrupt) as raised, Prefetch(job, [(n, 1) for n in range(1, 5)], workers=2) as ahead:
+        ahead.take(1)
+    assert 1 in finished and _innermost(raised.value) == "sigint_deferred"
+    assert _no_dmlbridge_threads()
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
+def test_ctrl_c_is_held_back_while_the_hash_thread_reads() -> None:
+    """The checksum thread reads the bytes the writer wrote: a Ctrl-C while the writer waits for it is raised only
+    once it has finished with them (the writer reuses its buffer)."""
+    done: list[int] = []
+
+    class SlowDigest:
+        def update(self, view: memoryview) -> None:
+            _interrupt_main_thread()
+            time.sleep(0.2)
+            done.append(len(view))
+
+    hasher = image_writer._HashThread()
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised, hasher.hashing(SlowDigest(), memoryview(b"abc")):
+            pass
+        assert done == [3] and _innermost(raised.value) == "sigint_deferred"
+    finally:
+        hasher.close()
+
+
+def test_sigint_deferred_holds_back_ctrl_c_until_the_block_ends() -> None:
+    """Raised after the block, even over the block's own error; nested blocks hold it to the outermost; a
+    handler the caller installed is left alone; other threads are not held back (signals reach only the main
+    one)."""
+    steps: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with workers.sigint_deferred():
+            with workers.sigint_deferred():
+                signal.raise_signal(signal.SIGINT)
+                steps.append("inner")
+            steps.append("outer")
+    assert steps == ["inner", "outer"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt) as raised, workers.sigint_deferred():
+        signal.raise_signal(signal.SIGINT)
+        raise ValueError("the block's own error")
+    assert isinstance(raised.value.__context__, ValueError)
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: seen.append(signum))
+    try:
+        with workers.sigint_deferred():
+            signal.raise_signal(signal.SIGINT)
+            assert seen == [signal.SIGINT]  # the caller's handler ran at once
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    in_thread: list[bool] = []
+
+    def elsewhere() -> None:
+        with workers.sigint_deferred():
+            in_thread.append(signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert in_thread == [True]
 
 
 # --- the pool's size ----------------------------------------------------------------------------------------
