@@ -23,7 +23,7 @@ Result = list[Row | Skipped]
 
 
 def _clean(out: Path) -> None:
-    for path in out.parent.glob(out.name + ".*"):
+    for path in [*out.parent.glob(out.name + ".*"), *out.parent.glob("." + out.name + ".*")]:  # (retired too)
         if path.name != out.name + ".lock":
             path.unlink(missing_ok=True)
 
@@ -72,7 +72,7 @@ def workers(settings: Settings) -> Result:
             src.seek(0)
             dst.write(src.read(output_size - data.stat().st_size))
         convert = {"kind": "dmlbridge", "model": os.fspath(model), "out": os.fspath(out), "fsync": False}
-        steps = [
+        steps: list[tuple[str, dict[str, Any], bool]] = [
             ("convert_model(workers=2)", {**convert, "workers": 2}, True),
             ("convert_model(workers=1)", {**convert, "workers": 1}, True),
             ("shutil.copyfile, output size", {"kind": "copyfile", "src": os.fspath(same_size),
@@ -96,7 +96,8 @@ def workers(settings: Settings) -> Result:
 
 
 def reconversion(settings: Settings) -> Result:
-    """The 1 GiB float32 model converted into an empty prefix, then again into the same prefix (alternating),
+    """The 1 GiB float32 model converted into an empty prefix, then again into the same prefix, then once more
+    (the prefix then also holds the retired files of the first, which it removes while it writes: a user's loop),
     with and without fsync, warm and as is; copyfile to a new file and onto the existing one alike."""
     folder = settings.workdir / "case8r"
     out = folder / "out"
@@ -105,11 +106,13 @@ def reconversion(settings: Settings) -> Result:
         total = settings.model_tensors * settings.model_tensor_bytes
         convert = {"kind": "dmlbridge", "model": os.fspath(model), "out": os.fspath(out)}
         copy = {"kind": "copyfile", "src": os.fspath(folder / "model.data"), "dst": os.fspath(out) + ".copy"}
-        steps = [
+        steps: list[tuple[str, dict[str, Any], bool]] = [
             ("into an empty prefix, no fsync", {**convert, "fsync": False}, True),
             ("again into the prefix, no fsync", {**convert, "fsync": False}, False),
+            ("again, over a retired conversion, no fsync", {**convert, "fsync": False}, False),
             ("into an empty prefix, fsync", {**convert, "fsync": True}, True),
             ("again into the prefix, fsync", {**convert, "fsync": True}, False),
+            ("again, over a retired conversion, fsync", {**convert, "fsync": True}, False),
             ("shutil.copyfile, new file", copy, True),
             ("shutil.copyfile onto the existing file", copy, False),
         ]
@@ -124,7 +127,10 @@ def reconversion(settings: Settings) -> Result:
                 rows.append(_row(f"8 re-conversion, {fsync}, {how}", total, reports,
                                  f"again into the prefix, {fsync}",
                                  {f"into an empty prefix, {fsync}": limit,
-                                  "shutil.copyfile onto the existing file": None}, notes if fsync == "fsync" else []))
+                                  "shutil.copyfile onto the existing file": None}, []))
+                rows.append(_row(f"8 re-conversion over a retired one, {fsync}, {how}", total, reports,
+                                 f"again, over a retired conversion, {fsync}",
+                                 {f"into an empty prefix, {fsync}": limit}, notes if fsync == "fsync" else []))
             rows.append(_row(f"8 copyfile onto an existing file, {how}", total, reports,
                              "shutil.copyfile onto the existing file", {"shutil.copyfile, new file": None}, []))
         return rows

@@ -322,5 +322,14 @@ def outputs(prefix: Path | str) -> tuple[bytes, str]:
 
 
 def output_names(directory: Path) -> list[str]:
-    """The file names in ``directory``, each buffer file's conversion id written as ``ID``."""
-    return sorted(re.sub(r"\.[0-9a-f]{16}\.", ".ID.", name) for name in os.listdir(directory))
+    """The file names in ``directory`` but retired buffer files (:func:`retired_names`), each buffer file's
+    conversion id written as ``ID``."""
+    return sorted(re.sub(r"\.[0-9a-f]{16}\.", ".ID.", name) for name in os.listdir(directory)
+                  if not name.endswith(".dmlbridge-old"))
+
+
+def retired_names(directory: Path) -> list[str]:
+    """The retired buffer files in ``directory`` (``.PREFIX.ID.N.bin.dmlbridge-old``: a previous conversion's,
+    which the next conversion removes), by their names before retirement."""
+    return sorted(name[1 : -len(".dmlbridge-old")] for name in os.listdir(directory)
+                  if name.endswith(".dmlbridge-old"))

@@ -30,7 +30,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from models import buffer_path, buffer_paths, outputs
+from models import buffer_path, buffer_paths, output_names, outputs, retired_names
 from onnx import external_data_helper, helper, numpy_helper
 
 from dmlbridge import convert_model, load_plan
@@ -45,19 +45,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, threading
     import dmlbridge.commit as commit
     import dmlbridge.convert as convert
     import dmlbridge.image_writer as image_writer
 
     model, prefix, mode, limit = sys.argv[1:5]
+    previous_buffers = set(sys.argv[5:])  # the previous conversion's: retiring them is a step of the protocol
     step = mode == "step"
 
+    marking = threading.Lock()  # one marker and its "go" at a time (the clean-up thread marks too)
+
     def mark(name):
-        sys.stdout.write(name + "\\n")
-        sys.stdout.flush()
-        if step and sys.stdin.readline() != "go\\n":
-            os._exit(9)
+        with marking:
+            sys.stdout.write(name + "\\n")
+            sys.stdout.flush()
+            if step and sys.stdin.readline() != "go\\n":
+                os._exit(9)
 
     def hook(module, name, label):
         real = getattr(module, name)
@@ -75,15 +79,18 @@ CHILD = textwrap.dedent(
     hook(convert, "bin_fingerprint", lambda fd, *rest: "fingerprint")
     hook(commit, "write_all", lambda fd, data: "write manifest")
     hook(os, "fsync", lambda fd: "fsync")
-    hook(os, "replace", lambda src, dst, **kw: "replace " + base(dst))
-    # A removed file is a leftover of an earlier (killed) run or the previous conversion's buffer: "stale".
+    # Retiring a killed run's leftover is "stale" too: how many there are depends on the earlier kills.
+    hook(os, "replace", lambda src, dst, **kw: "replace " + base(dst) if not dst.endswith(".dmlbridge-old")
+         or base(src) in previous_buffers else "retire stale")
+    # A removed file is a leftover of an earlier (killed) run or a retired buffer: "stale".
     hook(os, "unlink", lambda path, **kw: "unlink stale")
     mark("start")
     convert.convert_model(model, prefix, progress=False, max_buffer_bytes=int(limit))
     mark("done")
     """
 )
-LEFTOVER = re.compile(r"^(out\.[0-9a-f]{16}\.[0-9]{5}\.bin|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp)$")
+LEFTOVER = re.compile(r"^(\.?out\.[0-9a-f]{16}\.[0-9]{5}\.bin|\.out\.[0-9a-f]{16}\.[0-9]{5}\.bin\.dmlbridge-old"
+                      r"|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp)$")
 ONE_BUFFER = 2 << 30
 # The buffer limits of the previous conversion ("a") and the new one ("b"): one buffer each; seven buffers
 # before four; four before seven (the ~25 MB image in 4 or 8 MiB buffers).
@@ -169,7 +176,8 @@ def _env() -> dict[str, str]:
 def _start(versions: Versions, prefix: Path, mode: str) -> subprocess.Popen[str]:
     """The new conversion ("b") in a child process."""
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(versions.b), str(prefix), mode, str(versions.limits["b"])],
+        [sys.executable, "-c", CHILD, str(versions.b), str(prefix), mode, str(versions.limits["b"]),
+         *(name for name in versions.files["a"] if name.endswith(".bin"))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
     )
 
@@ -265,7 +273,9 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
     markers = {previous: _markers(versions, directory, previous) for previous in "-a"}
     duration = _duration(versions, directory)
     commit_point = markers["a"].index("replace out.json")  # the one step that publishes the conversion
-    assert [m for m in markers["a"] if m.startswith("replace")] == ["replace out.json"]
+    replaced = [m for m in markers["a"] if m.startswith("replace")]
+    assert replaced[0] == "replace out.json" and len(replaced) == len(versions.files["a"])  # then a's buffers retired
+    assert all(m.startswith("replace .out.") and m.endswith(".dmlbridge-old") for m in replaced[1:])
     offered = sum(m.startswith("entry ") for m in markers["a"])
     spans = sum(int(m.split()[1]) for m in markers["a"] if m.startswith("spans "))
     assert offered + spans == 39 and spans > 0 and offered > 0 and duration > 0
@@ -326,11 +336,15 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
     # after, back to the previous layout, removes the files of this one.
     convert_model(versions.b, directory / "out", max_buffer_bytes=versions.limits["b"])
     assert versions.state(directory) == "b"
-    names = ["out.json", "out.lock", *(p.name for p in buffer_paths(directory / "out"))]
-    assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["b"]) + 1
+    b_buffers = [p.name for p in buffer_paths(directory / "out")]
+    names = ["out.json", "out.lock", *b_buffers]
+    assert output_names(directory) == sorted(re.sub(r"\.[0-9a-f]{16}\.", ".ID.", name) for name in names)
+    assert len(names) == len(versions.files["b"]) + 1
+    assert all(LEFTOVER.match("." + name + ".dmlbridge-old") for name in retired_names(directory))
     convert_model(versions.a, directory / "out", max_buffer_bytes=versions.limits["a"])
     assert versions.state(directory) == "a"
-    assert len(os.listdir(directory)) == len(versions.files["a"]) + 1  # (the lock besides)
+    assert len(output_names(directory)) == len(versions.files["a"]) + 1  # (the lock besides)
+    assert retired_names(directory) == sorted(b_buffers)  # (and the older ones removed)
 
 
 def _run_freely(child: subprocess.Popen[str], delay: float) -> None:

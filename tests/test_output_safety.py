@@ -15,13 +15,14 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from models import output_names
+from models import output_names, retired_names
 from onnx import helper, numpy_helper
 
 import dmlbridge
@@ -220,7 +221,7 @@ def test_abandoned_files_are_removed_only_when_no_live_writer_holds_them(tmp_pat
         path.write_bytes(b"x")
     holders = [_holder(live_temp), _holder(live_buffer)]
     try:
-        convert_model(_model(), tmp_path / "w", progress=False)
+        second = convert_model(_model(), tmp_path / "w", progress=False)
         assert live_temp.exists() and live_buffer.exists()
         assert not dead_temp.exists() and not dead_buffer.exists()
         assert all(path.exists() for path in others)
@@ -231,6 +232,97 @@ def test_abandoned_files_are_removed_only_when_no_live_writer_holds_them(tmp_pat
     assert not live_temp.exists() and not live_buffer.exists() and all(path.exists() for path in others)
     assert output_names(tmp_path) == sorted(["w.ID.00000.bin", "w.json", "w.lock", "x.ID.00000.bin", "w.notes",
                                              "w.0123.00000.bin"])
+    # Buffer files are retired, not removed, and removed by the conversion after: the dead one is gone by now.
+    assert retired_names(tmp_path) == sorted([live_buffer.name, f"w.{second.conversion_id}.00000.bin"])
+
+
+def _removals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Record each os.unlink of a retired file: (its name, the thread that removed it)."""
+    seen: list[tuple[str, str]] = []
+    real = os.unlink
+
+    def unlink(path: Any, **kwargs: Any) -> None:
+        if str(path).endswith(".dmlbridge-old"):
+            seen.append((os.path.basename(path), threading.current_thread().name))
+        real(path, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    return seen
+
+
+def test_a_reconversion_retires_the_previous_buffers_and_the_next_removes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous conversion's buffer files are renamed, whole, to hidden names no manifest lists (removing a
+    large file waits for the disk on a filesystem mounted with discard); the next conversion removes them in its
+    background thread, while it writes, and they are gone by the time it returns."""
+    first = convert_model(_model(1.0), tmp_path / "w", progress=False)
+    first_bytes = Path(first.bin_path or "").read_bytes()
+    second = convert_model(_model(2.0), tmp_path / "w", progress=False)
+    first_name = os.path.basename(first.bin_path or "")
+    assert retired_names(tmp_path) == [first_name] and not (tmp_path / first_name).exists()
+    assert (tmp_path / f".{first_name}.dmlbridge-old").read_bytes() == first_bytes
+    assert first.array("w").tolist() == [1.0] * 3  # (a plan loaded before reads its open files)
+    assert load_plan(tmp_path / "w.json").array("w").tolist() == [2.0] * 3
+    removed = _removals(monkeypatch)
+    convert_model(_model(3.0), tmp_path / "w", progress=False)
+    assert removed == [(f".{first_name}.dmlbridge-old", "dmlbridge-tidy")]
+    assert retired_names(tmp_path) == [os.path.basename(second.bin_path or "")]
+    assert output_names(tmp_path) == ["w.ID.00000.bin", "w.json", "w.lock"]
+
+
+def test_retired_files_are_removed_first_when_the_disk_is_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the filesystem has no room for another copy of the previous conversion, the retired files are removed
+    before anything is written (their blocks may be needed), by the calling thread."""
+    convert_model(_model(1.0), tmp_path / "w", progress=False)
+    convert_model(_model(2.0), tmp_path / "w", progress=False)
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096,) * 2 + (0,) * 8))
+    removed = _removals(monkeypatch)
+    created: list[int] = []
+    monkeypatch.setattr(dmlbridge.commit.Publication, "new_buffer", _recording(
+        dmlbridge.commit.Publication.new_buffer, lambda: created.append(len(removed))))
+    convert_model(_model(3.0), tmp_path / "w", progress=False)
+    assert [thread for _, thread in removed] == ["MainThread"] and created == [1]
+    assert len(retired_names(tmp_path)) == 1
+
+
+def _recording(method: Any, before: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        before()
+        return method(*args, **kwargs)
+    return wrapper
+
+
+def test_a_buffer_that_cannot_be_retired_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the rename to the retired name fails (here: a directory has that name), the file is removed at once:
+    no buffer file of another conversion is left under a visible name."""
+    first = convert_model(_model(1.0), tmp_path / "w", progress=False)
+    name = os.path.basename(first.bin_path or "")
+    (tmp_path / f".{name}.dmlbridge-old").mkdir()
+    (tmp_path / f".{name}.dmlbridge-old" / "x").write_bytes(b"x")  # (rename cannot replace a full directory)
+    convert_model(_model(2.0), tmp_path / "w", progress=False)
+    assert not (tmp_path / name).exists() and output_names(tmp_path) == ["w.ID.00000.bin", "w.json", "w.lock"]
+
+
+def test_a_failed_reconversion_leaves_the_previous_conversion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error halfway through a re-conversion: the previous conversion is as it was (visible, loadable); retired
+    files may be gone (nothing reads them), no file of the failed one is left."""
+    convert_model(_model(1.0), tmp_path / "w", progress=False)
+    convert_model(_model(2.0), tmp_path / "w", progress=False)
+    before, names = Path(tmp_path / "w.json").read_bytes(), output_names(tmp_path)
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "disk error")
+
+    monkeypatch.setattr(dmlbridge.convert, "write_image", failing)
+    with pytest.raises(DestinationError):
+        convert_model(_model(3.0), tmp_path / "w", progress=False)
+    assert (tmp_path / "w.json").read_bytes() == before and output_names(tmp_path) == names
+    assert load_plan(tmp_path / "w.json").array("w").tolist() == [2.0] * 3
 
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, OSError])

@@ -320,7 +320,7 @@ def test_a_reconversion_releases_the_previous_buffers_pages(tmp_path: Path, fsyn
     old_bytes = old.read_bytes()  # and in the page cache
     assert _mincore_resident(old) > 0
     with Publication(str(tmp_path / "w"), fsync=True) as publication:
-        thread = publication._releaser._thread
+        thread = publication._tidy._thread
         assert thread is not None
         thread.join(timeout=30)
         assert _mincore_resident(old) == 0
