@@ -129,12 +129,17 @@ def _clean(out: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def _ab_runs(jobs: dict[str, dict[str, Any]], rounds: int, out: Path) -> dict[str, list[dict[str, Any]]]:
-    """A B A B: each round runs every contender once, each in a fresh child; outputs are removed after each run."""
+def _ab_runs(jobs: dict[str, dict[str, Any]], rounds: int, out: Path, warm: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """A B A B: each round runs every contender once, each in a fresh child; outputs are removed after each run.
+    ``warm``: before each, a child writes and deletes a scratch file of that many bytes, so that every contender
+    starts with warm free memory (see benchmarks/performance_cases.py: on a virtual machine whose host takes back
+    freed memory, a run that follows nothing meets cold pages, 2-3 s per GiB, whoever it is)."""
     reports: dict[str, list[dict[str, Any]]] = {name: [] for name in jobs}
     for _ in range(rounds):
         for name, job in jobs.items():
             try:
+                if warm:
+                    run_child({"kind": "warm", "bytes": warm, "path": os.fspath(out.parent / "scratch.bin")})
                 reports[name].append(run_child(job))
             finally:
                 _clean(out)
@@ -181,11 +186,12 @@ def models(settings: Settings) -> Result:
     total = settings.model_tensors * settings.model_tensor_bytes
     what = f"{settings.model_tensors} × {settings.model_tensor_bytes // MiB or settings.model_tensor_bytes} "
     what += "MiB" if settings.model_tensor_bytes >= MiB else "B"
-    runs = "each run in a fresh process, A B A B, page cache warm"
+    runs = "each run in a fresh process, A B A B, page cache warm, each after a warm-up of free memory"
     rows: Result = []
     try:
         model = make_external_model(folder, settings.model_tensors, settings.model_tensor_bytes)
-        reports = _ab_runs(_contenders(model, out), settings.model_rounds, out)
+        warm = 0 if settings.quick else total + 256 * MiB  # (the quick run checks code paths, not times)
+        reports = _ab_runs(_contenders(model, out), settings.model_rounds, out, warm=warm)
         case = "5 convert float32 external"
         rows += [
             _time_row(
@@ -204,7 +210,7 @@ def models(settings: Settings) -> Result:
         jobs = _contenders(model, out)
         if settings.quick:  # the code path only: one child instead of six
             jobs = {FSYNC: jobs[FSYNC]}
-        reports = _ab_runs(jobs, max(1, settings.model_rounds - 2), out)
+        reports = _ab_runs(jobs, max(1, settings.model_rounds - 2), out, warm=warm * 3 // 2)
         case = "5 convert INT4+FLOAT8 external"
         notes = ["half INT4 (copied as they are), half FLOAT8E4M3FN (widened to FLOAT16: 1.5× the bytes out)"]
         if NO_FSYNC in reports:
@@ -225,7 +231,7 @@ def models(settings: Settings) -> Result:
             chosen = ("shutil.copyfile", NO_FSYNC, "copyfile + fsync", FSYNC)
             # The same image in buffers of a quarter of its size (1 GiB of 4 GiB, 16 MiB of 64 MiB when quick).
             jobs[SPLIT] = {**jobs[NO_FSYNC], "max_buffer_bytes": size_of(count, settings) // 4}
-            reports = _ab_runs({k: jobs[k] for k in (*chosen, SPLIT)}, 1, out)
+            reports = _ab_runs({k: jobs[k] for k in (*chosen, SPLIT)}, 1, out, warm=warm * 4)
             case = "5 convert float32 external ×4"
             size = count * settings.model_tensor_bytes
             rows += [
