@@ -197,7 +197,7 @@ class Publication:
 
     def publish(self, manifest: bytes) -> None:
         """Write ``manifest`` and rename it onto PREFIX.json: the one step that makes this conversion visible.
-        Then the previous conversion's files are removed."""
+        Then the previous conversion's buffer files are retired (the next conversion removes them)."""
         self._tidy.stop(finish_removals=True)
         temp = f".{self.manifest_name}.{self.conversion_id}{TEMP_SUFFIX}"
         fd = self._create(temp)
