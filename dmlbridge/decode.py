@@ -49,8 +49,9 @@ def decode(
         >>> import dmlbridge
         >>> dmlbridge.decode(bytes.fromhex("0100000002000000"), "INT32", [2])
         array([1, 2], dtype=int32)
-        >>> dmlbridge.decode(bytes.fromhex("21f3"), dmlbridge.DmlDataType.INT4, [3])
-        array([1, 2, 3], dtype=int4)
+        >>> values = dmlbridge.decode(bytes.fromhex("21f3"), dmlbridge.DmlDataType.INT4, [3])
+        >>> values.tolist(), values.dtype.name  # (an ml_dtypes int4 array)
+        ([1, 2, 3], 'int4')
     """
     dml = DmlDataType.parse(dml_type)
     checked_sizes = check_sizes(sizes)
