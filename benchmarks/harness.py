@@ -156,8 +156,16 @@ def compare(
     )
 
 
-def run_child(job: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
-    """Run one job of ``benchmarks.child`` in a fresh interpreter; returns its JSON report (seconds, RSS)."""
+def run_child(job: dict[str, Any], in_process: bool = False, timeout: float = 900) -> dict[str, Any]:
+    """Run one job of ``benchmarks.child`` in a fresh interpreter; returns its JSON report (seconds, RSS).
+
+    ``in_process`` (the quick run) runs it in this process instead: the code path without the 1-2 s of a fresh
+    interpreter's imports, its times and peaks meaningless (the quick run's verdicts say nothing anyway).
+    """
+    if in_process:
+        from benchmarks import child
+
+        return child.run(job)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
     proc = subprocess.run(

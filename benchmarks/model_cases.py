@@ -129,18 +129,20 @@ def _clean(out: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def _ab_runs(jobs: dict[str, dict[str, Any]], rounds: int, out: Path, warm: int = 0) -> dict[str, list[dict[str, Any]]]:
+def _ab_runs(jobs: dict[str, dict[str, Any]], rounds: int, out: Path, warm: int = 0,
+             in_process: bool = False) -> dict[str, list[dict[str, Any]]]:
     """A B A B: each round runs every contender once, each in a fresh child; outputs are removed after each run.
     ``warm``: before each, a child writes and deletes a scratch file of that many bytes, so that every contender
     starts with warm free memory (see benchmarks/performance_cases.py: on a virtual machine whose host takes back
-    freed memory, a run that follows nothing meets cold pages, 2-3 s per GiB, whoever it is)."""
+    freed memory, a run that follows nothing meets cold pages, 2-3 s per GiB, whoever it is). ``in_process``: the
+    quick run's jobs, in this process (see ``run_child``)."""
     reports: dict[str, list[dict[str, Any]]] = {name: [] for name in jobs}
     for _ in range(rounds):
         for name, job in jobs.items():
             try:
                 if warm:
                     run_child({"kind": "warm", "bytes": warm, "path": os.fspath(out.parent / "scratch.bin")})
-                reports[name].append(run_child(job))
+                reports[name].append(run_child(job, in_process))
             finally:
                 _clean(out)
     return reports
@@ -191,7 +193,7 @@ def models(settings: Settings) -> Result:
     try:
         model = make_external_model(folder, settings.model_tensors, settings.model_tensor_bytes)
         warm = 0 if settings.quick else total + 256 * MiB  # (the quick run checks code paths, not times)
-        reports = _ab_runs(_contenders(model, out), settings.model_rounds, out, warm=warm)
+        reports = _ab_runs(_contenders(model, out), settings.model_rounds, out, warm, settings.quick)
         case = "5 convert float32 external"
         rows += [
             _time_row(
@@ -210,7 +212,7 @@ def models(settings: Settings) -> Result:
         jobs = _contenders(model, out)
         if settings.quick:  # the code path only: one child instead of six
             jobs = {FSYNC: jobs[FSYNC]}
-        reports = _ab_runs(jobs, max(1, settings.model_rounds - 2), out, warm=warm * 3 // 2)
+        reports = _ab_runs(jobs, max(1, settings.model_rounds - 2), out, warm * 3 // 2, settings.quick)
         case = "5 convert INT4+FLOAT8 external"
         notes = ["half INT4 (copied as they are), half FLOAT8E4M3FN (widened to FLOAT16: 1.5× the bytes out)"]
         if NO_FSYNC in reports:

@@ -28,9 +28,13 @@ def _clean(out: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def _rounds(steps: list[tuple[str, dict[str, Any], bool]], rounds: int, warm: int) -> dict[str, list[dict[str, Any]]]:
+def _rounds(steps: list[tuple[str, dict[str, Any], bool]], settings: Settings,
+            warm: int) -> dict[str, list[dict[str, Any]]]:
     """Each round runs ``steps`` in order: (name, child job, whether to remove the outputs first); a ``warm``
-    child of that many bytes before each timed one when ``warm``."""
+    child of that many bytes before each timed one when ``warm``. The quick run: one round, no warm-up, in this
+    process (the code paths only)."""
+    rounds, in_process = (1, True) if settings.quick else (settings.model_rounds, False)
+    warm = 0 if settings.quick else warm
     reports: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in steps}
     for _ in range(rounds):
         for name, job, clean_first in steps:
@@ -39,7 +43,7 @@ def _rounds(steps: list[tuple[str, dict[str, Any], bool]], rounds: int, warm: in
             if warm:
                 scratch = Path(job.get("out") or job["dst"]).parent / "scratch.bin"
                 run_child({"kind": "warm", "bytes": warm, "path": str(scratch)})
-            reports[name].append(run_child(job))
+            reports[name].append(run_child(job, in_process))
     return reports
 
 
@@ -80,7 +84,7 @@ def workers(settings: Settings) -> Result:
             ("convert_model(workers=8)", {**convert, "workers": 8}, True),
         ]
         warm = output_size + 256 * MiB
-        reports = _rounds(steps, settings.model_rounds, warm)
+        reports = _rounds(steps, settings, warm)
         total = settings.model_tensors * settings.model_tensor_bytes
         notes = ["half INT4 (copied), half FLOAT8E4M3FN widened to FLOAT16 by the workers; no fsync; warm: each "
                  "child starts with warm free memory (see benchmarks/performance_cases.py)"]
@@ -117,8 +121,9 @@ def reconversion(settings: Settings) -> Result:
             ("shutil.copyfile onto the existing file", copy, False),
         ]
         rows: Result = []
-        for how, warm in (("warm", total + 256 * MiB), ("as is", 0)):
-            reports = _rounds(steps, settings.model_rounds, warm)
+        passes = (("warm", total + 256 * MiB), ("as is", 0)) if not settings.quick else (("as is", 0),)
+        for how, warm in passes:
+            reports = _rounds(steps, settings, warm)
             limit = 1.3 if how == "warm" else None
             notes = [f"{how}: " + ("each child starts with warm free memory" if warm else
                                    "no warm-up: the first conversion reuses the pages the clean-up before it freed, "

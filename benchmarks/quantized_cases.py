@@ -84,12 +84,12 @@ def build_matmul_nbits_model(folder: Path, layers: int, k: int, n: int) -> Path:
 
 
 def matmul_nbits(settings: Settings) -> list[Row | Skipped]:
-    """Case 7: a 1 GiB MatMulNBits model (64 layers of 16 MiB of B; 64 KiB each when quick)."""
+    """Case 7: a 1 GiB MatMulNBits model (64 layers of 16 MiB of B; 4 layers of 64 KiB when quick)."""
     try:
         import onnxruntime.quantization.matmul_nbits_quantizer  # noqa: F401  (it needs onnx-ir too)
     except ImportError:
         return [Skipped("7 convert MatMulNBits external", "onnxruntime is not installed (pip install -e '.[bench]')")]
-    layers, (k, n) = 64, ((4096, 8192) if not settings.quick else (256, 512))
+    layers, (k, n) = (64, (4096, 8192)) if not settings.quick else (4, (256, 512))
     folder = _cache() / f"matmulnbits-{layers}x{k}x{n}"
     if not (folder / "model.data").exists():
         build_matmul_nbits_model(folder, layers, k, n)
@@ -101,7 +101,7 @@ def matmul_nbits(settings: Settings) -> list[Row | Skipped]:
     jobs = {"shutil.copyfile": {"kind": "copyfile", "src": os.fspath(data), "dst": os.fspath(out) + ".copy"},
             NO_FSYNC: {**convert, "fsync": False}, FSYNC: convert}
     try:
-        reports = _ab_runs(jobs, max(1, settings.model_rounds - 4), out)
+        reports = _ab_runs(jobs, max(1, settings.model_rounds - 4), out, in_process=settings.quick)
         size = data.stat().st_size
         case = "7 convert MatMulNBits external"
         notes = [f"{layers} layers of B uint8 [{n}, {k // 32}, 16] ({k * n // 2 // MiB} MiB each), scales and zero "

@@ -7,9 +7,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from dmlbridge.commit import Publication
 from dmlbridge.manifest import manifest_schema
+
+# No test depends on the machine's speed: Hypothesis' per-example deadline is off everywhere.
+settings.register_profile("dmlbridge", deadline=None)
+settings.load_profile("dmlbridge")
 
 try:
     import jsonschema

@@ -200,7 +200,7 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
             print("DestinationError:", exc)
             sys.exit(3)
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert result.returncode == 3, result.stderr
     assert "cannot write" in result.stdout
     assert _unchanged(tmp_path, before) and no_temp_files(tmp_path)

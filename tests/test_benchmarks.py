@@ -25,8 +25,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complete
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
-        check=False,
+        check=False,  # (no timeout: a slow machine must not fail a correct run)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, json.loads(out.read_text())

@@ -122,7 +122,7 @@ def test_whole_model_claims_fail_before_allocating_under_rlimit_as(tmp_path: Pat
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-c", CHILD, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ESCAPED" not in result.stdout and "MemoryError" not in result.stdout + result.stderr

@@ -25,7 +25,7 @@ from dmlbridge.demo import build_sample_model
 
 def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd
+        [sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd
     )
 
 
@@ -211,11 +211,11 @@ def test_names_the_terminal_cannot_show_are_escaped_not_a_traceback(tmp_path: Pa
     env = dict(os.environ, PYTHONIOENCODING="ascii")
     for args in (["inspect", path], ["convert", path, "-o", tmp_path / "out"], ["verify", tmp_path / "out.json", path]):
         result = subprocess.run([sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True,
-                                text=True, timeout=120, env=env)
+                                text=True, timeout=600, env=env)
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
     inspect = subprocess.run([sys.executable, "-m", "dmlbridge", "inspect", str(path)], capture_output=True,
-                             text=True, timeout=120, env=env)
+                             text=True, timeout=600, env=env)
     assert "poids_\\xe9_\\u6743\\u91cd" in inspect.stdout
 
 
@@ -234,7 +234,7 @@ def test_ctrl_c_from_the_first_instruction_prints_one_line(small: Path, tmp_path
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(rng.uniform(0.0, 0.6))
         child.send_signal(signal.SIGINT)
-        _, stderr = child.communicate(timeout=60)
+        _, stderr = child.communicate(timeout=600)
         if child.returncode == 0:
             outcomes.append("finished")
             continue
@@ -271,7 +271,7 @@ def test_ctrl_c_after_the_command_returned(when: str) -> None:
             "cli = types.ModuleType('dmlbridge.cli')\n" + "exec(" + repr(stub) + ", cli.__dict__)\n"
             "cli.__dict__.update(os=os, signal=signal, atexit=atexit)\n"
             "sys.modules['dmlbridge.cli'] = cli\ndmlbridge_entry.main()\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert "Traceback" not in result.stderr, result.stderr
     if when == "as the command returns":
         assert (result.returncode, result.stderr) == (130, "dmlbridge: interrupted\n")

@@ -114,7 +114,7 @@ def test_dml_type_properties() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dmlbridge", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "dmlbridge", *args], capture_output=True, text=True, timeout=600)
 
 
 def test_readme_carries_the_default_table() -> None:

@@ -111,7 +111,7 @@ def test_the_command_line_saturates(tmp_path: Path) -> None:
 
     def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True, text=True,
-                              timeout=120)
+                              timeout=600)
 
     refused = run("convert", path, "-o", tmp_path / "w", "--feature-level", "2.0", "--int64", "saturate")
     assert refused.returncode == 2 and "pass --allow-lossy with it" in refused.stderr, refused.stderr

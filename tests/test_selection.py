@@ -169,7 +169,7 @@ def test_the_command_line_selects_too(tmp_path: Path) -> None:
 
     def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True, text=True,
-                              timeout=120)
+                              timeout=600)
 
     chosen = ["--include", "layers.*", "--include", "head.*", "--exclude", "*.bias", "--min-bytes", "32"]
     inspect = run("inspect", path, "--json", *chosen)
