@@ -11,6 +11,7 @@ submodules (``dmlbridge.plan``, ``dmlbridge.convert``, ...) are the library's ow
 
 from __future__ import annotations
 
+from dmlbridge.bindings import binding_list
 from dmlbridge.convert import check_conversion, convert_model
 from dmlbridge.decode import decode
 from dmlbridge.descs import BufferTensorDesc, tensor_desc_array
@@ -67,6 +68,7 @@ __all__ = [
     "UploadPlan",
     "ValueRangeError",
     "available_cpus",
+    "binding_list",
     "calc_buffer_tensor_size",
     "check_conversion",
     "convert_model",

@@ -1,4 +1,4 @@
-"""The ``dmlbridge`` command line: ``table``, ``inspect``, ``convert``, ``verify`` and ``demo``.
+"""The ``dmlbridge`` command line: ``table``, ``inspect``, ``convert``, ``verify``, ``bindings`` and ``demo``.
 
 User errors (bad options, missing or unreadable files, models that are not ONNX, manifests that do not validate)
 print one line on stderr and exit 2; never a traceback. ``verify`` exits 1 when the plan and the model differ.
@@ -18,6 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from dmlbridge.bindings import binding_list
 from dmlbridge.convert import check_conversion, convert_model
 from dmlbridge.demo import run_demo
 from dmlbridge.descs import DML_TENSOR_FLAG_OWNED_BY_DML
@@ -219,6 +220,24 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bindings(args: argparse.Namespace) -> int:
+    with read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=True,
+                   max_manifest_bytes=args.max_manifest_bytes) as plan:
+        text = binding_list(plan)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    temporary = f"{args.output}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "x", encoding="ascii", newline="\n") as file:
+            file.write(text)
+        os.replace(temporary, args.output)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep)
 
@@ -329,6 +348,18 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
     _add_workers(verify, "compare constants")
     verify.set_defaults(run=_cmd_verify)
+
+    bindings = commands.add_parser(
+        "bindings", help="print a conversion's bindings as plain lines for native programs",
+        **_help("Print the binding list of a conversion (docs/bindings.md): one line per buffer file, tensor and "
+                "quantized part, with its buffer, offset and every DML_BUFFER_TENSOR_DESC field. The buffer files "
+                "are checked (size and fingerprint) first.",
+                "dmlbridge bindings weights.json -o weights.bindings"))
+    bindings.add_argument("manifest", help="the PREFIX.json written by convert")
+    bindings.add_argument("-o", "--output", metavar="FILE", help="write the list to FILE (default: standard output)")
+    bindings.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
+                          metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
+    bindings.set_defaults(run=_cmd_bindings)
 
     demo = commands.add_parser("demo", help="build a sample model, convert it, verify it, print the summary",
                                **_help("Build a sample model, convert it, verify it and print what went where.",

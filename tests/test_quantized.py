@@ -20,18 +20,24 @@ import onnx
 
 # The oracle is part of the test extra: a missing one fails here, never skips the module (the quantizer needs
 # onnx-ir, also in the test extra).
-import onnxruntime as ort
-import onnxruntime.quantization.matmul_nbits_quantizer as quantizer
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import QuantFormat
+from quantized_models import (
+    INT_TYPES,
+    OPSETS,
+    dq_model,
+    gbq_model,
+    identity_product,
+    ints,
+    node_output,
+    quantized,
+)
 
 import dmlbridge
 from dmlbridge import ManifestError, Target
 
 logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
 
-OPSETS = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
 
 
 # --- the independent decode: the buffer files, the descs, one element at a time --------------------------------
@@ -107,43 +113,6 @@ def check(model: onnx.ModelProto, directory: Path, expected: dict[str, np.ndarra
 # --- models made by ONNX Runtime's quantizer ----------------------------------------------------------------------
 
 
-def matmul_model(k: int, n: int, seed: int = 0) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((k, n)) * 0.3).astype(np.float32)
-    graph = helper.make_graph([helper.make_node("MatMul", ["A", "W"], ["Y"], name="mm")], "g",
-                              [helper.make_tensor_value_info("A", TensorProto.FLOAT, [None, k])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, n])],
-                              [numpy_helper.from_array(w, "W")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-
-
-def quantized(k: int, n: int, bits: int, block: int, symmetric: bool, qdq: bool = False) -> onnx.ModelProto:
-    config = quantizer.DefaultWeightOnlyQuantConfig(
-        block_size=block, is_symmetric=symmetric, bits=bits, accuracy_level=0,
-        quant_format=QuantFormat.QDQ if qdq else QuantFormat.QOperator)
-    q = quantizer.MatMulNBitsQuantizer(copy.deepcopy(matmul_model(k, n)), algo_config=config)
-    q.process()
-    model: onnx.ModelProto = q.model.model
-    return model
-
-
-def identity_product(model: onnx.ModelProto, k: int) -> np.ndarray:
-    """What MatMulNBits computes for A = I: dequant(B)^T, as [K, N] (transposed back by the caller)."""
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {"A": np.eye(k, dtype=np.float32)})[0]  # type: ignore[no-any-return]
-
-
-def node_output(model: onnx.ModelProto, node: Any, out_type: int = TensorProto.FLOAT) -> np.ndarray:
-    """The output of one node of ``model`` with its constant inputs, computed by ONNX Runtime (no fusion)."""
-    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info(node.output[0], out_type, None)],
-                              list(model.graph.initializer))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    one = helper.make_model(graph, opset_imports=OPSETS)
-    session = ort.InferenceSession(one.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, {})[0]  # type: ignore[no-any-return]
-
-
 MATMUL_CASES = [  # (K, N, bits, block_size, symmetric): K whole blocks and not, an odd number of blocks
     (64, 8, 4, 16, False), (72, 8, 4, 16, True), (80, 6, 4, 32, False), (96, 5, 4, 32, True),
     (256, 4, 4, 64, False), (300, 3, 4, 128, True), (512, 2, 4, 256, False), (48, 8, 8, 16, False),
@@ -189,25 +158,6 @@ def test_qdq_models_from_the_quantizer(tmp_path: Path, symmetric: bool) -> None:
 
 # --- hand-built DequantizeLinear and GatherBlockQuantized ---------------------------------------------------------
 
-INT_TYPES = {"int8": np.int8, "uint8": np.uint8, "int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4}
-
-
-def _ints(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    low, high = {"int8": (-128, 128), "uint8": (0, 256), "int4": (-8, 8), "uint4": (0, 16)}[name]
-    return rng.integers(low, high, shape).astype(INT_TYPES[name])
-
-
-def dq_model(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, **attrs: int) -> tuple[onnx.ModelProto, Any]:
-    inits = [numpy_helper.from_array(x, "x"), numpy_helper.from_array(scale, "s")]
-    inputs = ["x", "s"]
-    if zp is not None:
-        inits.append(numpy_helper.from_array(zp, "z"))
-        inputs.append("z")
-    node = helper.make_node("DequantizeLinear", inputs, ["y"], "dq", **attrs)
-    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(graph, opset_imports=OPSETS), node
-
-
 DQ_CASES = [  # (x shape, granularity, axis, block)
     ((6, 10), "tensor", 0, 0), ((6, 10), "axis", 1, 0), ((6, 10), "axis", 0, 0), ((6, 40), "block", 1, 16),
     ((6, 32), "block", 1, 16), ((40, 6), "block", 0, 16), ((20, 3, 4), "block", 0, 8), ((3, 20, 4), "block", 1, 8),
@@ -227,10 +177,10 @@ def test_dequantize_linear(tmp_path: Path, type_name: str, shape: tuple[int, ...
         scale_shape = (shape[rank_axis],)
     else:
         scale_shape = tuple(-(-d // block) if i == rank_axis else d for i, d in enumerate(shape))
-    x = _ints(rng, type_name, shape)
+    x = ints(rng, type_name, shape)
     scale = (rng.random(scale_shape) + 0.01).astype(np.float32)
     for with_zp in (False, True):
-        zp = _ints(rng, type_name, scale_shape) if with_zp else None
+        zp = ints(rng, type_name, scale_shape) if with_zp else None
         attrs = {"axis": axis, **({"block_size": block} if block else {})}
         model, node = dq_model(x, scale, zp, **attrs)
         directory = tmp_path / f"zp{with_zp}"
@@ -239,21 +189,6 @@ def test_dequantize_linear(tmp_path: Path, type_name: str, shape: tuple[int, ...
         q = plan.quantized["dq"]
         assert (q.granularity, q.signed) == (granularity, type_name.startswith("int"))
         assert (q.zero_points.key if q.zero_points else None) == ("z" if with_zp else "dq/zero_points")
-
-
-def gbq_model(data: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, bits: int, block: int,
-              quantize_axis: int, gather_axis: int) -> tuple[onnx.ModelProto, Any]:
-    inits = [numpy_helper.from_array(data, "data"), numpy_helper.from_array(scales, "scales"),
-             numpy_helper.from_array(np.arange(data.shape[gather_axis], dtype=np.int64), "idx")]
-    inputs = ["data", "idx", "scales"]
-    if zp is not None:
-        inits.append(numpy_helper.from_array(zp, "zp"))
-        inputs.append("zp")
-    node = helper.make_node("GatherBlockQuantized", inputs, ["y"], "gbq", domain="com.microsoft", bits=bits,
-                            block_size=block, quantize_axis=quantize_axis, gather_axis=gather_axis)
-    out = TensorProto.FLOAT if scales.dtype == np.float32 else TensorProto.FLOAT16
-    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", out, None)], inits)
-    return helper.make_model(graph, opset_imports=OPSETS), node
 
 
 @pytest.mark.parametrize("data_type", ["uint8 bits 2", "uint8 bits 4", "uint8 bits 8", "int4", "uint4"])
@@ -269,7 +204,7 @@ def test_gather_block_quantized(tmp_path: Path, data_type: str, length: int) -> 
         zp = rng.integers(0, 256, (rows, -(-blocks * bits // 8))).astype(np.uint8)
     else:
         bits = 4
-        data, zp = _ints(rng, data_type, (rows, length)), _ints(rng, data_type, (rows, blocks))
+        data, zp = ints(rng, data_type, (rows, length)), ints(rng, data_type, (rows, blocks))
     for with_zp in (False, True):
         model, node = gbq_model(data, scales, zp if with_zp else None, bits, block, 1, 0)
         directory = tmp_path / f"zp{with_zp}"
