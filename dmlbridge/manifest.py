@@ -5,10 +5,10 @@ bytes, where, and how DirectML sees them. This module turns a :class:`Manifest` 
 manifest's text and reads that text back into one, trusting nothing (each part through
 :mod:`dmlbridge.manifest_parts`); :mod:`dmlbridge.plan` pairs it with its buffer files.
 
-Format ``dmlbridge-upload-plan``, version 4
+Format ``dmlbridge-upload-plan``, version 5
 ------------------------------------------
 - The file MUST be a UTF-8 JSON object (no duplicate keys, no NaN or Infinity) with exactly these fields:
-  ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (4), ``dmlbridge_version`` (a string),
+  ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (5), ``dmlbridge_version`` (a string),
   ``conversion_id`` (16 lowercase hex digits, random per conversion), ``source`` (the model: ``{"name": string
   or null, "size": integer or null, "sha256": 64 hex digits or null, "external_data": [{"file": string, "size":
   integer}]}``, its file's name, size and SHA-256, and the external data files the conversion read, with their
@@ -35,11 +35,16 @@ Format ``dmlbridge-upload-plan``, version 4
   which the writer leaves out at their defaults.
 - ``consumers`` MUST be an array of ``{"node": string, "op_type": string, "input": integer}``, the node inputs
   that read the constant (:mod:`dmlbridge.consumers`: node keys as constant keys are made, an op type of
-  another domain as ``domain:Op``), in graph order. ``padding`` MUST be what they give for the shape and
-  ``min_dims``: ``"channel"`` for a 1-D constant that only per-channel inputs read (Conv and ConvTranspose input 2,
-  BatchNormalization inputs 1-4, InstanceNormalization inputs 1-2) when ``min_dims`` is 2 or more, whose sizes
-  are then ``[1, C, 1, ...]``; ``"mixed"`` when some of its consumers are such inputs and others not (leading
-  1s); ``"leading"`` otherwise.
+  another domain as ``domain:Op``), in graph order. A per-channel input (Conv and ConvTranspose input 2,
+  BatchNormalization inputs 1-4, InstanceNormalization inputs 1-2, of the ONNX domain) MUST also have ``dims``
+  and no other may: the dimension count DirectML reads its node's tensors at, 4 to 8. It is the node's rank,
+  raised to 4: the rank of the first of its values W, X, Y (Conv, ConvTranspose) or X, Y (BatchNormalization,
+  InstanceNormalization) that the model gives one of at most 8, by a constant's shape or by a graph input,
+  output or value_info (of the node's graph or one around it); 4 when there is none.
+- ``padding`` MUST be what the consumers give for the shape: ``"channel"`` for a 1-D constant that only
+  per-channel inputs read, all with the same ``dims``, whatever ``min_dims`` is; its sizes are then ``[1, C, 1,
+  ...]`` of ``dims`` dimensions, or of ``min_dims`` when that is more. ``"mixed"`` when some of its consumers
+  are such inputs and others not, or their ``dims`` differ (leading 1s); ``"leading"`` otherwise.
 - A skipped entry MUST have ``skipped`` (a non-empty string: why) and null ``conversion``, ``buffer``,
   ``offset``, ``dml_type``, ``desc`` and ``clamped``.
 - ``clamped`` MUST be null, except in an entry of conversion ``"saturate"`` (INT64/UINT64 written as 4-byte
@@ -50,8 +55,8 @@ Format ``dmlbridge-upload-plan``, version 4
   ``offset`` (in that file) a multiple of ``alignment``; ``desc``
   MUST be the DML_BUFFER_TENSOR_DESC fields by their DirectML names (DataType, Flags, DimensionCount, Sizes,
   Strides, TotalTensorSizeInBytes, GuaranteedBaseOffsetAlignment), equal to what the layout rules give for the
-  shape, ``min_dims`` and ``alignment``; Flags is 0 or 1 (DML_TENSOR_FLAG_OWNED_BY_DML, as the conversion was
-  asked).
+  shape, ``padding``, ``min_dims`` and ``alignment``; Flags is 0 or 1 (DML_TENSOR_FLAG_OWNED_BY_DML, as the
+  conversion was asked).
 - The converted entries MUST fill the buffers in model order: buffer 0 first, each entry in the same buffer as
   the one before or the next, none overlapping another in its buffer, each buffer ending exactly where its last
   entry ends, and each buffer after the first begun by an entry that would end past ``max_buffer_bytes`` if
@@ -78,9 +83,15 @@ Format ``dmlbridge-upload-plan``, version 4
 The JSON Schema of every version (each field's type and range) ships as ``manifest.schema.json``
 (:func:`manifest_schema`).
 
-Versions 1 to 3 are read, no longer written. Version 3 had no ``max_buffer_bytes`` and no entry ``buffer``:
-exactly one buffer file, of any size, whose size was ``total_size``. Version 2 had no ``selection`` (every
-constant is an entry) and no ``clamped``, ``padding`` or ``consumers`` (every entry padded with leading 1s).
+Versions 1 to 4 are read, no longer written; a reader checks each entry by the rules of its manifest's version.
+Version 4 had no ``dims`` in ``consumers`` and another ``padding`` rule, which looked at ``min_dims`` and not at
+the consumers' dimension counts: ``"channel"`` for a 1-D constant that only per-channel inputs read when
+``min_dims`` was 2 or more, with sizes ``[1, C, 1, ...]`` of ``min_dims`` dimensions; ``"mixed"`` when some of
+its consumers were such inputs and others not, and ``min_dims`` was 2 or more; ``"leading"`` otherwise (at
+``min_dims`` 0 or 1, the default from feature level 3.0, every entry). Version 3 had the padding rule of version
+4, and no ``max_buffer_bytes`` and no entry ``buffer``: exactly one buffer file, of any size, whose size was
+``total_size``. Version 2 had no ``selection`` (every constant is an entry) and no ``clamped``, ``padding`` or
+``consumers`` (every entry padded with leading 1s).
 Version 1 had no ``conversion_id`` and no ``buffers`` either: its one buffer was ``PREFIX.bin`` beside
 ``PREFIX.json``, described by the top-level fields ``bin_fingerprint`` and, optionally, ``bin_sha256``.
 
@@ -140,8 +151,8 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "dmlbridge-upload-plan"
-MANIFEST_FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+MANIFEST_FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 _CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -165,6 +176,8 @@ class Manifest:
     conversion_id: str | None = None
     buffers: tuple[BufferFile, ...] = ()
     format_version: int = MANIFEST_FORMAT_VERSION
+    """The format version whose rules the entries follow: the current one, or an older manifest's when read from
+    one (verification compares its layout with the model by that version's rules)."""
     source_sha256: str | None = None
     """The SHA-256 of the model's bytes (None in format-1 manifests)."""
     source_external: tuple[tuple[str, int], ...] = ()
@@ -191,10 +204,12 @@ class Manifest:
 
 
 def _head(manifest: Manifest) -> dict[str, Any]:
-    """The manifest's fields before ``entries`` (always the current format version)."""
+    """The manifest's fields before ``entries``: those of the current format version, and the manifest's own
+    ``format_version`` (the current one, unless it was read from an older manifest: its entries follow that
+    version's layout rules)."""
     return {
         "format": MANIFEST_FORMAT,
-        "format_version": MANIFEST_FORMAT_VERSION,
+        "format_version": manifest.format_version,
         "dmlbridge_version": manifest.dmlbridge_version,
         "conversion_id": manifest.conversion_id,
         "source": {
@@ -307,7 +322,7 @@ def _shared_json(fields: Mapping[str, Any], buffer: int | None) -> tuple[str, st
 
 def _consumers_json(consumers: tuple[Consumer, ...]) -> str:
     """The end of an entry's line: its consumers, when it has any, and the closing brace."""
-    return f', "consumers": {_json([consumer._asdict() for consumer in consumers])}}}' if consumers else "}"
+    return f', "consumers": {_json([consumer.to_json() for consumer in consumers])}}}' if consumers else "}"
 
 
 def _entry_json(entry: PlanEntry) -> str:

@@ -17,7 +17,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dmlbridge.consumers import Consumer, Padding, padding_of
+from dmlbridge.consumers import (
+    CHANNEL_DIMS,
+    CONSUMER_DIMS_VERSION,
+    MOST_CHANNEL_DIMS,
+    Consumer,
+    Padding,
+    channel_dims,
+    padding_of,
+)
 from dmlbridge.descs import BufferTensorDesc
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError
 from dmlbridge.json_fields import INT64_MAX, Fields, int_list, kind_of
@@ -110,16 +118,27 @@ def check_buffers_filled(
         first = stop
 
 
-def _consumers_from_json(value: Any, where: str) -> tuple[Consumer, ...]:
+def _consumers_from_json(value: Any, where: str, version: int) -> tuple[Consumer, ...]:
+    """An entry's ``consumers``; from format 5, ``dims`` on each per-channel input and on no other."""
     if not isinstance(value, list) or len(value) > 1 << 20:
         raise ManifestError(f"{where} must be an array of at most 2^20 consumers, got {kind_of(value)}")
+    with_dims = version >= CONSUMER_DIMS_VERSION
     consumers = []
     for index, item in enumerate(value):
-        fields = Fields(item, f"{where}[{index}]", ("node", "op_type", "input"))
+        fields = Fields(item, f"{where}[{index}]", ("node", "op_type", "input"), ("dims",) if with_dims else ())
         node, op_type = fields.string("node", nonempty=True), fields.string("op_type", nonempty=True)
         if len(node) > 4 * MAX_KEY_LENGTH or len(op_type) > MAX_KEY_LENGTH:
             raise ManifestError(f"{where}[{index}] has a node key or op type longer than the limits of keys")
-        consumers.append(Consumer(node, op_type, fields.integer("input", 0, 2**31 - 1)))
+        consumer = Consumer(node, op_type, fields.integer("input", 0, 2**31 - 1))
+        if with_dims and consumer.per_channel:
+            if "dims" not in fields.value:
+                raise ManifestError(f"{where}[{index}] ({op_type[:40]} input {consumer.input}) is a per-channel input "
+                                    "and lacks the field 'dims' (format 5 records its node's dimension count)")
+            consumer = consumer._replace(dims=fields.integer("dims", CHANNEL_DIMS, MOST_CHANNEL_DIMS))
+        elif "dims" in fields.value:
+            raise ManifestError(f"{where}[{index}] ({op_type[:40]} input {consumer.input}) has 'dims', which only a "
+                                "per-channel input has")
+        consumers.append(consumer)
     return tuple(consumers)
 
 
@@ -211,7 +230,7 @@ def target_from_json(value: Any, where: str) -> Target:
 
 def _demanded(
     fields: Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
-    padding: Padding, target: Target, alignment: int, min_dims: int,
+    padding: Padding, dims: int, target: Target, alignment: int, min_dims: int,
 ) -> tuple[DmlDataType, tuple[int, ...], tuple[int, ...] | None, int, dict[str, Any]]:
     """What the target's mapping and the layout rules demand of a converted entry of this type and shape: its
     DML type, sizes, strides, total and desc (ManifestError when the entry's type or conversion is not theirs)."""
@@ -229,7 +248,7 @@ def _demanded(
         )
     try:
         sizes, strides, total = entry_layout(onnx_type, shape, dml_type, conversion, min_dims,
-                                             target.max_dimension_count, padding)
+                                             target.max_dimension_count, padding, dims)
     except LayoutError as exc:
         raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
     desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment).as_dict()
@@ -258,15 +277,18 @@ def entry_from_json(
     shape = int_list(fields.get("shape"), fields.at("shape"))
     consumers: tuple[Consumer, ...] = ()
     padding: Padding = "leading"
+    dims = 0  # the dimension count of a channel-padded entry
     if version >= 3:
-        consumers = _consumers_from_json(fields.value.get("consumers", []), fields.at("consumers"))
-        padding = padding_of(shape, consumers, min_dims)
+        consumers = _consumers_from_json(fields.value.get("consumers", []), fields.at("consumers"), version)
+        padding = padding_of(shape, consumers, min_dims, version)
         if fields.value.get("padding", "leading") != padding:
             raise ManifestError(
                 f"{fields.at('padding')} is {json.dumps(fields.value.get('padding', 'leading'))[:40]}, but a "
                 f"{len(shape)}-D constant "
-                f"with these consumers at min_dims {min_dims} is padded {json.dumps(padding)}"
+                f"with these consumers at min_dims {min_dims} is padded {json.dumps(padding)} (format {version})"
             )
+        if padding == "channel":
+            dims = channel_dims(consumers, min_dims, version)
     skipped = fields.string("skipped", nullable=True)
     if skipped is not None:
         if not skipped:
@@ -287,11 +309,11 @@ def entry_from_json(
     flags = desc.get("Flags") if desc.get("Flags") in (0, 1) and type(desc.get("Flags")) is int else 0
     # What the type, shape, conversion and flags demand is worked out once for each (a model may have 100,000
     # entries of a few shapes).
-    cache_key = (onnx_type, shape, dml_name, conversion, flags, padding)
+    cache_key = (onnx_type, shape, dml_name, conversion, flags, padding, dims)
     demanded = layouts.get(cache_key)
     if demanded is None:
-        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, padding, target, alignment,
-                             min_dims)
+        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, padding, dims, target,
+                             alignment, min_dims)
         layouts[cache_key] = demanded
     dml_type, sizes, strides, total, expected_desc = demanded
     for name, want in expected_desc.items():
@@ -299,7 +321,7 @@ def entry_from_json(
         if have != want or type(have) is not type(want):  # (type: JSON's true is not the number 1)
             raise ManifestError(
                 f"{desc.at(name)} is {json.dumps(have)[:80]}, but {onnx_type.name} {list(shape)} as {dml_type.name} "
-                f"({conversion}, min_dims {min_dims}) needs {json.dumps(want)}"
+                f"({conversion}, min_dims {min_dims}, {padding} padding) needs {json.dumps(want)}"
             )
     if offset + total > buffer_sizes[buffer]:
         what = "total_size" if version < 4 else f"the size of buffers[{buffer}]"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast
 
 from dmlbridge.constants import ModelConstant
-from dmlbridge.consumers import Consumer, Padding, padded_sizes, padding_of
+from dmlbridge.consumers import Consumer, Padding, channel_dims, padded_sizes, padding_of
 from dmlbridge.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.errors import (
     DmlBridgeError,
@@ -47,12 +47,13 @@ FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
 
 def entry_layout(
     onnx_type: OnnxDataType, shape: tuple[int, ...], dml: DmlDataType, conversion: str, min_dims: int, max_dims: int,
-    padding: Padding = "leading",
+    padding: Padding = "leading", dims: int = 0,
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
     """(sizes, desc strides, TotalTensorSizeInBytes) of a packed entry; LayoutError when DirectML cannot hold it.
-    ``padding``: "channel" puts a 1-D constant's axis on axis 1 (:mod:`dmlbridge.consumers`)."""
+    ``padding``: "channel" puts a 1-D constant's axis on axis 1 of ``dims`` dimensions (at least ``min_dims``;
+    :func:`dmlbridge.consumers.channel_dims`)."""
     if padding == "channel":
-        shape = padded_sizes(shape, padding, min_dims)
+        shape = padded_sizes(shape, padding, max(min_dims, dims))
     layout = plan_layout(shape, None, min_dims, max_dims)
     if conversion == "emulate":
         # INT64 emulated as INT32 pairs (docs/directml-facts.md): 8-byte elements read through doubled strides.
@@ -156,10 +157,11 @@ class PlanEntry:
     (None before the values are read, as in ``plan_model``, and for every other conversion)."""
     padding: Padding = "leading"
     """Where the padding 1s went: "leading" (before the shape), "channel" (a 1-D constant's axis on axis 1: every
-    consumer is a per-channel input) or "mixed" (leading: its consumers want different layouts); see
-    :mod:`dmlbridge.consumers`."""
+    consumer is a per-channel input of one dimension count) or "mixed" (leading: its consumers want different
+    layouts); see :mod:`dmlbridge.consumers`."""
     consumers: tuple[Consumer, ...] = ()
-    """The node inputs that read the constant: (node key, op type, input index) each."""
+    """The node inputs that read the constant: (node key, op type, input index, and for a per-channel input its
+    node's dimension count) each."""
     buffer: int | None = None
     """The index of the buffer file holding the entry's bytes (``UploadPlan.buffers``; ``offset`` is in that
     file). None when skipped."""
@@ -234,7 +236,7 @@ class PlanEntry:
             # (Left out at their defaults: a model may have 100,000 entries, most with none of these.)
             **({} if self.clamped is None else {"clamped": self.clamped}),
             **({} if self.padding == "leading" else {"padding": self.padding}),
-            **({"consumers": [consumer._asdict() for consumer in self.consumers]} if self.consumers else {}),
+            **({"consumers": [consumer.to_json() for consumer in self.consumers]} if self.consumers else {}),
         }
 
 
@@ -357,10 +359,12 @@ class Planned(NamedTuple):
 
 
 def plan_constants(
-    constants: list[ModelConstant], options: PlanOptions, consumers: dict[str, tuple[Consumer, ...]] | None = None
+    constants: list[ModelConstant], options: PlanOptions, consumers: dict[str, tuple[Consumer, ...]] | None = None,
+    version: int | None = None,
 ) -> Planned:
     """Plan every constant, in order (see the module docstring); ``consumers``: the nodes that read each, by key
-    (:func:`dmlbridge.consumers.find_consumers`), which decide where a 1-D constant's padding goes.
+    (:func:`dmlbridge.consumers.find_consumers`), which decide where a 1-D constant's padding goes, by the rule of
+    manifest format ``version`` (None: the current one; verification plans by a manifest's own).
 
     Buffers: a new buffer starts where the next converted constant would end past ``options.max_buffer_bytes``.
     A constant larger than that is planned alone in a buffer and noted in ``oversized``: :func:`refuse_oversized`
@@ -390,15 +394,18 @@ def plan_constants(
         add_key(key)
         add_origin(constant.origin)
         padding: Padding = "leading"
+        dims = 0  # the dimension count of a channel-padded constant
         if per_channel and key in per_channel:
-            padding = padding_of(shape, readers[key], options.min_dims)
-        pair = get_pair((onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding))
+            padding = padding_of(shape, readers[key], options.min_dims, version)
+            if padding == "channel":
+                dims = channel_dims(readers[key], options.min_dims, version)
+        pair_key = (onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding, dims)
+        pair = get_pair(pair_key)
         if pair is None:
             row = rows.get(onnx_type)
             if row is None:
                 row = rows[onnx_type] = resolve(onnx_type, options.target)
-            pair = _plan_pair(onnx_type, shape, row, options, padding)
-            planned[(onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding)] = pair
+            pair = planned[pair_key] = _plan_pair(onnx_type, shape, row, options, padding, dims)
         add_pair(pair)
         total = pair.total
         if total < 0:
@@ -462,7 +469,8 @@ def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int) -> 
 
 
 def _plan_pair(
-    onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions, padding: Padding
+    onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions, padding: Padding,
+    dims: int = 0,
 ) -> Pair:
     fields: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
     fields["onnx_type"], fields["shape"], fields["flags"], fields["padding"] = onnx_type, shape, 0, padding
@@ -474,7 +482,7 @@ def _plan_pair(
         return Pair(fields, -1, LayoutError, None, None, False)
     try:
         sizes, strides, total = entry_layout(onnx_type, shape, row.dml_type, row.conversion, options.min_dims,
-                                             options.target.max_dimension_count, padding)
+                                             options.target.max_dimension_count, padding, dims)
     except LayoutError as exc:
         fields["skipped"] = str(exc)
         return Pair(fields, -1, LayoutError, None, None, False)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dmlbridge.constants import ModelConstant, find_constants
-from dmlbridge.consumers import Consumer, find_consumers
+from dmlbridge.consumers import Consumer, find_consumers, recorded
 from dmlbridge.encode import prepare
 from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError
 from dmlbridge.external_data import ExternalDataReader
@@ -65,6 +65,8 @@ class WrittenPlan(Protocol):
     def selection(self) -> Selection: ...
     @property
     def quantized_records(self) -> dict[str, QuantizedWeight]: ...
+    @property
+    def format_version(self) -> int: ...
     def buffer_problems(self, *, sha256: bool = False) -> list[str]: ...
     def read(self, key: str) -> np.ndarray: ...
     def array(self, key: str) -> np.ndarray: ...
@@ -87,7 +89,9 @@ def find_mismatches(
     SHA-256 its manifest records). ``progress``: a bar of the bytes compared on stderr (None: when stderr is a
     terminal). ``workers``: threads comparing the large constants (None: every CPU this process may use).
 
-    The engine of :meth:`UploadPlan.verify` and ``dmlbridge verify``.
+    The engine of :meth:`UploadPlan.verify` and ``dmlbridge verify``. The plan's layout is compared with the
+    model's by the rules of the plan's ``format_version`` (a manifest an earlier dmlbridge wrote follows its own:
+    format 4 padded a 1-D constant on the channel axis only when ``min_dims`` pads; see :mod:`dmlbridge.manifest`).
     """
     workers = check_workers(workers)
     if not plan.buffers:
@@ -138,13 +142,16 @@ def _find(
     for key in plan.entries:
         if key not in keys:
             problems.append(f"{key!r} is in the plan but not in the model")
-    # A fresh plan of every constant at once (flags change no size: each entry's own are used below).
-    fresh = plan_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0), consumers).pairs
+    # A fresh plan of every constant at once (flags change no size: each entry's own are used below), by the
+    # layout rules of the plan's format version, with the consumers as that version records them.
+    version = plan.format_version
+    fresh = plan_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0), consumers,
+                           version).pairs
 
     def same_consumers(index: int) -> tuple[PlanEntry | None, tuple[Consumer, ...]]:
         constant = constants[index]
         entry = plan.entries.get(constant.key)
-        read_by = consumers.get(constant.key, ())
+        read_by = recorded(consumers.get(constant.key, ()), version)
         if entry is None or entry.consumers != read_by or entry.padding != fresh[index].fields["padding"]:
             return None, read_by
         return entry, read_by
@@ -226,7 +233,8 @@ def _compare(
 
 
 def _consumer_list(consumers: tuple[Consumer, ...]) -> str:
-    shown = ", ".join(f"{c.node} ({c.op_type} input {c.input})" for c in consumers[:3])
+    shown = ", ".join(f"{c.node} ({c.op_type} input {c.input}{'' if c.dims is None else f', {c.dims}-D'})"
+                      for c in consumers[:3])
     return f"[{shown}{', ...' if len(consumers) > 3 else ''}]"
 
 

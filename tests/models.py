@@ -141,6 +141,57 @@ def build_model(directory: Path, *, bad: TensorProto | None = None) -> tuple[Pat
     return path, expected
 
 
+# --- per-channel constants -----------------------------------------------------------------------------------
+
+def per_channel_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[str, tuple[int, ...]]]:
+    """Convolutions of 1, 2 and 3 spatial dimensions, a ConvTranspose and normalizations of 4-D and 5-D inputs,
+    their per-channel inputs initializers and Constant nodes of their own channel counts; with each such constant's
+    values and the sizes it gets at the default min_dims, worked out by hand: ``[1, C, 1, 1]`` for a node of at
+    most 4 dimensions (a weight of 3 or 4, an input X declared 4-D), ``[1, C, 1, 1, 1]`` for one of 5."""
+    values = {
+        "b2": np.arange(4, dtype=np.float32) + 0.5,  # Conv, weight [4, 3, 3, 3]: 2-D
+        "b3": np.array([-1.0, 2.0], np.float32),  # Conv, weight [2, 4, 1, 1, 1] (Constant nodes): 3-D
+        "b1": np.array([1, -2, 0.5, 3, 4], np.float16),  # Conv, weight [5, 3, 3]: 1-D, run as 2-D
+        "bt": np.arange(6, dtype=np.float32),  # ConvTranspose, weight [3, 6, 2, 2]
+        "bn_scale": np.array([1, 2, 3], np.float32), "bn_b": np.array([4, 5, 6], np.float32),  # X [1, 3, 8, 8]
+        "bn_mean": np.array([7, 8, 9], np.float32), "bn_var": np.array([1, 1, 2], np.float32),
+        "bn5_scale": np.array([1, 2], np.float32), "bn5_b": np.array([3, 4], np.float32),  # X [1, 2, 4, 4, 4]
+        "bn5_mean": np.array([5, 6], np.float32), "bn5_var": np.array([7, 8], np.float32),
+        "in_scale": np.array([2, 3], np.float32), "in_b": np.array([0, 1], np.float32),  # X of value_info: 5-D
+    }
+    sizes = {"b2": (1, 4, 1, 1), "b3": (1, 2, 1, 1, 1), "b1": (1, 5, 1, 1), "bt": (1, 6, 1, 1),
+             **{f"bn_{p}": (1, 3, 1, 1) for p in ("scale", "b", "mean", "var")},
+             **{f"bn5_{p}": (1, 2, 1, 1, 1) for p in ("scale", "b", "mean", "var")},
+             "in_scale": (1, 2, 1, 1, 1), "in_b": (1, 2, 1, 1, 1)}
+    inits = [numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w2"),
+             numpy_helper.from_array(np.ones((5, 3, 3), np.float16), "w1"),
+             numpy_helper.from_array(np.ones((3, 6, 2, 2), np.float32), "wt")]
+    inits += [numpy_helper.from_array(array, key) for key, array in values.items() if key != "b3"]
+    nodes = [
+        helper.make_node("Constant", [], ["w3"], value=numpy_helper.from_array(np.ones((2, 4, 1, 1, 1), np.float32))),
+        helper.make_node("Constant", [], ["b3"], value=numpy_helper.from_array(values["b3"])),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["y2"], name="conv2d"),
+        helper.make_node("Conv", ["v", "w3", "b3"], ["y3"], name="conv3d"),
+        helper.make_node("Conv", ["s", "w1", "b1"], ["y1"], name="conv1d"),
+        helper.make_node("ConvTranspose", ["x", "wt", "bt"], ["yt"], name="deconv"),
+        helper.make_node("BatchNormalization", ["x", "bn_scale", "bn_b", "bn_mean", "bn_var"], ["n4"], name="bn"),
+        helper.make_node("BatchNormalization", ["v5", "bn5_scale", "bn5_b", "bn5_mean", "bn5_var"], ["n5"],
+                         name="bn5"),
+        helper.make_node("Relu", ["v5"], ["h"], name="relu"),
+        helper.make_node("InstanceNormalization", ["h", "in_scale", "in_b"], ["i5"], name="in"),
+    ]
+    graph = helper.make_graph(
+        nodes, "per_channel",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8]),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, None),  # (no shape: the weight tells)
+         helper.make_tensor_value_info("s", TensorProto.FLOAT16, [1, 3, 16]),
+         helper.make_tensor_value_info("v5", TensorProto.FLOAT, [1, 2, 4, 4, 4])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("y2", "y3", "yt", "n4", "n5", "i5")]
+        + [helper.make_tensor_value_info("y1", TensorProto.FLOAT16, None)],
+        inits, value_info=[helper.make_tensor_value_info("h", TensorProto.FLOAT, ["N", 2, 4, 4, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), values, sizes
+
+
 # --- the independent recomputation --------------------------------------------------------------------------
 
 DML_BITS = {"FLOAT32": 32, "FLOAT16": 16, "UINT32": 32, "UINT16": 16, "UINT8": 8, "INT32": 32, "INT16": 16,
@@ -160,7 +211,7 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
     """Recompute every buffer, offset, desc and byte from the rules, with no help from dmlbridge's layout code."""
     doc = json.loads(Path(str(prefix) + ".json").read_text())
     files = [(Path(str(prefix)).parent / b["file"]).read_bytes() for b in doc["buffers"]]
-    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 4
+    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 5
     assert doc["max_buffer_bytes"] == max_buffer_bytes
     assert [b["size"] for b in doc["buffers"]] == [len(f) for f in files]
     assert all(len(f) <= max_buffer_bytes for f in files)
@@ -214,10 +265,43 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
     return doc
 
 
+PER_CHANNEL = {"Conv": {2}, "ConvTranspose": {2}, "BatchNormalization": {1, 2, 3, 4}, "InstanceNormalization": {1, 2}}
+
+
+def padded_as_format_4(entry: dict[str, Any], min_dims: int, version: int = 4) -> dict[str, Any]:
+    """An entry of the current format as format 4 (and 3) wrote it: no consumer ``dims``, and a 1-D constant
+    padded on the channel axis only when ``min_dims`` is 2 or more, to ``min_dims`` dimensions (the same bytes,
+    offset and TotalTensorSizeInBytes: only Sizes, DimensionCount and padding differ). Before format 3, every
+    entry was padded with leading 1s."""
+    old = copy.deepcopy(entry)
+    consumers = [{k: v for k, v in c.items() if k != "dims"} for c in old.get("consumers", [])]
+    if consumers:
+        old["consumers"] = consumers
+    per = {c["input"] in PER_CHANNEL.get(c["op_type"], ()) for c in consumers}
+    padding = "leading"
+    if len(old["shape"]) == 1 and consumers and min_dims >= 2 and version >= 3:
+        padding = "channel" if per == {True} else "mixed" if True in per else "leading"
+    old.pop("padding", None)
+    if padding != "leading":
+        old["padding"] = padding
+    if old["desc"] is not None and len(old["shape"]) == 1:
+        (length,) = old["shape"]
+        sizes = [1, length] + [1] * (min_dims - 2) if padding == "channel" else [1] * max(0, min_dims - 1) + [length]
+        strides = old["desc"]["Strides"]
+        if strides is not None:  # (emulated 64-bit integers: twice the packed strides)
+            strides = [2 * math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+        old["desc"].update(DimensionCount=len(sizes), Sizes=sizes, Strides=strides)
+    return old
+
+
 def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """A manifest ``doc`` (the current format, one buffer) as format ``version`` (3, 2 or 1) wrote it."""
+    """A manifest ``doc`` (the current format) as format ``version`` (4, 3, 2 or 1; one buffer before 4) wrote
+    it: entries laid out by that version's padding rule."""
     old = copy.deepcopy(doc)
     old["format_version"] = version
+    old["entries"] = [padded_as_format_4(e, old["min_dims"], version) for e in old["entries"]]
+    if version == 4:
+        return old
     del old["max_buffer_bytes"], old["quantized"]
     for entry in old["entries"]:
         assert entry.pop("buffer") in (0, None)

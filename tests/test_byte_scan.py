@@ -30,11 +30,11 @@ import pytest
 from builders import EDIT, mutate_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import TARGETS, build_model, check_independently, outputs, small_model
+from models import TARGETS, build_model, check_independently, outputs, per_channel_model, small_model
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge.model_file as model_file
-from dmlbridge import Target, byte_scan, convert_model, plan_model
+from dmlbridge import Target, byte_scan, convert_model, load_plan, plan_model
 from dmlbridge.constants import find_constants
 from dmlbridge.errors import DmlBridgeError, TensorProtoError
 from dmlbridge.model_file import read_model
@@ -520,6 +520,24 @@ def same_files(tmp_path: Path, path: Path, options: dict[str, Any], monkeypatch:
         assert layout(plan_model(path, **options)) == layout(parsed)
     assert outputs(tmp_path / "a") == outputs(tmp_path / "b")
     assert layout(plan_model(path, **options)) == layout(scanned) == layout(parsed)
+
+
+@pytest.mark.parametrize("min_dims", [None, 4, 5])
+def test_per_channel_constants_are_padded_alike_with_and_without_the_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, min_dims: int | None
+) -> None:
+    """The channel axis and the node's dimension count of each Conv, ConvTranspose and normalization constant
+    (initializers and Constant nodes the scan reads) are the same whichever path found the constants."""
+    model, _, sizes = per_channel_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    scan = byte_scan.scan_bytes(model, path.read_bytes())
+    assert scan is not None and read_from_bytes(scan) == len(model.graph.initializer) + 2  # (+ w3, b3: nodes)
+    same_files(tmp_path, path, {"min_dims": min_dims}, monkeypatch)
+    plan = load_plan(tmp_path / "a.json")
+    floor = min_dims or 1
+    assert {key: plan.entries[key].sizes for key in sizes} == {  # (the node's count, or min_dims when more)
+        key: (1, want[1]) + (1,) * (max(floor, len(want)) - 2) for key, want in sizes.items()}
 
 
 def test_read_model_keeps_the_bytes_of_binary_models_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,7 @@ _DELETE = object()
 
 MUTATIONS = {
     "format": _set("format", "onnx"),
-    "format_version": _set("format_version", 5),
+    "format_version": _set("format_version", 6),
     "format_version_1_fields": _set("format_version", 1),
     "format_version_str": _set("format_version", "1"),
     "format_version_bool": _set("format_version", True),
@@ -238,7 +238,8 @@ def test_format_1_manifests_are_still_read(written: tuple[Path, dict[str, Any]],
     plan = load_plan(tmp_path / "m.json", verify=True)
     assert plan.bin_path == str(tmp_path / "m.bin") and plan.format_version == 1 and plan.conversion_id is None
     assert plan.bin_sha256 == doc["buffers"][0]["sha256"]
-    assert plan.manifest() == {**doc, "conversion_id": None, "buffers": plan.manifest()["buffers"],
+    assert plan.manifest() == {**doc, "format_version": 1, "conversion_id": None,  # (its own version)
+                               "buffers": plan.manifest()["buffers"],
                                "source": {**old["source"], "sha256": None, "external_data": []},
                                "max_buffer_bytes": None,  # (format 1 knows no consumers, one buffer of any size)
                                "entries": [{**e, "buffer": 0 if e["skipped"] is None else None}

@@ -31,20 +31,22 @@ def document(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_the_schema_covers_every_version(manifest_validator: Any, document: dict[str, Any]) -> None:
-    assert READABLE_VERSIONS == (1, 2, 3, 4) and MANIFEST_FORMAT_VERSION == 4
+    assert READABLE_VERSIONS == (1, 2, 3, 4, 5) and MANIFEST_FORMAT_VERSION == 5
     schema = manifest_schema()
     assert {schema["$defs"][f"version{v}"]["properties"]["format_version"]["const"] for v in READABLE_VERSIONS} \
         == set(READABLE_VERSIONS)
     assert document["entries"][2]["padding"] == "channel"  # the optional fields are exercised
+    assert document["entries"][2]["consumers"] == [{"node": "conv", "op_type": "Conv", "input": 2, "dims": 4}]
     for version in READABLE_VERSIONS:
-        doc = document if version == 4 else older(document, version)
+        doc = document if version == 5 else older(document, version)
         manifest_validator.validate(doc)
+    assert not manifest_validator.is_valid({**older(document, 4), "entries": document["entries"]})  # (dims: 5 on)
 
 
 @pytest.mark.parametrize(
     ("path", "value"),
     [
-        (["format_version"], 5),
+        (["format_version"], 6),
         (["conversion_id"], "XYZ"),
         (["alignment"], 8),
         (["selection", "kinds"], ["initialiser"]),
@@ -55,6 +57,8 @@ def test_the_schema_covers_every_version(manifest_validator: Any, document: dict
         (["entries", 1, "desc"], {"DataType": 1}),  # a skipped entry with a desc
         (["entries", 2, "padding"], "trailing"),
         (["entries", 2, "consumers", 0, "input"], -1),
+        (["entries", 2, "consumers", 0, "dims"], 9),
+        (["entries", 2, "consumers", 0, "dims"], "4"),
         (["entries", 0, "extra"], 1),
         (["source", "external_data"], "w.data"),
     ],
