@@ -1,7 +1,7 @@
 """The binding list: a written plan's bindings as plain lines a native program reads without a JSON parser.
 
 One line per buffer file and per tensor (every converted entry, and every part of every quantized weight, in its
-split and, where it has one, its blocked form): which buffer, which offset and every DML_BUFFER_TENSOR_DESC
+blocked form where it has one, and in its split form): which buffer, which offset and every DML_BUFFER_TENSOR_DESC
 field. docs/bindings.md is the format's specification; ``native/dmlupload.cpp`` reads it.
 
     >>> import os, tempfile, numpy as np, dmlbridge
@@ -77,8 +77,8 @@ def binding_lines(plan: UploadPlan) -> Iterator[str]:
         if record.skipped is not None:
             continue
         forms = [("split", record.parts())]
-        if record.granularity == "block" and record.axis == len(record.shape) - 1:
-            forms.append(("blocked", record.blocked_form()))
+        if record.granularity == "block" and record.axis == len(record.shape) - 1:  # (ONNX Runtime's form first)
+            forms.insert(0, ("blocked", record.blocked_form()))
         for form, parts in forms:
             for role, part in zip(("weight", "scales", "zero_points"), parts, strict=True):
                 yield (f"part {_encoded(key)} {form} {role} {_encoded(part.key)} {part.buffer} {part.offset} "

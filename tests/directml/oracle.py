@@ -1,0 +1,127 @@
+"""What DirectML must return for a source array, and the comparison rules of the suite.
+
+The expected values come from the source as onnx, numpy and ml_dtypes decode it, converted by numpy to the
+program's output type (conftest.OUTPUT_TYPE), never from dmlbridge's own readback. Through IDENTITY the bits must
+be equal (NaN payloads included); through CAST and DEQUANTIZE NaN equals NaN, and a subnormal that DirectML's
+float arithmetic flushes to zero is counted (``flushed``), not failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from bindings_format import desc_fields, encode, parse
+from dml_runtime import NUMPY, OUTPUT_TYPE, TALLY, Result
+
+
+def expected_output(source: np.ndarray, dml_type: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """The source's values as the program's output type for a tensor of ``dml_type`` (flat, C order, broadcast to
+    ``shape`` when given). Integers that dmlbridge narrows or emulates in 32 bits are compared as 32-bit values."""
+    values = np.asarray(source)
+    if values.dtype == np.bool_:
+        values = values.astype(np.uint8)
+    out = NUMPY[OUTPUT_TYPE[dml_type]]
+    if dml_type in ("INT32", "UINT32") and values.dtype.itemsize == 8:
+        values = values.astype(np.int64 if values.dtype.kind == "i" else np.uint64)
+    with np.errstate(over="ignore"):  # (DOUBLE beyond FLOAT32's range rounds to an infinity, as dmlbridge's does)
+        converted = values.astype(out)
+    if shape is not None:
+        converted = np.broadcast_to(converted.reshape(values.shape), shape)
+    return np.ascontiguousarray(converted).reshape(-1)
+
+
+@dataclass
+class Verdict:
+    compared: int
+    mismatched: list[str]
+    flushed: int
+
+
+def compare(result: Result, expected: np.ndarray, group: str | None, what: str) -> Verdict:
+    """Compare one output with its expected values by the suite's rules; counted in the session's tally (a
+    ``group`` of None counts nothing: the tests that break a desc on purpose)."""
+    verdict = _compare(result, expected, what)
+    if group is not None:
+        TALLY.count(group, 1)
+        TALLY.mismatches += bool(verdict.mismatched)
+        TALLY.flushed += verdict.flushed
+    return verdict
+
+
+def _compare(result: Result, expected: np.ndarray, what: str) -> Verdict:
+    if not result.ok:
+        return Verdict(1, [f"{what}: {result.operator} returned {result.hresult}"], 0)
+    got = result.values()
+    if got.shape != expected.shape:
+        return Verdict(1, [f"{what}: {got.size} values, expected {expected.size}"], 0)
+    if result.operator == "IDENTITY" or got.dtype.kind != "f":
+        same = got.view(np.uint8).tobytes() == np.ascontiguousarray(expected).view(np.uint8).tobytes()
+        if same:
+            return Verdict(1, [], 0)
+        bad = np.flatnonzero(got.view(f"u{got.itemsize}") != expected.view(f"u{got.itemsize}"))
+        first = bad[0]
+        return Verdict(1, [f"{what}: {bad.size} of {got.size} differ bit for bit through {result.operator}, first "
+                           f"at {first}: {got[first]!r} != {expected[first]!r}"], 0)
+    both_nan = np.isnan(got) & np.isnan(expected)
+    equal = (got == expected) | both_nan
+    # A subnormal expected value that came back as a zero of either sign: DirectML flushed it.
+    tiny = np.finfo(np.float32).tiny
+    with np.errstate(invalid="ignore"):
+        flushed = ~equal & (got == 0) & (np.abs(expected.astype(np.float64)) < tiny) & (expected != 0)
+    bad = np.flatnonzero(~equal & ~flushed)
+    if bad.size:
+        first = bad[0]
+        return Verdict(1, [f"{what}: {bad.size} of {got.size} values differ through {result.operator}, first at "
+                           f"{first}: {got[first]!r} != {expected[first]!r}"], int(flushed.sum()))
+    return Verdict(1, [], int(flushed.sum()))
+
+
+class Image:
+    """One buffer file of tensors at 256-byte offsets, and its binding list (written with the test's own
+    writer of the spec, tests/bindings_format.py, from each tensor's desc)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.rows: list[str] = []
+
+    def add(self, key: str, prepared: object) -> None:
+        desc = prepared.desc()  # type: ignore[attr-defined]
+        self.data += bytes(-len(self.data) % 256)
+        offset = len(self.data)
+        self.data += prepared.data.tobytes()  # type: ignore[attr-defined]
+        names = ("UNKNOWN FLOAT32 FLOAT16 UINT32 UINT16 UINT8 INT32 INT16 INT8 FLOAT64 UINT64 INT64 UINT4 "
+                 "INT4").split()
+        fields = desc_fields(names[desc["DataType"]], tuple(desc["Sizes"]),
+                             None if desc["Strides"] is None else tuple(desc["Strides"]),
+                             desc["TotalTensorSizeInBytes"], desc["Flags"], desc["GuaranteedBaseOffsetAlignment"])
+        self.rows.append(f"tensor {encode(key)} 0 {offset} {fields}")
+
+    def write(self, folder: Path, name: str = "image.bin") -> str:
+        """Write the buffer file into ``folder``; returns the binding list's text."""
+        self.data += bytes(-len(self.data) % 16)
+        (folder / name).write_bytes(bytes(self.data))
+        return "\n".join(["dmlbridge-bindings 1", "target 6.4", f"buffer 0 {name} {len(self.data)}",
+                          *self.rows]) + "\n"
+
+
+def merged(lists: dict[str, str]) -> str:
+    """One binding list of several conversions whose buffer files share one folder, each key and record named
+    ``CASE:key`` (the list of each conversion read by the test's own parser of the spec, its buffers renumbered)."""
+    rows, buffers = ["dmlbridge-bindings 1", "target 6.4"], []
+    body = []
+    for case, text in lists.items():
+        listed = parse(text)
+        base = len(buffers)
+        buffers += listed.buffers
+        for line in listed.lines:
+            fields = desc_fields(line.desc.data_type, line.desc.sizes, line.desc.strides, line.desc.total,
+                                 line.desc.flags, line.desc.alignment)
+            where = f"{encode(case + ':' + line.key)} {base + line.buffer} {line.offset} {fields}"
+            if line.kind == "tensor":
+                body.append(f"tensor {where}")
+            else:
+                body.append(f"part {encode(case + ':' + (line.record or ''))} {line.form} {line.role} {where}")
+    rows += [f"buffer {i} {encode(file)} {size}" for i, (file, size) in enumerate(buffers)]
+    return "\n".join(rows + body) + "\n"
