@@ -22,7 +22,7 @@ from dmlbridge.bindings import binding_list
 from dmlbridge.convert import check_conversion, convert_model
 from dmlbridge.demo import run_demo
 from dmlbridge.descs import DML_TENSOR_FLAG_OWNED_BY_DML
-from dmlbridge.errors import DmlBridgeError
+from dmlbridge.errors import DestinationError, DmlBridgeError, InvalidArgumentError
 from dmlbridge.mapping import mapping_table
 from dmlbridge.options import (
     DEFAULT_MAX_BUFFER_BYTES,
@@ -161,15 +161,41 @@ def _default_prefix(model: str) -> str:
     return stem + ".dml"
 
 
+# The rule of convert's -o, word for word the README's (tests/test_cli.py holds them equal).
+_OUTPUT_RULE = (
+    "PREFIX names the outputs PREFIX.json, PREFIX.lock and PREFIX.<id>.<n>.bin, in a folder that exists; -o w.json "
+    "and -o w.bin mean the prefix w. A folder gets <model>.dml in it: an existing folder (-o . or -o out), or a path "
+    "ending in / (-o out/), which must exist. Refused: an empty -o; a folder that does not exist; a PREFIX ending in "
+    ".onnx; a device, FIFO or socket at PREFIX; anything but a regular file at PREFIX.json (a symlink there is "
+    "replaced) or at PREFIX.lock; a folder on a kernel filesystem such as /dev, /proc or /sys. Default: the model's "
+    "path minus .onnx, plus .dml."
+)
+
+
 def _output_prefix(output: str | None, model: str) -> str:
-    """The prefix ``-o`` means: ``w.json`` or ``w.bin`` is the prefix ``w``; an existing folder (``.``, say)
-    gets ``<model stem>.dml`` inside it; nothing given, ``<model minus .onnx>.dml`` beside the model."""
-    if not output:
+    """The prefix ``-o`` means (_OUTPUT_RULE; convert_model refuses the rest, naming -o/--output)."""
+    if output is None:
         return _default_prefix(model)
+    if not output:
+        raise InvalidArgumentError(
+            f"-o/--output is empty: give a prefix (-o weights writes weights.json) or leave -o out for "
+            f"{_default_prefix(model)!r}"
+        )
+    separators = tuple(s for s in (os.sep, os.altsep) if s)
+    if output.endswith(separators):  # a folder, which must exist
+        folder = output.rstrip("".join(separators)) or output
+        if not os.path.isdir(output):
+            if os.path.lexists(folder):
+                raise DestinationError(f"-o/--output {output!r} ends in a slash, so it names a folder, but "
+                                       f"{folder!r} is a file: give a folder that exists, or a prefix")
+            raise DestinationError(
+                f"-o/--output {output!r} names a folder that does not exist: create it (mkdir {folder}) or drop the "
+                f"trailing slash to use {folder!r} as the prefix"
+            )
     if os.path.isdir(output):
         return os.path.join(output, os.path.basename(_default_prefix(model)))
     for suffix in (".json", ".bin"):
-        if output.lower().endswith(suffix) and len(output) > len(suffix):
+        if output.lower().endswith(suffix) and os.path.basename(output[: -len(suffix)]):
             return output[: -len(suffix)]
     return output
 
@@ -315,11 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "(PREFIX.<id>.00000.bin) and its manifest (PREFIX.json).",
                                           "dmlbridge convert model.onnx -o weights --min-dims 4 --checksum"))
     convert.add_argument("model", help="the .onnx file")
-    convert.add_argument(
-        "-o", "--output", metavar="PREFIX",
-        help="write PREFIX.json and its buffer file (PREFIX.json and PREFIX.bin name the prefix PREFIX; a folder "
-        "gets <model>.dml in it; default: MODEL minus .onnx, + .dml)"
-    )
+    convert.add_argument("-o", "--output", metavar="PREFIX", help=_OUTPUT_RULE)
     _add_plan_options(convert)
     convert.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
     convert.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
