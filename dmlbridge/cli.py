@@ -269,10 +269,55 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (exit 2), like every other user error."""
+    """argparse, but a usage error is one line on stderr (exit 2), like every other user error, and an unknown
+    flag is named as such, by the command it was given to, even when a required argument is missing too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._given: list[str] = []
+        self._probing = False
+        self.commands: dict[str, _Parser] = {}  # (the subcommands' parsers, by name)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._given, namespace)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:  # named by the command they followed: "dmlbridge convert: error: unrecognized arguments: ..."
+            self.commands.get(getattr(parsed, "command", None) or "", self).error(
+                "unrecognized arguments: " + " ".join(unknown))
+        return parsed
 
     def error(self, message: str) -> NoReturn:
+        if self._probing:
+            raise _ProbeError
+        if message.startswith("the following arguments are required"):
+            unknown = self._unknown_arguments()
+            if unknown:  # "dmlbridge --bogus": the flag is the mistake, not the command it left out
+                message = "unrecognized arguments: " + " ".join(unknown)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _unknown_arguments(self) -> list[str]:
+        """What this parser leaves unrecognized in the arguments it was given, were nothing required."""
+        required = [(action, action.required) for action in self._actions]
+        self._probing = True
+        try:
+            for action, _ in required:
+                action.required = False
+            return self.parse_known_args(self._given)[1]
+        except _ProbeError:
+            return []
+        finally:
+            self._probing = False
+            for action, was in required:
+                action.required = was
+
+
+class _ProbeError(Exception):
+    """A usage error while _Parser looks for unknown arguments (the original error is reported instead)."""
 
 
 def _byte_count(text: str) -> int:
@@ -388,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "dmlbridge demo --keep demo"))
     demo.add_argument("--keep", metavar="DIR", help="build and convert in DIR (created) and keep the files")
     demo.set_defaults(run=_cmd_demo)
+    parser.commands = {name: sub for name, sub in commands.choices.items() if isinstance(sub, _Parser)}
     return parser
 
 

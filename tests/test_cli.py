@@ -561,3 +561,15 @@ def test_a_folder_at_the_manifests_name_is_refused_before_writing(small: Path,
     line = main_error(capsys, "convert", small, "-o", small.parent / "w", "--quiet")
     assert "names the manifest" in line and "which is a directory, not a regular file" in line
     assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx", "w.json"]
+
+
+@pytest.mark.parametrize("args", [["--bogus"], ["convert", "--bogus"], ["convert", "{small}", "--bogus"],
+                                  ["verify", "--bogus", "-x"], ["--bogus", "table"]])
+def test_unknown_flags_are_named(small: Path, capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    """An unknown flag is the error, even where a required argument is missing too; the command it followed
+    says so and points at its own --help."""
+    line = main_error(capsys, *[a.format(small=small) for a in args])
+    flags = " ".join(a for a in args if a.startswith("-"))
+    command = next((a for a in args if not a.startswith("-")), None)
+    prog = f"dmlbridge {command}" if command in ("convert", "verify", "table") else "dmlbridge"
+    assert line.startswith(f"{prog}: error: unrecognized arguments: {flags} (see {prog} --help)"), line
