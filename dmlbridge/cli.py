@@ -31,6 +31,7 @@ from dmlbridge.options import (
     parse_byte_count,
 )
 from dmlbridge.plan import plan_with_notes, read_plan
+from dmlbridge.planning import ConvertedEntry
 from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.selection import CONSTANT_KINDS
 from dmlbridge.target import Target
@@ -239,11 +240,29 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 1
     every = "the buffer file's" if len(plan.buffers) == 1 else f"each of the {len(plan.buffers)} buffer files'"
     checksum = f"; {every} SHA-256 matches" if all(b.sha256 for b in plan.buffers) else ""
-    print(
-        f"ok: {len(plan.converted)} converted constants match {args.model} bit for bit, "
-        f"{len(plan.skipped)} skipped{checksum}"
-    )
+    changed = _changed(plan.converted)
+    print(f"ok: {len(plan.converted)} converted constants match {args.model} bit for bit"
+          f"{f' but for {changed};' if changed else ','} {len(plan.skipped)} skipped{checksum}")
     return 0
+
+
+def _changed(entries: Sequence[ConvertedEntry]) -> str:
+    """What of a verified plan is not the model's values bit for bit: the values a lossy target changed (verify
+    compares them with the model's values changed alike); "" for none."""
+    clamped = [entry.clamped for entry in entries if entry.conversion == "saturate" and entry.clamped]
+    rounded = sum(1 for entry in entries if entry.conversion == "lossy")
+    changes = []
+    if clamped:
+        values = sum(clamped)
+        changes.append(f"{values} value{'' if values == 1 else 's'} of {len(clamped)} {_entries(len(clamped))} "
+                       "clamped to the 32-bit range (--int64 saturate)")
+    if rounded:
+        changes.append(f"the values of {rounded} {_entries(rounded)} rounded from DOUBLE to FLOAT32 (--allow-lossy)")
+    return " and ".join(changes)
+
+
+def _entries(count: int) -> str:
+    return "entry" if count == 1 else "entries"
 
 
 def _cmd_bindings(args: argparse.Namespace) -> int:
@@ -401,7 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(run=_cmd_convert)
 
     verify = commands.add_parser("verify", help="check that an upload plan matches a model bit for bit",
-                                 **_help("Check that a written plan holds exactly a model's constants, bit for bit.",
+                                 **_help("Check that a written plan holds exactly a model's constants, bit for bit;\n"
+                                         "values a lossy target changed (--int64 saturate, --allow-lossy) are\n"
+                                         "compared changed alike and counted in the result.",
                                          "dmlbridge verify weights.json model.onnx",
                                          "0 they match, 1 they do not (each mismatch is listed), 2 a usage or "
                                          "configuration error"))
@@ -497,9 +518,28 @@ _FLAGS = [
 _QUOTED = re.compile(r"""(?<![\w'"])('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?![\w'"])""")
 
 
+# A keyword whose value is a quoted word (int64='saturate'): the end of one unquoted piece, the quoted value, and,
+# for Target(..., int64='saturate', allow_lossy=True), the start of the next unquoted piece.
+_KEYWORD_BEFORE_VALUE = re.compile(r"(?<![\w-])(Target\(\.\.\., )?int64=$")
+_INT64_VALUES = ("'emulate'", "'narrow'", "'saturate'")
+_TARGET_REST = ", allow_lossy=True)"
+
+
 def _in_flags(message: str) -> str:
     """``message`` with each Python keyword replaced by the command-line flag it came from."""
     pieces = _QUOTED.split(message)
+    for index in range(0, len(pieces) - 2, 2):  # int64='saturate' -> --int64 saturate (the value is quoted text)
+        keyword = _KEYWORD_BEFORE_VALUE.search(pieces[index])
+        if keyword is None or pieces[index + 1] not in _INT64_VALUES:
+            continue
+        flags = f"--int64 {pieces[index + 1][1:-1]}"
+        if keyword.group(1) and pieces[index + 2].startswith(_TARGET_REST):
+            flags += " --allow-lossy"
+            pieces[index + 2] = pieces[index + 2][len(_TARGET_REST):]
+        elif keyword.group(1):
+            continue  # (another Target(...) than the one this knows: left as Python)
+        pieces[index] = pieces[index][: keyword.start()] + flags
+        pieces[index + 1] = ""
     for index in range(0, len(pieces), 2):  # (the odd pieces are the quoted text)
         for pattern, replacement in _FLAGS:
             pieces[index] = pattern.sub(replacement, pieces[index])

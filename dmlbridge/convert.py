@@ -201,7 +201,7 @@ def check_conversion(
         >>> dmlbridge.check_conversion(model, target=dmlbridge.Target("2.0", int64="narrow"))
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.ValueRangeError: constant 'big' (initializer): value 1099511627776 at index [0] ...64-bit types
+        dmlbridge.errors.ValueRangeError: constant 'big' (initializer): value 1099511627776 at index [0] ...saturate...
     """
     layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes)
     options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,

@@ -573,3 +573,71 @@ def test_unknown_flags_are_named(small: Path, capsys: pytest.CaptureFixture[str]
     command = next((a for a in args if not a.startswith("-")), None)
     prog = f"dmlbridge {command}" if command in ("convert", "verify", "table") else "dmlbridge"
     assert line.startswith(f"{prog}: error: unrecognized arguments: {flags} (see {prog} --help)"), line
+
+
+def sentinel_model(path: Path, *, double: bool = False) -> Path:
+    """silero-vad's pattern: INT64 constants with INT64_MAX "to the end" sentinels (7 values outside 32 bits in 3
+    constants, and one constant that fits), and with ``double`` a DOUBLE constant FLOAT32 cannot hold exactly."""
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "starts"),
+             numpy_helper.from_array(np.array([2**63 - 1], np.int64), "ends"),
+             numpy_helper.from_array(np.array([2**63 - 1, -(2**63), 2**31, -(2**31) - 1, 0], np.int64), "many"),
+             numpy_helper.from_array(np.array([2**64 - 1, 2**32, 7], np.uint64), "unsigned")]
+    if double:
+        inits.append(numpy_helper.from_array(np.array([0.1, 2.0]), "d"))
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    return path
+
+
+def test_a_value_past_32_bits_names_the_saturate_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """At feature level 1.0 (no 64-bit types) an INT64_MAX sentinel names --int64 saturate --allow-lossy, the
+    option that converts such a model, in flags; saturate without --allow-lossy says so in flags too."""
+    model = sentinel_model(tmp_path / "m.onnx")
+    for extra in ([], ["--int64", "narrow"], ["--int64", "emulate"]):
+        for command in (["convert", model, "-o", tmp_path / "w"], ["inspect", model, "--check"]):
+            line = main_error(capsys, *command, "--feature-level", "1.0", *extra)
+            assert "'ends'" in line and "does not fit INT32" in line, line
+            assert "clamp such values to the 32-bit range with --int64 saturate --allow-lossy (lossy" in line, line
+            assert "int64=" not in line and "allow_lossy" not in line and "Target(" not in line, line
+    line = main_error(capsys, "convert", model, "-o", tmp_path / "w", "--feature-level", "1.0", "--int64", "saturate")
+    assert "--int64 saturate changes the values" in line and "pass --allow-lossy with it" in line, line
+    assert "int64=" not in line, line
+    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "w"), "--feature-level", "1.0",
+                               "--int64", "saturate", "--allow-lossy", "--quiet"]) == 0
+
+
+def test_a_constant_named_like_the_saturate_keywords_keeps_its_name(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    name = "Target(..., int64='saturate', allow_lossy=True)"
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.array([2**40], np.int64), name)])), model)
+    line = main_error(capsys, "convert", model, "-o", tmp_path / "w", "--feature-level", "1.0")
+    assert line.startswith(f"dmlbridge convert: error: constant {name!r} (initializer)"), line
+    assert line.count("--int64 saturate --allow-lossy") == 1, line
+
+
+def test_verify_says_which_values_were_clamped_not_bit_for_bit(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """After a saturating conversion verify counts the values clamped and the entries that hold them (and the
+    DOUBLE entries rounded); a conversion that changed nothing stays "bit for bit"."""
+    model = sentinel_model(tmp_path / "m.onnx", double=True)
+    target = ["--feature-level", "1.0", "--int64", "saturate", "--allow-lossy", "--quiet"]
+    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "w"), *target]) == 0
+    capsys.readouterr()
+    assert dmlbridge.cli.main(["verify", str(tmp_path / "w.json"), str(model), "--quiet"]) == 0
+    assert capsys.readouterr().out == (
+        f"ok: 5 converted constants match {model} bit for bit but for 7 values of 3 entries clamped to the 32-bit "
+        "range (--int64 saturate) and the values of 1 entry rounded from DOUBLE to FLOAT32 (--allow-lossy); "
+        "0 skipped\n")
+    assert [e.clamped for e in dmlbridge.load_plan(tmp_path / "w.json").entries.values()] == [0, 1, 4, 2, None]
+    single = tmp_path / "one.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.array([2**40, 3], np.int64), "big")])), single)
+    assert dmlbridge.cli.main(["convert", str(single), "-o", str(tmp_path / "one"), *target, "--checksum"]) == 0
+    assert dmlbridge.cli.main(["verify", str(tmp_path / "one.json"), str(single), "--quiet"]) == 0
+    assert capsys.readouterr().out == (
+        f"ok: 1 converted constants match {single} bit for bit but for 1 value of 1 entry clamped to the 32-bit "
+        "range (--int64 saturate); 0 skipped; the buffer file's SHA-256 matches\n")
+    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "native"), "--quiet"]) == 0
+    assert dmlbridge.cli.main(["verify", str(tmp_path / "native.json"), str(model), "--quiet"]) == 0
+    assert capsys.readouterr().out == f"ok: 5 converted constants match {model} bit for bit, 0 skipped\n"
