@@ -22,7 +22,7 @@ from dmlbridge.bindings import binding_list
 from dmlbridge.convert import check_conversion, convert_model
 from dmlbridge.demo import run_demo
 from dmlbridge.descs import DML_TENSOR_FLAG_OWNED_BY_DML
-from dmlbridge.errors import DmlBridgeError
+from dmlbridge.errors import DestinationError, DmlBridgeError, InvalidArgumentError
 from dmlbridge.mapping import mapping_table
 from dmlbridge.options import (
     DEFAULT_MAX_BUFFER_BYTES,
@@ -31,6 +31,7 @@ from dmlbridge.options import (
     parse_byte_count,
 )
 from dmlbridge.plan import plan_with_notes, read_plan
+from dmlbridge.planning import ConvertedEntry
 from dmlbridge.report import format_plan, format_table, human_size
 from dmlbridge.selection import CONSTANT_KINDS
 from dmlbridge.target import Target
@@ -161,15 +162,41 @@ def _default_prefix(model: str) -> str:
     return stem + ".dml"
 
 
+# The rule of convert's -o, word for word the README's (tests/test_cli.py holds them equal).
+_OUTPUT_RULE = (
+    "PREFIX names the outputs PREFIX.json, PREFIX.lock and PREFIX.<id>.<n>.bin, in a folder that exists; -o w.json "
+    "and -o w.bin mean the prefix w. A folder gets <model>.dml in it: an existing folder (-o . or -o out), or a path "
+    "ending in / (-o out/), which must exist. Refused: an empty -o; a folder that does not exist; a PREFIX ending in "
+    ".onnx; a device, FIFO or socket at PREFIX; anything but a regular file at PREFIX.json (a symlink there is "
+    "replaced) or at PREFIX.lock; a folder on a kernel filesystem such as /dev, /proc or /sys. Default: the model's "
+    "path minus .onnx, plus .dml."
+)
+
+
 def _output_prefix(output: str | None, model: str) -> str:
-    """The prefix ``-o`` means: ``w.json`` or ``w.bin`` is the prefix ``w``; an existing folder (``.``, say)
-    gets ``<model stem>.dml`` inside it; nothing given, ``<model minus .onnx>.dml`` beside the model."""
-    if not output:
+    """The prefix ``-o`` means (_OUTPUT_RULE; convert_model refuses the rest, naming -o/--output)."""
+    if output is None:
         return _default_prefix(model)
+    if not output:
+        raise InvalidArgumentError(
+            f"-o/--output is empty: give a prefix (-o weights writes weights.json) or leave -o out for "
+            f"{_default_prefix(model)!r}"
+        )
+    separators = tuple(s for s in (os.sep, os.altsep) if s)
+    if output.endswith(separators):  # a folder, which must exist
+        folder = output.rstrip("".join(separators)) or output
+        if not os.path.isdir(output):
+            if os.path.lexists(folder):
+                raise DestinationError(f"-o/--output {output!r} ends in a slash, so it names a folder, but "
+                                       f"{folder!r} is a file: give a folder that exists, or a prefix")
+            raise DestinationError(
+                f"-o/--output {output!r} names a folder that does not exist: create it (mkdir {folder}) or drop the "
+                f"trailing slash to use {folder!r} as the prefix"
+            )
     if os.path.isdir(output):
         return os.path.join(output, os.path.basename(_default_prefix(model)))
     for suffix in (".json", ".bin"):
-        if output.lower().endswith(suffix) and len(output) > len(suffix):
+        if output.lower().endswith(suffix) and os.path.basename(output[: -len(suffix)]):
             return output[: -len(suffix)]
     return output
 
@@ -213,11 +240,29 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 1
     every = "the buffer file's" if len(plan.buffers) == 1 else f"each of the {len(plan.buffers)} buffer files'"
     checksum = f"; {every} SHA-256 matches" if all(b.sha256 for b in plan.buffers) else ""
-    print(
-        f"ok: {len(plan.converted)} converted constants match {args.model} bit for bit, "
-        f"{len(plan.skipped)} skipped{checksum}"
-    )
+    changed = _changed(plan.converted)
+    print(f"ok: {len(plan.converted)} converted constants match {args.model} bit for bit"
+          f"{f' but for {changed};' if changed else ','} {len(plan.skipped)} skipped{checksum}")
     return 0
+
+
+def _changed(entries: Sequence[ConvertedEntry]) -> str:
+    """What of a verified plan is not the model's values bit for bit: the values a lossy target changed (verify
+    compares them with the model's values changed alike); "" for none."""
+    clamped = [entry.clamped for entry in entries if entry.conversion == "saturate" and entry.clamped]
+    rounded = sum(1 for entry in entries if entry.conversion == "lossy")
+    changes = []
+    if clamped:
+        values = sum(clamped)
+        changes.append(f"{values} value{'' if values == 1 else 's'} of {len(clamped)} {_entries(len(clamped))} "
+                       "clamped to the 32-bit range (--int64 saturate)")
+    if rounded:
+        changes.append(f"the values of {rounded} {_entries(rounded)} rounded from DOUBLE to FLOAT32 (--allow-lossy)")
+    return " and ".join(changes)
+
+
+def _entries(count: int) -> str:
+    return "entry" if count == 1 else "entries"
 
 
 def _cmd_bindings(args: argparse.Namespace) -> int:
@@ -243,10 +288,55 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (exit 2), like every other user error."""
+    """argparse, but a usage error is one line on stderr (exit 2), like every other user error, and an unknown
+    flag is named as such, by the command it was given to, even when a required argument is missing too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._given: list[str] = []
+        self._probing = False
+        self.commands: dict[str, _Parser] = {}  # (the subcommands' parsers, by name)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._given, namespace)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:  # named by the command they followed: "dmlbridge convert: error: unrecognized arguments: ..."
+            self.commands.get(getattr(parsed, "command", None) or "", self).error(
+                "unrecognized arguments: " + " ".join(unknown))
+        return parsed
 
     def error(self, message: str) -> NoReturn:
+        if self._probing:
+            raise _ProbeError
+        if message.startswith("the following arguments are required"):
+            unknown = self._unknown_arguments()
+            if unknown:  # "dmlbridge --bogus": the flag is the mistake, not the command it left out
+                message = "unrecognized arguments: " + " ".join(unknown)
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _unknown_arguments(self) -> list[str]:
+        """What this parser leaves unrecognized in the arguments it was given, were nothing required."""
+        required = [(action, action.required) for action in self._actions]
+        self._probing = True
+        try:
+            for action, _ in required:
+                action.required = False
+            return self.parse_known_args(self._given)[1]
+        except _ProbeError:
+            return []
+        finally:
+            self._probing = False
+            for action, was in required:
+                action.required = was
+
+
+class _ProbeError(Exception):
+    """A usage error while _Parser looks for unknown arguments (the original error is reported instead)."""
 
 
 def _byte_count(text: str) -> int:
@@ -315,11 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "(PREFIX.<id>.00000.bin) and its manifest (PREFIX.json).",
                                           "dmlbridge convert model.onnx -o weights --min-dims 4 --checksum"))
     convert.add_argument("model", help="the .onnx file")
-    convert.add_argument(
-        "-o", "--output", metavar="PREFIX",
-        help="write PREFIX.json and its buffer file (PREFIX.json and PREFIX.bin name the prefix PREFIX; a folder "
-        "gets <model>.dml in it; default: MODEL minus .onnx, + .dml)"
-    )
+    convert.add_argument("-o", "--output", metavar="PREFIX", help=_OUTPUT_RULE)
     _add_plan_options(convert)
     convert.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
     convert.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
@@ -334,7 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(run=_cmd_convert)
 
     verify = commands.add_parser("verify", help="check that an upload plan matches a model bit for bit",
-                                 **_help("Check that a written plan holds exactly a model's constants, bit for bit.",
+                                 **_help("Check that a written plan holds exactly a model's constants, bit for bit;\n"
+                                         "values a lossy target changed (--int64 saturate, --allow-lossy) are\n"
+                                         "compared changed alike and counted in the result.",
                                          "dmlbridge verify weights.json model.onnx",
                                          "0 they match, 1 they do not (each mismatch is listed), 2 a usage or "
                                          "configuration error"))
@@ -366,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "dmlbridge demo --keep demo"))
     demo.add_argument("--keep", metavar="DIR", help="build and convert in DIR (created) and keep the files")
     demo.set_defaults(run=_cmd_demo)
+    parser.commands = {name: sub for name, sub in commands.choices.items() if isinstance(sub, _Parser)}
     return parser
 
 
@@ -429,9 +518,28 @@ _FLAGS = [
 _QUOTED = re.compile(r"""(?<![\w'"])('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?![\w'"])""")
 
 
+# A keyword whose value is a quoted word (int64='saturate'): the end of one unquoted piece, the quoted value, and,
+# for Target(..., int64='saturate', allow_lossy=True), the start of the next unquoted piece.
+_KEYWORD_BEFORE_VALUE = re.compile(r"(?<![\w-])(Target\(\.\.\., )?int64=$")
+_INT64_VALUES = ("'emulate'", "'narrow'", "'saturate'")
+_TARGET_REST = ", allow_lossy=True)"
+
+
 def _in_flags(message: str) -> str:
     """``message`` with each Python keyword replaced by the command-line flag it came from."""
     pieces = _QUOTED.split(message)
+    for index in range(0, len(pieces) - 2, 2):  # int64='saturate' -> --int64 saturate (the value is quoted text)
+        keyword = _KEYWORD_BEFORE_VALUE.search(pieces[index])
+        if keyword is None or pieces[index + 1] not in _INT64_VALUES:
+            continue
+        flags = f"--int64 {pieces[index + 1][1:-1]}"
+        if keyword.group(1) and pieces[index + 2].startswith(_TARGET_REST):
+            flags += " --allow-lossy"
+            pieces[index + 2] = pieces[index + 2][len(_TARGET_REST):]
+        elif keyword.group(1):
+            continue  # (another Target(...) than the one this knows: left as Python)
+        pieces[index] = pieces[index][: keyword.start()] + flags
+        pieces[index + 1] = ""
     for index in range(0, len(pieces), 2):  # (the odd pieces are the quoted text)
         for pattern, replacement in _FLAGS:
             pieces[index] = pattern.sub(replacement, pieces[index])

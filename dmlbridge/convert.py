@@ -15,6 +15,7 @@ a ModelProto has no directory: its external data is refused unless the caller pa
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -78,7 +79,13 @@ def convert_model(
 
     Args:
         model: a path to a .onnx file, its bytes, or an ``onnx.ModelProto``.
-        out_prefix: the output path without extension.
+        out_prefix: the output path without extension, naming files in a folder that exists. Refused before
+            anything is created (InvalidArgumentError): an empty path, one ending in a separator (a folder, not
+            names in it) and one ending in .onnx, .json or .bin (an extension: the outputs would be
+            ``model.onnx.json`` and the like); (DestinationError) a folder that does not exist, a device, FIFO
+            or socket at ``out_prefix``, anything but a regular file (or, for the manifest, a symlink, which is
+            replaced) at ``out_prefix.json`` or ``out_prefix.lock``, and a folder on a kernel filesystem such
+            as /dev, /proc or /sys (Linux).
         target: the DirectML target (feature level, supported types, int64 and lossy policy).
         alignment: each tensor's offset is a multiple of this (a power of two >= 16); it is also every desc's
             GuaranteedBaseOffsetAlignment.
@@ -194,7 +201,7 @@ def check_conversion(
         >>> dmlbridge.check_conversion(model, target=dmlbridge.Target("2.0", int64="narrow"))
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.ValueRangeError: constant 'big' (initializer): value 1099511627776 at index [0] ...64-bit types
+        dmlbridge.errors.ValueRangeError: constant 'big' (initializer): value 1099511627776 at index [0] ...saturate...
     """
     layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes)
     options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,
@@ -283,20 +290,108 @@ def _refuse_large_output(
         )
 
 
+# Kernel filesystems (Linux /proc/self/mountinfo names): device nodes, process and kernel state, not folders to
+# write files in. A prefix whose folder is on one is refused before anything is created.
+_KERNEL_FILESYSTEMS = frozenset({
+    "devtmpfs", "devfs", "devpts", "proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs",
+    "pstore", "bpf", "configfs", "fusectl", "mqueue", "binfmt_misc", "efivarfs", "selinuxfs", "hugetlbfs", "nsfs",
+    "rpc_pipefs",
+})
+_MOUNTINFO = "/proc/self/mountinfo"
+
+
 def _output_prefix(out_prefix: Any) -> str:
+    """``out_prefix`` checked (see convert_model): names files in an existing, ordinary folder, or an error
+    naming ``out_prefix``, raised before anything is created."""
     if not isinstance(out_prefix, (str, os.PathLike)):
         raise InvalidArgumentError(f"out_prefix must be a path, not {type(out_prefix).__name__}")
     prefix = os.fspath(out_prefix)
     if not isinstance(prefix, str):
         prefix = os.fsdecode(prefix)
-    if not prefix or prefix.endswith(("/", os.sep)) or "\x00" in prefix:
-        raise InvalidArgumentError(f"out_prefix {prefix!r} must name a file (without extension), e.g. 'out/model'")
+    if not prefix:
+        raise InvalidArgumentError("out_prefix is empty: give the path of the outputs without extension, e.g. "
+                                   "'out/model' for out/model.json")
+    if "\x00" in prefix:
+        raise InvalidArgumentError(f"out_prefix {prefix!r} holds a NUL character; no file can be named so")
+    if prefix.endswith(tuple(s for s in (os.sep, os.altsep) if s)):
+        raise InvalidArgumentError(
+            f"out_prefix {prefix!r} ends in a path separator, so it names a folder, not the outputs' names: give a "
+            f"prefix in it, e.g. {os.path.join(prefix, 'model')!r}"
+        )
+    for extension in (".onnx", ".json", ".bin"):
+        if prefix.lower().endswith(extension):
+            stem = prefix[: -len(extension)]
+            what = "a model's" if extension == ".onnx" else "an output's"
+            raise InvalidArgumentError(
+                f"out_prefix {prefix!r} ends in {prefix[-len(extension):]}, {what} extension (the outputs would be "
+                f"{prefix + '.json'!r} and the like): give the prefix without it, e.g. "
+                f"{stem if os.path.basename(stem) else os.path.join(stem, 'model')!r}"
+            )
     directory = os.path.dirname(os.path.abspath(prefix))
     if not os.path.isdir(directory):
         if os.path.lexists(directory):
             raise DestinationError(f"{directory!r} is a file, not a folder: the prefix {prefix!r} cannot be under it")
-        raise DestinationError(f"the output directory {directory!r} does not exist")
+        raise DestinationError(
+            f"the output directory {directory!r} of out_prefix {prefix!r} does not exist: create it first (mkdir), "
+            "or choose a prefix in a folder that exists"
+        )
+    kind = _special_kind(prefix, follow=True)
+    if kind is not None:
+        raise DestinationError(
+            f"out_prefix {prefix!r} is {kind}, not a name for files: choose a prefix in an ordinary folder, e.g. "
+            "'out/model'"
+        )
+    filesystem = _kernel_filesystem(directory)
+    if filesystem is not None:
+        raise DestinationError(
+            f"out_prefix {prefix!r} is in {directory!r}, a folder of the kernel's {filesystem} filesystem, not one "
+            "for files: choose a prefix in an ordinary folder, e.g. 'out/model'"
+        )
+    for what, suffix, symlink in (("manifest", ".json", True), ("lock", LOCK_SUFFIX, False)):
+        kind = _special_kind(prefix + suffix, follow=False, symlink=symlink)
+        if kind is not None:
+            why = " (a lock is never taken through a symlink)" if kind == "a symlink" else ""
+            raise DestinationError(
+                f"out_prefix {prefix!r} names the {what} {prefix + suffix!r}, which is {kind}, not a regular "
+                f"file{why}: move it away or choose another prefix"
+            )
     return prefix
+
+
+def _special_kind(path: str, *, follow: bool, symlink: bool = True) -> str | None:
+    """What ``path`` is when it exists and an output cannot be written there: a device, FIFO or socket (with
+    ``follow``, what a symlink leads to), a directory (without ``follow``), a symlink (unless ``symlink``); None
+    for a regular file or nothing."""
+    try:
+        mode = (os.stat if follow else os.lstat)(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or (follow and stat.S_ISDIR(mode)) or (symlink and stat.S_ISLNK(mode)):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _kernel_filesystem(directory: str) -> str | None:
+    """The type of the kernel filesystem ``directory`` is on (devtmpfs for /dev, proc, sysfs, ...), or None: an
+    ordinary filesystem, or a system without /proc/self/mountinfo (found by the folder's device number, so a
+    symlink or a bind mount cannot hide it)."""
+    try:
+        device = os.stat(directory).st_dev
+        with open(_MOUNTINFO, encoding="utf-8", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    number = f"{os.major(device)}:{os.minor(device)}"
+    for line in lines:  # ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS
+        fields = line.split()
+        if len(fields) < 8 or fields[2] != number or "-" not in fields[6:-1]:
+            continue
+        kind = fields[fields.index("-", 6) + 1]
+        if kind in _KERNEL_FILESYSTEMS:
+            return kind
+    return None
 
 
 def _same_file(a: str, b: str) -> bool:

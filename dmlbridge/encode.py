@@ -459,5 +459,7 @@ def _check_fits_32(values: np.ndarray, onnx_type: OnnxDataType, rank: int) -> No
     name = "INT32" if onnx_type is OnnxDataType.INT64 else "UINT32"
     raise ValueRangeError(
         f"value {value} at index {list(int(i) for i in bad)} does not fit {name} ({info.min}..{info.max}), "
-        f"which stands in for {onnx_type.name} on this target; use a target with 64-bit types"
+        f"which stands in for {onnx_type.name} on this target; use a target with 64-bit types, or clamp such values "
+        "to the 32-bit range with Target(..., int64='saturate', allow_lossy=True) (lossy, for INT64_MAX-style "
+        "sentinels such as Slice's and Gather's; each entry counts the values it clamps)"
     )

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from models import buffer_path, output_names, outputs
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
+import dmlbridge.cli
 from dmlbridge import plan_model
 from dmlbridge.demo import build_sample_model
 
@@ -463,3 +465,179 @@ def test_every_byte_count_option_takes_units(small: Path, tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert dmlbridge.load_plan(tmp_path / "w.json").alignment == 1024
     one_line_error(run("convert", small, "-o", tmp_path / "x", "--max-tensor-bytes", "8B"), "--max-tensor-bytes 8")
+
+
+def main_error(capsys: pytest.CaptureFixture[str], *args: str | Path) -> str:
+    """Run the command line in this process: it must fail with exit 2 and one line on stderr; returns the line."""
+    try:
+        status = dmlbridge.cli.main([str(a) for a in args])
+    except SystemExit as exc:  # (argparse's usage errors exit)
+        status = exc.code
+    out, err = capsys.readouterr()
+    assert status == 2, (status, out, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.fixture
+def kernel_folders() -> Iterator[None]:
+    """Whatever a test makes in /dev is removed after it (a conversion allowed there writes PREFIX.* in /dev)."""
+    before = set(os.listdir("/dev")) if os.path.isdir("/dev") else set()
+    yield
+    if os.path.isdir("/dev"):
+        for name in set(os.listdir("/dev")) - before:
+            if name.startswith(("null.", "dmlbridge-probe")):
+                os.unlink(os.path.join("/dev", name))
+
+
+def test_the_output_rule_is_written_once(capsys: pytest.CaptureFixture[str]) -> None:
+    """convert --help states the -o rule word for word as the README does."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("**`-o PREFIX`.** ", 1)[1].split("\n\n", 1)[0]
+    rule = " ".join(paragraph.replace("`", "").split())
+    with pytest.raises(SystemExit):
+        dmlbridge.cli.main(["convert", "--help"])
+    assert rule in " ".join(capsys.readouterr().out.split())
+    assert rule.startswith("PREFIX names the outputs") and "Refused: an empty -o;" in rule
+
+
+def test_an_empty_output_is_refused_not_the_default(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = main_error(capsys, "convert", small, "-o", "", "--quiet")
+    assert "-o/--output is empty" in line and "leave -o out" in line and "small.dml" in line
+    assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]
+
+
+def test_a_trailing_slash_names_a_folder_that_must_exist(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """out/ and out agree for an existing folder (out/small.dml); a missing folder with the slash is an error
+    that says to create it or drop the slash, and nothing is written."""
+    line = main_error(capsys, "convert", small, "-o", f"{small.parent / 'newdir'}/", "--quiet")
+    assert "names a folder that does not exist" in line and "create it" in line and "drop the trailing slash" in line
+    assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]
+    folder = small.parent / "demo"
+    folder.mkdir()
+    written = []
+    for given in (f"{folder}/", str(folder)):
+        assert dmlbridge.cli.main(["convert", str(small), "-o", given, "--quiet"]) == 0
+        written.append(output_names(folder))
+    assert written[0] == written[1] == ["small.dml.ID.00000.bin", "small.dml.json", "small.dml.lock"]
+    line = main_error(capsys, "convert", small, "-o", f"{small}/", "--quiet")
+    assert "ends in a slash" in line and "is a file" in line
+
+
+def test_a_model_name_as_the_prefix_is_refused(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for given in (small, small.parent / "other.ONNX", small.parent / "w.onnx.json"):
+        line = main_error(capsys, "convert", small, "-o", given, "--quiet")
+        assert "-o/--output" in line and "ends in .onnx" in line.lower() and "out_prefix" not in line, line
+    assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="a POSIX /dev")
+@pytest.mark.usefixtures("kernel_folders")
+def test_a_device_as_the_prefix_is_refused(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert not [name for name in os.listdir("/dev") if name.startswith("null.")]
+    line = main_error(capsys, "convert", small, "-o", "/dev/null", "--quiet")
+    assert "-o/--output '/dev/null' is a character device" in line
+    assert not [name for name in os.listdir("/dev") if name.startswith("null.")]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mountinfo"), reason="Linux's mount table")
+@pytest.mark.usefixtures("kernel_folders")
+@pytest.mark.parametrize(("folder", "filesystem"), [("/dev", "devtmpfs"), ("/proc", "proc"), ("/sys", "sysfs")])
+def test_a_prefix_on_a_kernel_filesystem_is_refused(small: Path, capsys: pytest.CaptureFixture[str], folder: str,
+                                                    filesystem: str) -> None:
+    types = {line.split(" - ")[1].split()[0] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+             if f" {folder} " in line.split(" - ")[0]}
+    if filesystem not in types:
+        pytest.skip(f"{folder} is not {filesystem} here")
+    prefix = f"{folder}/dmlbridge-probe-{os.getpid()}"
+    line = main_error(capsys, "convert", small, "-o", prefix, "--quiet")
+    assert f"a folder of the kernel's {filesystem} filesystem" in line and "-o/--output" in line, line
+    assert not [name for name in os.listdir(folder) if name.startswith("dmlbridge-probe")]
+
+
+def test_a_folder_at_the_manifests_name_is_refused_before_writing(small: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (small.parent / "w.json").mkdir()
+    line = main_error(capsys, "convert", small, "-o", small.parent / "w", "--quiet")
+    assert "names the manifest" in line and "which is a directory, not a regular file" in line
+    assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx", "w.json"]
+
+
+@pytest.mark.parametrize("args", [["--bogus"], ["convert", "--bogus"], ["convert", "{small}", "--bogus"],
+                                  ["verify", "--bogus", "-x"], ["--bogus", "table"]])
+def test_unknown_flags_are_named(small: Path, capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    """An unknown flag is the error, even where a required argument is missing too; the command it followed
+    says so and points at its own --help."""
+    line = main_error(capsys, *[a.format(small=small) for a in args])
+    flags = " ".join(a for a in args if a.startswith("-"))
+    command = next((a for a in args if not a.startswith("-")), None)
+    prog = f"dmlbridge {command}" if command in ("convert", "verify", "table") else "dmlbridge"
+    assert line.startswith(f"{prog}: error: unrecognized arguments: {flags} (see {prog} --help)"), line
+
+
+def sentinel_model(path: Path, *, double: bool = False) -> Path:
+    """silero-vad's pattern: INT64 constants with INT64_MAX "to the end" sentinels (7 values outside 32 bits in 3
+    constants, and one constant that fits), and with ``double`` a DOUBLE constant FLOAT32 cannot hold exactly."""
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "starts"),
+             numpy_helper.from_array(np.array([2**63 - 1], np.int64), "ends"),
+             numpy_helper.from_array(np.array([2**63 - 1, -(2**63), 2**31, -(2**31) - 1, 0], np.int64), "many"),
+             numpy_helper.from_array(np.array([2**64 - 1, 2**32, 7], np.uint64), "unsigned")]
+    if double:
+        inits.append(numpy_helper.from_array(np.array([0.1, 2.0]), "d"))
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    return path
+
+
+def test_a_value_past_32_bits_names_the_saturate_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """At feature level 1.0 (no 64-bit types) an INT64_MAX sentinel names --int64 saturate --allow-lossy, the
+    option that converts such a model, in flags; saturate without --allow-lossy says so in flags too."""
+    model = sentinel_model(tmp_path / "m.onnx")
+    for extra in ([], ["--int64", "narrow"], ["--int64", "emulate"]):
+        for command in (["convert", model, "-o", tmp_path / "w"], ["inspect", model, "--check"]):
+            line = main_error(capsys, *command, "--feature-level", "1.0", *extra)
+            assert "'ends'" in line and "does not fit INT32" in line, line
+            assert "clamp such values to the 32-bit range with --int64 saturate --allow-lossy (lossy" in line, line
+            assert "int64=" not in line and "allow_lossy" not in line and "Target(" not in line, line
+    line = main_error(capsys, "convert", model, "-o", tmp_path / "w", "--feature-level", "1.0", "--int64", "saturate")
+    assert "--int64 saturate changes the values" in line and "pass --allow-lossy with it" in line, line
+    assert "int64=" not in line, line
+    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "w"), "--feature-level", "1.0",
+                               "--int64", "saturate", "--allow-lossy", "--quiet"]) == 0
+
+
+def test_a_constant_named_like_the_saturate_keywords_keeps_its_name(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    name = "Target(..., int64='saturate', allow_lossy=True)"
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.array([2**40], np.int64), name)])), model)
+    line = main_error(capsys, "convert", model, "-o", tmp_path / "w", "--feature-level", "1.0")
+    assert line.startswith(f"dmlbridge convert: error: constant {name!r} (initializer)"), line
+    assert line.count("--int64 saturate --allow-lossy") == 1, line
+
+
+def test_verify_says_which_values_were_clamped_not_bit_for_bit(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """After a saturating conversion verify counts the values clamped and the entries that hold them (and the
+    DOUBLE entries rounded); a conversion that changed nothing stays "bit for bit"."""
+    model = sentinel_model(tmp_path / "m.onnx", double=True)
+    target = ["--feature-level", "1.0", "--int64", "saturate", "--allow-lossy", "--quiet"]
+    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "w"), *target]) == 0
+    capsys.readouterr()
+    assert dmlbridge.cli.main(["verify", str(tmp_path / "w.json"), str(model), "--quiet"]) == 0
+    assert capsys.readouterr().out == (
+        f"ok: 5 converted constants match {model} bit for bit but for 7 values of 3 entries clamped to the 32-bit "
+        "range (--int64 saturate) and the values of 1 entry rounded from DOUBLE to FLOAT32 (--allow-lossy); "
+        "0 skipped\n")
+    assert [e.clamped for e in dmlbridge.load_plan(tmp_path / "w.json").entries.values()] == [0, 1, 4, 2, None]
+    single = tmp_path / "one.onnx"
+    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
+        numpy_helper.from_array(np.array([2**40, 3], np.int64), "big")])), single)
+    assert dmlbridge.cli.main(["convert", str(single), "-o", str(tmp_path / "one"), *target, "--checksum"]) == 0
+    assert dmlbridge.cli.main(["verify", str(tmp_path / "one.json"), str(single), "--quiet"]) == 0
+    assert capsys.readouterr().out == (
+        f"ok: 1 converted constants match {single} bit for bit but for 1 value of 1 entry clamped to the 32-bit "
+        "range (--int64 saturate); 0 skipped; the buffer file's SHA-256 matches\n")
+    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "native"), "--quiet"]) == 0
+    assert dmlbridge.cli.main(["verify", str(tmp_path / "native.json"), str(model), "--quiet"]) == 0
+    assert capsys.readouterr().out == f"ok: 5 converted constants match {model} bit for bit, 0 skipped\n"

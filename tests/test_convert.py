@@ -245,6 +245,39 @@ def test_output_problems(tmp_path: Path) -> None:
     assert same_name.read_bytes() == path.read_bytes()
 
 
+def test_out_prefixes_that_name_no_outputs_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """The -o rule's refusals, in Python terms: each error names out_prefix, and nothing is created."""
+    path, _ = build_model(tmp_path)
+    before = sorted(os.listdir(tmp_path))
+    (tmp_path / "m.json").mkdir()
+    (tmp_path / "k.lock").mkdir()
+    cases: list[tuple[Any, type[Exception], str]] = [
+        ("", InvalidArgumentError, "out_prefix is empty"),
+        (str(tmp_path / "folder") + os.sep, InvalidArgumentError, "out_prefix .* ends in a path separator"),
+        (path, InvalidArgumentError, r"out_prefix .* ends in \.onnx, a model's extension"),
+        (tmp_path / "w.json", InvalidArgumentError, r"ends in \.json, an output's extension .*w\.json\.json'"),
+        (tmp_path / "w.BIN", InvalidArgumentError, r"ends in \.BIN"),
+        (tmp_path / "no" / "x", DestinationError, "output directory .* of out_prefix .* does not exist: create it"),
+        (tmp_path / "m", DestinationError, r"out_prefix .* names the manifest .*m\.json', which is a directory"),
+        (tmp_path / "k", DestinationError, r"out_prefix .* names the lock .*k\.lock', which is a directory"),
+    ]
+    if os.path.exists("/dev/null"):
+        cases.append(("/dev/null", DestinationError, "out_prefix '/dev/null' is a character device"))
+    if os.path.exists("/proc/self/mountinfo"):
+        cases.append(("/proc/dmlbridge-probe", DestinationError, "out_prefix .* kernel's proc filesystem"))
+    devices = set(os.listdir("/dev")) if os.path.isdir("/dev") else set()
+    try:
+        for prefix, error, message in cases:
+            with pytest.raises(error, match=message):
+                convert_model(path, prefix, progress=False)
+    finally:  # (what a conversion allowed into /dev would have left there)
+        written = set(os.listdir("/dev")) - devices if os.path.isdir("/dev") else set()
+        for name in written:
+            if name.startswith("null."):
+                os.unlink(os.path.join("/dev", name))
+    assert sorted(os.listdir(tmp_path)) == sorted([*before, "m.json", "k.lock"]) and not written
+
+
 def test_output_files_get_normal_permissions(tmp_path: Path) -> None:
     path, _ = build_model(tmp_path)
     convert_model(path, tmp_path / "out")

@@ -119,3 +119,17 @@ def test_the_command_line_saturates(tmp_path: Path) -> None:
                "--allow-lossy", "--quiet")
     assert done.returncode == 0, done.stderr
     assert run("verify", tmp_path / "w.json", path).returncode == 0
+
+
+def test_a_value_past_32_bits_names_saturate() -> None:
+    """Without 64-bit types (feature level 1.0), emulate and narrow refuse an INT64_MAX sentinel naming the option
+    that converts it, in Python terms."""
+    named = r"clamp such values to the 32-bit range with Target\(\.\.\., int64='saturate', allow_lossy=True\)"
+    for int64 in ("emulate", "narrow"):
+        target = Target("1.0", int64=int64)
+        with pytest.raises(dmlbridge.ValueRangeError, match=r"'ends'.*does not fit INT32.*" + named):
+            dmlbridge.check_conversion(slice_model(), target=target)
+        with pytest.raises(dmlbridge.ValueRangeError, match=r"value 4294967296 .*does not fit UINT32.*" + named):
+            dmlbridge.prepare(np.array([2**32], np.uint64), target=target)
+    saturated = dmlbridge.check_conversion(slice_model(), target=Target("1.0", int64="saturate", allow_lossy=True))
+    assert saturated.entries["ends"].clamped == 1
