@@ -159,12 +159,14 @@ def test_a_multi_buffer_image_is_bound_from_several_buffers(converted: tuple) ->
     assert all(run.results[encode(f"every-place@buffers of 1 KiB:{e.key}")].ok for e in plan.converted)
 
 
-def test_conv_and_batchnorm_parameters_take_the_channel_axis(converted: tuple) -> None:
+@pytest.mark.parametrize("conversion", ["6.4", "min_dims=4", "2.0"])
+def test_conv_and_batchnorm_parameters_take_the_channel_axis(converted: tuple, conversion: str) -> None:
+    # [1, C, 1, 1], what DirectML's convolution and normalization operators take, whatever min_dims is.
     plans, run = converted
-    plan, values = plans["conv@min_dims=4"]
+    plan, values = plans[f"conv@{conversion}"]
     for key in ("B", "scale", "bias", "mean", "var"):
         entry = plan.entries[key]
         assert entry.sizes == (1, 4, 1, 1) and entry.padding == "channel", key
-        result = run.results[encode(f"conv@min_dims=4:{key}")]
+        result = run.results[encode(f"conv@{conversion}:{key}")]
         assert not compare(result, expected_output(values[key], "FLOAT32"), None, key).mismatched
     assert plan.entries["W"].sizes == (4, 3, 3, 3)
