@@ -4,8 +4,11 @@ The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``
 
 1. ``PREFIX.lock`` is created if missing and locked (``flock``, exclusive, not waiting): a second conversion into
    the same prefix fails at once with ``DestinationError`` naming the lock and the process that holds it. The
-   lock file stays in place (it is empty but for the holder's name) and is harmless. ``flock`` is unreliable on
-   network filesystems (NFS, SMB): there, do not run two conversions into one prefix at once.
+   lock file stays in place (it is empty but for the holder's name) and is harmless. It is opened like every
+   other output, and only when it is a regular file of one name that holds nothing but a holder's name: anything
+   else at that name (a symlink, a FIFO, a device, a folder, a hard link to another file, a file of other
+   content) is refused with ``DestinationError`` (remove it), never followed, opened or written into. ``flock``
+   is unreliable on network filesystems (NFS, SMB): there, do not run two conversions into one prefix at once.
 2. Temporary manifests (``.PREFIX.json.ID.dmlbridge-tmp``) that no live writer holds are removed. A writer holds
    a ``flock`` on each file it is writing, so a file is known to be abandoned whatever process namespace its
    writer ran in. From here until step 4, a thread removes the retired buffer files
@@ -101,6 +104,27 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
+_LOCK_TEXT_MAX = 512  # bytes: the most a lock file of dmlbridge holds ("pid N on HOST\n", or nothing)
+_LOCK_TEXT = re.compile(rb"(?:pid [0-9]+ on [^\n]*\n)?")
+
+
+def _refuse_as_lock(info: os.stat_result, where: str) -> None:
+    """DestinationError unless ``info`` is a regular file of one name (what a lock file of dmlbridge is)."""
+    kind = stat.S_IFMT(info.st_mode)
+    what = {stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO (named pipe)",
+            stat.S_IFREG: None}.get(kind, "a device or a socket")
+    if what is None and info.st_nlink > 1:
+        what = f"a file with {info.st_nlink} names (a hard link: writing the lock would change the file of the others)"
+    if what is None and info.st_size > _LOCK_TEXT_MAX:
+        what = f"a file of {info.st_size} bytes (a lock file of dmlbridge holds at most {_LOCK_TEXT_MAX})"
+    if what is not None:
+        raise DestinationError(
+            f"the lock {where!r} is {what}, not a lock file: dmlbridge locks only a regular file of its own (it "
+            "never opens one through a link nor writes into another file); remove it (the next conversion creates "
+            "a new lock), or choose another output prefix"
+        )
+
+
 class Publication:
     """One conversion's outputs, from taking the prefix's lock to publishing its manifest (see the module
     docstring). Use it as a context manager: leaving it by an exception removes what it created."""
@@ -120,6 +144,8 @@ class Publication:
             self._dir_fd: int | None = os.open(self.directory, flags) if _DIR_FD else None
         except OSError as exc:
             raise DestinationError(f"cannot open the output directory {self.directory!r}: {exc.strerror}") from None
+        self._lock_fd: int | None = None
+        previous: list[int] = []
         try:
             self._lock_fd = self._take_lock()
             self._remove_abandoned(temporary_only=True)
@@ -129,7 +155,10 @@ class Publication:
                     self._unlink(name)
                 retired = []
             self._tidy = _BackgroundTidy(self, retired, previous)
-        except BaseException:
+        except BaseException:  # (nothing stays open: the lock, the previous buffers, the directory)
+            for fd in previous:
+                os.close(fd)
+            self._release_lock()
             self._close_dir()
             raise
 
@@ -148,29 +177,72 @@ class Publication:
     # --- the lock ------------------------------------------------------------------------------------------------
 
     def _take_lock(self) -> int | None:
+        """Open and lock PREFIX.lock (see the module docstring, step 1); DestinationError names it when it cannot
+        be, with what to do. No descriptor is left open on any error."""
         name = self.base + LOCK_SUFFIX
-        try:
-            fd = self._open_name(name, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY, _umask_mode())
-        except OSError as exc:
-            raise DestinationError(f"cannot create the lock {os.path.join(self.directory, name)!r}: "
-                                   f"{exc.strerror or exc}") from None
+        where = os.path.join(self.directory, name)
+        fd = self._open_lock(name, where)
         if fcntl is None:
             return fd
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() if exc.errno in (
-                errno.EAGAIN, errno.EACCES) else ""
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise DestinationError(f"cannot lock {where!r}: {exc.strerror or exc}") from None
+                text = os.pread(fd, _LOCK_TEXT_MAX + 1, 0)
+                holder = text.decode("utf-8", "replace").strip() if _LOCK_TEXT.fullmatch(text) else ""
+                raise DestinationError(
+                    f"another conversion into {self.prefix!r} is running: it holds the lock {where!r} "
+                    f"({holder or 'holder unknown'}); wait for it to finish, or choose another output prefix"
+                ) from None
+            if not _LOCK_TEXT.fullmatch(os.pread(fd, _LOCK_TEXT_MAX + 1, 0)):
+                raise DestinationError(
+                    f"the lock {where!r} is not a lock file: it holds something else, which the lock's text would "
+                    "overwrite; move it away (the next conversion creates a new lock), or choose another output "
+                    "prefix"
+                )
+            with contextlib.suppress(OSError):  # who holds it, for the message above (the file stays in place)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        except BaseException:
             os.close(fd)
-            raise DestinationError(
-                f"another conversion into {self.prefix!r} is running: it holds the lock "
-                f"{os.path.join(self.directory, name)!r} ({holder or 'holder unknown'}); wait for it to finish, or "
-                "choose another output prefix"
-            ) from None
-        with contextlib.suppress(OSError):  # who holds it, for the message above (the file stays in place)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+            raise
         return fd
+
+    def _open_lock(self, name: str, where: str) -> int:
+        """A read-write descriptor of the lock file: created (``O_EXCL``) when there is none, else the regular
+        file of one name that is there, never followed through a symlink nor opened when it is anything else (a
+        FIFO, a device, a folder) or a file with other names (a hard link: the lock's text would change it)."""
+        for _ in range(3):  # (a lock removed between two steps is created again)
+            try:
+                seen = os.lstat(self._path(name), dir_fd=self._dir_fd)
+            except FileNotFoundError:
+                try:
+                    return self._open_name(name, _CREATE, _umask_mode())
+                except FileExistsError:
+                    continue
+                except OSError as exc:
+                    raise DestinationError(f"cannot create the lock {where!r}: {exc.strerror or exc}") from None
+            except OSError as exc:
+                raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
+            _refuse_as_lock(seen, where)
+            try:
+                fd = self._open_name(name, os.O_RDWR | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC | _O_BINARY)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
+            try:
+                info = os.fstat(fd)
+                if (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino):
+                    raise DestinationError(f"the lock {where!r} was replaced while it was opened; convert again")
+                _refuse_as_lock(info, where)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        raise DestinationError(f"the lock {where!r} was removed three times while it was opened; convert again")
 
     # --- writing ---------------------------------------------------------------------------------------------
 
@@ -312,6 +384,11 @@ class Publication:
         except OSError:
             self._unlink(name)
 
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock; the lock file stays
+            self._lock_fd = None
+
     def _close_dir(self) -> None:
         if self._dir_fd is not None:
             os.close(self._dir_fd)
@@ -329,9 +406,7 @@ class Publication:
                 for name in self._created:
                     self._unlink(name)
             self._created.clear()
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)  # releases the flock; the lock file stays
-                self._lock_fd = None
+            self._release_lock()
             self._close_dir()
 
     def __enter__(self) -> Publication:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import fcntl
 import os
 import stat
 import subprocess
@@ -70,7 +71,7 @@ def test_new_files_are_used_through_their_descriptors_only(tmp_path: Path, monke
     second use of the name to follow it)."""
     convert_model(_model(), tmp_path / "w", progress=False)  # previous outputs, to be replaced
     calls: list[tuple[str, str, int]] = []
-    real_open, real_chmod, real_stat = os.open, os.chmod, os.stat
+    real_open, real_chmod, real_stat, real_lstat = os.open, os.chmod, os.stat, os.lstat
 
     def ours(path: Any) -> bool:
         return "w." in os.path.basename(os.fsdecode(path)) or ".w." in os.path.basename(os.fsdecode(path))
@@ -90,9 +91,15 @@ def test_new_files_are_used_through_their_descriptors_only(tmp_path: Path, monke
             calls.append(("stat", os.path.basename(os.fsdecode(path)), 0))
         return real_stat(path, *args, **kwargs)
 
+    def lstat_spy(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(path, int) and ours(path):
+            calls.append(("lstat", os.path.basename(os.fsdecode(path)), 0))
+        return real_lstat(path, *args, **kwargs)
+
     monkeypatch.setattr(os, "open", open_spy)
     monkeypatch.setattr(os, "chmod", chmod_spy)
     monkeypatch.setattr(os, "stat", stat_spy)
+    monkeypatch.setattr(os, "lstat", lstat_spy)
     real_builtin_open = builtins.open
 
     def builtin_open_spy(file: Any, *args: Any, **kwargs: Any) -> Any:
@@ -106,9 +113,9 @@ def test_new_files_are_used_through_their_descriptors_only(tmp_path: Path, monke
     created = [name for kind, name, flags in calls if kind == "open" and flags & os.O_CREAT and flags & os.O_EXCL]
     assert sorted(created) == sorted([os.path.basename(plan.bin_path or ""), f".w.json.{plan.conversion_id}"
                                       ".dmlbridge-tmp"])
-    for kind, name, flags in calls:
-        assert kind == "open" and flags & os.O_NOFOLLOW, (kind, name)
-        assert name not in created or flags & os.O_EXCL, f"{name} opened again by name"
+    for kind, name, flags in calls:  # (the lock, which it did not create, is lstat'ed: never followed)
+        assert (kind == "open" and flags & os.O_NOFOLLOW) or (kind, name) == ("lstat", "w.lock"), (kind, name)
+        assert name not in created or (kind == "open" and flags & os.O_EXCL), f"{name} used again by name"
     assert load_plan(tmp_path / "w.json", verify=True).array("w").tolist() == [2.0, 2.0, 2.0]
 
 
@@ -171,6 +178,58 @@ def test_a_second_writer_fails_fast_naming_the_lock_and_its_holder(tmp_path: Pat
     assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"} == before
     convert_model(_model(5.0), tmp_path / "w", progress=False)  # the lock is free again
     assert load_plan(tmp_path / "w.json").array("w").tolist() == [5.0, 5.0, 5.0]
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts the descriptors in /proc/self/fd")
+def test_only_a_lock_file_of_its_own_is_locked_and_nothing_else_is_touched(tmp_path: Path) -> None:
+    """PREFIX.lock is opened like every other output. A FIFO there (with and without a process holding a flock on
+    it), a hard link to another file, a file of other content, a folder or a symlink is refused with a
+    DestinationError that names the lock and says what to do; nothing is written into it or through it (the
+    earlier code wrote its holder's name into a hard-linked file, and answered a held FIFO with "Illegal seek"),
+    and 50 refusals of each, and 50 of a second writer, leave no descriptor open. Once the thing is removed, the
+    conversion makes a lock of its own."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    os.mkfifo(tmp_path / "fifo.lock")
+    os.mkfifo(tmp_path / "held.lock")
+    os.link(victim, tmp_path / "linked.lock")
+    (tmp_path / "notes.lock").write_bytes(b"my notes\n")
+    (tmp_path / "folder.lock").mkdir()
+    os.symlink(victim, tmp_path / "symlink.lock")
+    why = {"fifo": "is a FIFO", "held": "is a FIFO", "linked": "is a file with 2 names",
+           "notes": "holds something else", "folder": "is a folder", "symlink": "is a symbolic link"}
+    convert_model(_model(), tmp_path / "w", progress=False)
+    names = sorted(os.listdir(tmp_path))
+    held = os.open(tmp_path / "held.lock", os.O_RDWR | os.O_NONBLOCK)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    second = _holder(tmp_path / "w.lock", "pid 4242 on other-host\n")
+    try:
+        before = _open_descriptors()
+        for name, reason in why.items():
+            for _ in range(50):
+                with pytest.raises(DestinationError) as caught:
+                    convert_model(_model(2.0), tmp_path / name, progress=False)
+            message = str(caught.value)
+            assert repr(str(tmp_path / f"{name}.lock")) in message and reason in message, message
+            assert "the next conversion creates a new lock" in message, message
+        for _ in range(50):
+            with pytest.raises(DestinationError, match="pid 4242 on other-host"):
+                convert_model(_model(2.0), tmp_path / "w", progress=False)
+        assert _open_descriptors() == before
+    finally:
+        os.close(held)
+        _release(second)
+    assert victim.read_bytes() == b"precious\n" and (tmp_path / "notes.lock").read_bytes() == b"my notes\n"
+    assert sorted(os.listdir(tmp_path)) == names
+    (tmp_path / "linked.lock").unlink()
+    convert_model(_model(3.0), tmp_path / "linked", progress=False)
+    lock = (tmp_path / "linked.lock").lstat()
+    assert stat.S_ISREG(lock.st_mode) and lock.st_nlink == 1 and victim.read_bytes() == b"precious\n"
+    assert load_plan(tmp_path / "linked.json").array("w").tolist() == [3.0, 3.0, 3.0]
 
 
 def test_a_plan_keeps_reading_the_files_it_checked(tmp_path: Path) -> None:
