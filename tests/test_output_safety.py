@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import errno
 import fcntl
+import json
 import os
 import stat
 import subprocess
@@ -252,6 +253,92 @@ def test_a_plan_keeps_reading_the_files_it_checked(tmp_path: Path) -> None:
         pass
     with pytest.raises(dmlbridge.InvalidArgumentError, match="closed"):
         new.read("w")
+
+
+def _layers(value: float) -> Any:
+    """Three constants of 1 KiB: three buffer files with max_buffer_bytes=1024."""
+    ws = [numpy_helper.from_array(np.full(256, value, np.float32), f"w{i}") for i in range(3)]
+    return helper.make_model(helper.make_graph([], "g", [], [], ws))
+
+
+def _values(plan: dmlbridge.UploadPlan) -> set[float]:
+    return {float(v) for key in plan.entries for v in plan.array(key)}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts the descriptors in /proc/self/fd")
+@pytest.mark.parametrize("when", ["after the manifest is read", "after the first buffer file is opened"])
+def test_a_plan_loaded_while_another_conversion_publishes_is_one_whole_conversion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """load_plan reads the manifest, then opens the buffer files it lists; a conversion into the prefix that
+    publishes in between removes those files (the hook runs a whole conversion between the reader's two steps,
+    or between its opening of two buffer files: no timing). The reader reads the new manifest and gets the new
+    conversion, whole, never an error (before, "cannot open the buffer file ... No such file"); the descriptor it
+    had opened is closed."""
+    import dmlbridge.buffer_files as buffer_files
+    import dmlbridge.plan as plan_module
+
+    convert_model(_layers(1.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+    reads: list[bytes] = []
+    real_read, real_open = plan_module.read_manifest_file, buffer_files.open_regular
+    opened: list[str] = []
+
+    def reading(path: str, limit: int) -> bytes:
+        data = real_read(path, limit)
+        reads.append(data)
+        if len(reads) == 1 and when == "after the manifest is read":
+            convert_model(_layers(2.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+        return data
+
+    def opening(name: str, **kwargs: Any) -> tuple[int, int]:
+        opened.append(name)
+        if len(opened) == 2 and when == "after the first buffer file is opened":
+            convert_model(_layers(2.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+        return real_open(name, **kwargs)
+
+    monkeypatch.setattr(plan_module, "read_manifest_file", reading)
+    monkeypatch.setattr(buffer_files, "open_regular", opening)
+    before = _open_descriptors()
+    with load_plan(tmp_path / "w.json") as plan:
+        assert _values(plan) == {2.0} and len(plan.buffers) == 3 and len(reads) == 2
+        assert plan.conversion_id == json.loads((tmp_path / "w.json").read_text())["conversion_id"]
+    assert _open_descriptors() == before
+
+
+def test_a_missing_buffer_file_is_a_clear_error_after_bounded_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A buffer file that is missing while the manifest stays the same is truly missing: ManifestError, once the
+    manifest was read again and found unchanged. A writer that publishes between every read of the manifest and
+    the opening of its buffer files is outlasted a few times, then named."""
+    import dmlbridge.plan as plan_module
+
+    written = convert_model(_layers(1.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+    Path(written.buffers[1].path).unlink()
+    reads: list[int] = []
+    real_read = plan_module.read_manifest_file
+    publish = False
+
+    def reading(path: str, limit: int) -> bytes:
+        data = real_read(path, limit)
+        reads.append(len(data))
+        if publish:
+            convert_model(_layers(float(len(reads))), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+        return data
+
+    monkeypatch.setattr(plan_module, "read_manifest_file", reading)
+    with pytest.raises(dmlbridge.ManifestError, match=r"cannot open the buffer file .*No such file.*convert the "
+                       "model again"):
+        load_plan(tmp_path / "w.json")
+    assert len(reads) == 2
+    reads.clear()
+    publish = True
+    with pytest.raises(dmlbridge.ManifestError, match=r"was replaced 5 times while its buffer files were being "
+                       r"opened .*load the plan again once it is done"):
+        load_plan(tmp_path / "w.json")
+    assert len(reads) == 5
+    publish = False
+    assert _values(load_plan(tmp_path / "w.json")) == {5.0}
 
 
 def test_plans_across_pickle(tmp_path: Path) -> None:
