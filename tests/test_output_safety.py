@@ -13,6 +13,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -356,18 +357,21 @@ def test_plans_across_pickle(tmp_path: Path) -> None:
 
 def test_abandoned_files_are_removed_only_when_no_live_writer_holds_them(tmp_path: Path) -> None:
     """Another process (in any pid namespace: only the flock counts) holding a temporary manifest or a buffer
-    file of its own keeps it; once it is gone, the next conversion removes them, and only files of this prefix."""
+    file of its own keeps it; once it is gone, the next conversion removes them, and only files of this prefix
+    (not those of the prefix "w.x", whose names begin with "w." too)."""
     convert_model(_model(), tmp_path / "w", progress=False)
     live_temp = tmp_path / ".w.json.0123456789abcdef.dmlbridge-tmp"
     live_buffer = tmp_path / "w.0123456789abcdef.00000.bin"
     dead_temp = tmp_path / ".w.json.fedcba9876543210.dmlbridge-tmp"
     dead_buffer = tmp_path / "w.fedcba9876543210.00000.bin"
-    others = [tmp_path / "x.0123456789abcdef.00000.bin", tmp_path / "w.notes", tmp_path / "w.0123.00000.bin"]
+    others = [tmp_path / "x.0123456789abcdef.00000.bin", tmp_path / "w.notes", tmp_path / "w.0123.00000.bin",
+              tmp_path / "w.x.fedcba9876543210.00000.bin", tmp_path / ".w.x.json.fedcba9876543210.dmlbridge-tmp",
+              tmp_path / ".w.x.fedcba9876543210.00000.bin.dmlbridge-old"]
     for path in (dead_temp, dead_buffer, *others):
         path.write_bytes(b"x")
     holders = [_holder(live_temp), _holder(live_buffer)]
     try:
-        second = convert_model(_model(), tmp_path / "w", progress=False)
+        convert_model(_model(), tmp_path / "w", progress=False)
         assert live_temp.exists() and live_buffer.exists()
         assert not dead_temp.exists() and not dead_buffer.exists()
         assert all(path.exists() for path in others)
@@ -377,61 +381,88 @@ def test_abandoned_files_are_removed_only_when_no_live_writer_holds_them(tmp_pat
     convert_model(_model(), tmp_path / "w", progress=False)
     assert not live_temp.exists() and not live_buffer.exists() and all(path.exists() for path in others)
     assert output_names(tmp_path) == sorted(["w.ID.00000.bin", "w.json", "w.lock", "x.ID.00000.bin", "w.notes",
-                                             "w.0123.00000.bin"])
-    # Buffer files are retired, not removed, and removed by the conversion after: the dead one is gone by now.
-    assert retired_names(tmp_path) == sorted([live_buffer.name, f"w.{second.conversion_id}.00000.bin"])
+                                             "w.0123.00000.bin", "w.x.ID.00000.bin", ".w.x.json.ID.dmlbridge-tmp"])
+    assert retired_names(tmp_path) == ["w.x.fedcba9876543210.00000.bin"]  # (the other prefix's)
 
 
-def _removals(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """Record each os.unlink of a retired file: (its name, the thread that removed it)."""
-    seen: list[tuple[str, str]] = []
-    real = os.unlink
+def _events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """Record each os.replace onto a manifest and each os.unlink: (what, the file's name, the thread)."""
+    seen: list[tuple[str, str, str]] = []
+    real_unlink, real_replace = os.unlink, os.replace
 
     def unlink(path: Any, **kwargs: Any) -> None:
-        if str(path).endswith(".dmlbridge-old"):
-            seen.append((os.path.basename(path), threading.current_thread().name))
-        real(path, **kwargs)
+        seen.append(("unlink", os.path.basename(path), threading.current_thread().name))
+        real_unlink(path, **kwargs)
+
+    def replace(src: Any, dst: Any, **kwargs: Any) -> None:
+        seen.append(("replace", os.path.basename(dst), threading.current_thread().name))
+        real_replace(src, dst, **kwargs)
 
     monkeypatch.setattr(os, "unlink", unlink)
+    monkeypatch.setattr(os, "replace", replace)
     return seen
 
 
-def test_a_reconversion_retires_the_previous_buffers_and_the_next_removes_them(
+def test_a_reconversion_removes_the_previous_buffers_before_it_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The previous conversion's buffer files are renamed, whole, to hidden names no manifest lists (removing a
-    large file waits for the disk on a filesystem mounted with discard); the next conversion removes them in its
-    background thread, while it writes, and they are gone by the time it returns."""
-    first = convert_model(_model(1.0), tmp_path / "w", progress=False)
-    first_bytes = Path(first.bin_path or "").read_bytes()
-    second = convert_model(_model(2.0), tmp_path / "w", progress=False)
-    first_name = os.path.basename(first.bin_path or "")
-    assert retired_names(tmp_path) == [first_name] and not (tmp_path / first_name).exists()
-    assert (tmp_path / f".{first_name}.dmlbridge-old").read_bytes() == first_bytes
-    assert first.array("w").tolist() == [1.0] * 3  # (a plan loaded before reads its open files)
-    assert load_plan(tmp_path / "w.json").array("w").tolist() == [2.0] * 3
-    removed = _removals(monkeypatch)
-    convert_model(_model(3.0), tmp_path / "w", progress=False)
-    assert removed == [(f".{first_name}.dmlbridge-old", "dmlbridge-tidy")]
-    assert retired_names(tmp_path) == [os.path.basename(second.bin_path or "")]
-    assert output_names(tmp_path) == ["w.ID.00000.bin", "w.json", "w.lock"]
+    """Once the new manifest is in place, the previous conversion's buffer files (all three) are removed by the
+    call itself, before it returns: no hidden copy of the previous conversion stays on the disk (earlier versions
+    renamed them to hidden .dmlbridge-old names and removed them one conversion later), and retired files an
+    earlier version left go too. A plan loaded before keeps reading its open files."""
+    first = convert_model(_layers(1.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+    first_names = [os.path.basename(b.path) for b in first.buffers]
+    legacy = tmp_path / ".w.0123456789abcdef.00000.bin.dmlbridge-old"  # (as an earlier version left it)
+    legacy.write_bytes(b"x" * 1024)
+    events = _events(monkeypatch)
+    second = convert_model(_layers(2.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+    monkeypatch.undo()
+    assert events == [("replace", "w.json", "MainThread"),
+                      *sorted(("unlink", name, "MainThread") for name in [*first_names, legacy.name])]
+    assert sorted(os.listdir(tmp_path)) == sorted(["w.json", "w.lock", *(os.path.basename(b.path)
+                                                                          for b in second.buffers)])
+    assert _values(first) == {1.0} and _values(load_plan(tmp_path / "w.json")) == {2.0}
+
+
+def test_an_interrupt_while_the_previous_buffers_are_removed_is_held_back_until_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C that lands while the published conversion removes the previous one's buffer files is raised once
+    they are all gone: an interrupted run leaves no previous buffer behind."""
+    import signal
+
+    first = convert_model(_layers(1.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+    real_unlink = os.unlink
+
+    def unlink_then_interrupt(path: Any, **kwargs: Any) -> None:
+        real_unlink(path, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(os, "unlink", unlink_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        convert_model(_layers(2.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
+    monkeypatch.undo()
+    assert not any(Path(b.path).exists() for b in first.buffers)
+    assert output_names(tmp_path) == ["w.ID.00000.bin", "w.ID.00001.bin", "w.ID.00002.bin", "w.json", "w.lock"]
+    assert _values(load_plan(tmp_path / "w.json")) == {2.0}
 
 
 def test_retired_files_are_removed_first_when_the_disk_is_short(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """When the filesystem has no room for another copy of the previous conversion, the retired files are removed
-    before anything is written (their blocks may be needed), by the calling thread."""
-    convert_model(_model(1.0), tmp_path / "w", progress=False)
-    convert_model(_model(2.0), tmp_path / "w", progress=False)
+    """When the filesystem has no room for another copy of the previous conversion, the retired files an earlier
+    version left are removed before anything is written (their blocks may be needed), by the calling thread."""
+    first = convert_model(_model(1.0), tmp_path / "w", progress=False)
+    retired = tmp_path / f".w.{'0' * 16}.00000.bin.dmlbridge-old"
+    retired.write_bytes(Path(first.bin_path or "").read_bytes())
     monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096,) * 2 + (0,) * 8))
-    removed = _removals(monkeypatch)
+    events = _events(monkeypatch)
     created: list[int] = []
     monkeypatch.setattr(dmlbridge.commit.Publication, "new_buffer", _recording(
-        dmlbridge.commit.Publication.new_buffer, lambda: created.append(len(removed))))
+        dmlbridge.commit.Publication.new_buffer, lambda: created.append(len(events))))
     convert_model(_model(3.0), tmp_path / "w", progress=False)
-    assert [thread for _, thread in removed] == ["MainThread"] and created == [1]
-    assert len(retired_names(tmp_path)) == 1
+    assert events[0] == ("unlink", retired.name, "MainThread") and created == [1]
+    assert not retired.exists() and retired_names(tmp_path) == []
 
 
 def _recording(method: Any, before: Any) -> Any:
@@ -441,22 +472,102 @@ def _recording(method: Any, before: Any) -> Any:
     return wrapper
 
 
-def test_a_buffer_that_cannot_be_retired_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """If the rename to the retired name fails (here: a directory has that name), the file is removed at once:
-    no buffer file of another conversion is left under a visible name."""
-    first = convert_model(_model(1.0), tmp_path / "w", progress=False)
-    name = os.path.basename(first.bin_path or "")
-    (tmp_path / f".{name}.dmlbridge-old").mkdir()
-    (tmp_path / f".{name}.dmlbridge-old" / "x").write_bytes(b"x")  # (rename cannot replace a full directory)
-    convert_model(_model(2.0), tmp_path / "w", progress=False)
-    assert not (tmp_path / name).exists() and output_names(tmp_path) == ["w.ID.00000.bin", "w.json", "w.lock"]
+def test_a_previous_buffer_that_cannot_be_removed_is_a_warning_and_clean_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A previous buffer file whose removal fails (an injected EIO) does not fail the conversion, which is
+    published, and is not silent either: a CleanupWarning names the file and `dmlbridge clean`, which then
+    removes it."""
+    first = convert_model(_model(1.0, 1000), tmp_path / "w", progress=False)
+    old = Path(first.bin_path or "")
+    real_unlink = os.unlink
+
+    def failing(path: Any, **kwargs: Any) -> None:
+        if os.path.basename(path) == old.name:
+            raise OSError(errno.EIO, "Input/output error")
+        real_unlink(path, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", failing)
+    where, prefix = re.escape(repr(str(old))), re.escape(str(tmp_path / "w"))
+    with pytest.warns(dmlbridge.CleanupWarning, match=rf"published, but 1 file\(s\) it replaces could not be removed "
+                      rf"\({where}: Input/output error\).*`dmlbridge clean {prefix}`"):
+        second = convert_model(_model(2.0, 1000), tmp_path / "w", progress=False)
+    monkeypatch.undo()
+    assert old.exists() and load_plan(tmp_path / "w.json").array("w").tolist() == [2.0] * 1000
+    report = dmlbridge.clean(tmp_path / "w")
+    assert report == dmlbridge.CleanReport((str(old),), 4000, (), ())
+    assert sorted(os.listdir(tmp_path)) == sorted(["w.json", "w.lock", os.path.basename(second.bin_path or "")])
+
+
+def test_clean_removes_what_conversions_left_and_nothing_else(tmp_path: Path) -> None:
+    """dmlbridge.clean removes a killed conversion's buffer files (no manifest lists them), abandoned temporary
+    manifests and retired files; never the current conversion's files, another prefix's, a symlink, or a file a
+    live writer holds (reported as held, removed once it is let go); it reports what it removed and the bytes
+    freed, and with nothing to remove creates nothing."""
+    plan = convert_model(_model(1.0), tmp_path / "w", progress=False)
+    dead = {tmp_path / "w.fedcba9876543210.00000.bin": 1000, tmp_path / "w.fedcba9876543210.00001.bin": 24,
+            tmp_path / ".w.json.fedcba9876543210.dmlbridge-tmp": 7,
+            tmp_path / ".w.0123456789abcdef.00000.bin.dmlbridge-old": 300}
+    for path, size in dead.items():
+        path.write_bytes(b"x" * size)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.symlink(victim, tmp_path / "w.aaaaaaaaaaaaaaaa.00000.bin")
+    others = [tmp_path / "x.fedcba9876543210.00000.bin", tmp_path / "w.x.fedcba9876543210.00000.bin",
+              tmp_path / ".w.x.json.fedcba9876543210.dmlbridge-tmp", tmp_path / "w.notes"]
+    for path in others:
+        path.write_bytes(b"x")
+    live = tmp_path / "w.0123456789abcdef.00000.bin"
+    holder = _holder(live)
+    try:
+        report = dmlbridge.clean(tmp_path / "w")
+    finally:
+        _release(holder)
+    assert report == dmlbridge.CleanReport(tuple(sorted(str(p) for p in dead)), 1331, (str(live),), ())
+    assert not any(path.exists() for path in dead) and live.exists() and all(path.exists() for path in others)
+    assert victim.read_bytes() == b"precious" and os.path.islink(tmp_path / "w.aaaaaaaaaaaaaaaa.00000.bin")
+    assert load_plan(tmp_path / "w.json", verify=False).array("w").tolist() == [1.0] * 3
+    assert Path(plan.bin_path or "").exists()
+    assert dmlbridge.clean(str(tmp_path / "w")) == dmlbridge.CleanReport((str(live),), 0, (), ())
+    assert dmlbridge.clean(tmp_path / "w") == dmlbridge.CleanReport((), 0, (), ())
+    assert dmlbridge.clean(tmp_path / "fresh") == dmlbridge.CleanReport((), 0, (), ())
+    assert not (tmp_path / "fresh.lock").exists()
+
+
+def test_clean_refuses_while_a_conversion_runs_and_without_a_readable_manifest(tmp_path: Path) -> None:
+    """clean takes the prefix's lock: while a conversion holds it, a DestinationError names it and nothing is
+    removed. A manifest it cannot read is a ManifestError (it cannot tell which buffer files are current), and
+    nothing is removed; without a manifest every buffer file of the prefix is a leftover. Bad prefixes are
+    errors that say what is wrong."""
+    plan = convert_model(_model(1.0), tmp_path / "w", progress=False)
+    dead = tmp_path / "w.fedcba9876543210.00000.bin"
+    dead.write_bytes(b"x")
+    holder = _holder(tmp_path / "w.lock", "pid 4242 on other-host\n")
+    try:
+        with pytest.raises(DestinationError, match=r"w\.lock.*pid 4242 on other-host.*then clean again"):
+            dmlbridge.clean(tmp_path / "w")
+    finally:
+        _release(holder)
+    assert dead.exists()
+    manifest = (tmp_path / "w.json").read_bytes()
+    (tmp_path / "w.json").write_bytes(manifest[:-20])
+    with pytest.raises(dmlbridge.ManifestError, match=r"cannot tell which buffer files .* nothing was removed.*"
+                       r"repair or remove"):
+        dmlbridge.clean(tmp_path / "w")
+    assert dead.exists() and Path(plan.bin_path or "").exists()
+    (tmp_path / "w.json").unlink()
+    assert dmlbridge.clean(tmp_path / "w").removed == tuple(sorted([str(dead), plan.bin_path or ""]))
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="prefix must be a path"):
+        dmlbridge.clean(3)  # type: ignore[arg-type]
+    with pytest.raises(DestinationError, match="does not exist"):
+        dmlbridge.clean(tmp_path / "no" / "such" / "w")
 
 
 def test_a_failed_reconversion_leaves_the_previous_conversion(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An error halfway through a re-conversion: the previous conversion is as it was (visible, loadable); retired
-    files may be gone (nothing reads them), no file of the failed one is left."""
+    """An error halfway through a re-conversion: the previous conversion is as it was (visible, loadable, its
+    buffer files in place), no file of the failed one is left."""
     convert_model(_model(1.0), tmp_path / "w", progress=False)
     convert_model(_model(2.0), tmp_path / "w", progress=False)
     before, names = Path(tmp_path / "w.json").read_bytes(), output_names(tmp_path)
