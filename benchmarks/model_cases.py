@@ -124,7 +124,7 @@ def _contenders(model: Path, out: Path) -> dict[str, dict[str, Any]]:
 def _clean(out: Path) -> None:
     """Remove what a run wrote (every buffer file too): each run converts into an empty prefix, as each copy
     writes a new file."""
-    for path in [*out.parent.glob(out.name + ".*"), *out.parent.glob("." + out.name + ".*")]:  # (retired too)
+    for path in [*out.parent.glob(out.name + ".*"), *out.parent.glob("." + out.name + ".*")]:  # (hidden too)
         if path.name != out.name + ".lock":
             path.unlink(missing_ok=True)
 

@@ -17,6 +17,7 @@ from dmlbridge.decode import decode
 from dmlbridge.descs import BufferTensorDesc, tensor_desc_array
 from dmlbridge.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.errors import (
+    CleanupWarning,
     DestinationError,
     DmlBridgeError,
     ExternalDataError,
@@ -33,6 +34,7 @@ from dmlbridge.manifest import BufferFile
 from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
 from dmlbridge.onnx_tensor import TensorInfo, tensor_info, tensor_to_array
 from dmlbridge.options import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_TENSOR_BYTES, max_buffer_bytes_for
+from dmlbridge.output_folder import CleanReport, clean
 from dmlbridge.packing import pack_4bit, unpack_4bit
 from dmlbridge.plan import Binding, UploadPlan, load_plan, plan_model
 from dmlbridge.planning import ConvertedEntry, PlanEntry
@@ -47,6 +49,8 @@ __all__ = [
     "Binding",
     "BufferFile",
     "BufferTensorDesc",
+    "CleanReport",
+    "CleanupWarning",
     "ConvertedEntry",
     "DestinationError",
     "DmlBridgeError",
@@ -71,6 +75,7 @@ __all__ = [
     "binding_list",
     "calc_buffer_tensor_size",
     "check_conversion",
+    "clean",
     "convert_model",
     "decode",
     "dml_type_for",

@@ -33,7 +33,7 @@ import numpy as np
 from dmlbridge.errors import InvalidArgumentError, ManifestError
 from dmlbridge.file_reads import NotRegularFileError, open_regular, read_at, read_into
 
-__all__ = ["OpenBuffers"]
+__all__ = ["BufferFileMissingError", "OpenBuffers"]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -44,6 +44,11 @@ Identity = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
 def _identity(result: os.stat_result) -> Identity:
     return result.st_dev, result.st_ino, result.st_size, result.st_mtime_ns
+
+
+class BufferFileMissingError(ManifestError):
+    """A buffer file the manifest lists does not exist: removed since, perhaps by a conversion that published a
+    new manifest in the meantime (``read_plan`` then reads the manifest again)."""
 
 
 class OpenBuffers:
@@ -163,5 +168,10 @@ def _open_regular(name: str, path: str, dir_fd: int | None, *, nofollow: bool = 
         return open_regular(name, dir_fd=dir_fd, nofollow=nofollow)[0]
     except NotRegularFileError:
         raise ManifestError(f"the buffer file {path!r} is not a regular file") from None
+    except FileNotFoundError as exc:
+        raise BufferFileMissingError(
+            f"cannot open the buffer file {path!r}: {exc.strerror or exc} (the manifest lists it, but it was removed "
+            "or moved since; convert the model again)"
+        ) from None
     except OSError as exc:
         raise ManifestError(f"cannot open the buffer file {path!r}: {exc.strerror or exc}") from None

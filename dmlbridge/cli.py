@@ -1,4 +1,4 @@
-"""The ``dmlbridge`` command line: ``table``, ``inspect``, ``convert``, ``verify``, ``bindings`` and ``demo``.
+"""The ``dmlbridge`` command line: ``table``, ``inspect``, ``convert``, ``verify``, ``bindings``, ``clean``, ``demo``.
 
 User errors (bad options, missing or unreadable files, models that are not ONNX, manifests that do not validate)
 print one line on stderr and exit 2; never a traceback. ``verify`` exits 1 when the plan and the model differ.
@@ -14,7 +14,9 @@ import re
 import shutil
 import signal
 import sys
+import textwrap
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -22,7 +24,7 @@ from dmlbridge.bindings import binding_list
 from dmlbridge.convert import check_conversion, convert_model
 from dmlbridge.demo import run_demo
 from dmlbridge.descs import DML_TENSOR_FLAG_OWNED_BY_DML
-from dmlbridge.errors import DestinationError, DmlBridgeError, InvalidArgumentError
+from dmlbridge.errors import CleanupWarning, DestinationError, DmlBridgeError, InvalidArgumentError
 from dmlbridge.mapping import mapping_table
 from dmlbridge.options import (
     DEFAULT_MAX_BUFFER_BYTES,
@@ -30,6 +32,7 @@ from dmlbridge.options import (
     DEFAULT_MAX_TENSOR_BYTES,
     parse_byte_count,
 )
+from dmlbridge.output_folder import clean
 from dmlbridge.plan import plan_with_notes, read_plan
 from dmlbridge.planning import ConvertedEntry
 from dmlbridge.report import format_plan, format_table, human_size
@@ -203,14 +206,21 @@ def _output_prefix(output: str | None, model: str) -> str:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     prefix = _output_prefix(args.output, args.model)
-    plan = convert_model(
-        args.model, prefix, target=_target_from(args), alignment=args.alignment, min_dims=args.min_dims,
-        progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
-        checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
-        max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
-        flags=_FLAG_VALUES[args.flags], max_buffer_bytes=args.max_buffer_bytes, **_selection_from(args),
-        workers=args.workers,
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CleanupWarning)
+        plan = convert_model(
+            args.model, prefix, target=_target_from(args), alignment=args.alignment, min_dims=args.min_dims,
+            progress=False if args.quiet else None, strict=args.strict, external_data_root=args.external_data_root,
+            checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
+            max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
+            flags=_FLAG_VALUES[args.flags], max_buffer_bytes=args.max_buffer_bytes, **_selection_from(args),
+            workers=args.workers,
+        )
+    for warning in caught:  # (a file of the replaced conversion left: one line, as every message here is)
+        if issubclass(warning.category, CleanupWarning):
+            print(f"dmlbridge convert: warning: {_one_line(str(warning.message))}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     if not args.quiet:
         for entry in plan.skipped:
             print(f"dmlbridge convert: skipped {entry.key!r} ({entry.origin}): {entry.skipped}", file=sys.stderr)
@@ -281,6 +291,26 @@ def _cmd_bindings(args: argparse.Namespace) -> int:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
     return 0
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    prefix = args.prefix
+    if prefix.lower().endswith(".json") and len(prefix) > len(".json"):
+        prefix = prefix[: -len(".json")]  # (PREFIX.json names the prefix PREFIX, as for convert -o)
+    report = clean(prefix, max_manifest_bytes=args.max_manifest_bytes)
+    if not args.quiet:
+        for path in report.removed:
+            print(f"removed {path}")
+    for path in report.held:
+        print(f"dmlbridge clean: kept {path}: a live writer holds it", file=sys.stderr)
+    for path, why in report.failed:
+        print(f"dmlbridge clean: cannot remove {path}: {why}", file=sys.stderr)
+    if not args.quiet and report.removed:
+        files = "1 file" if len(report.removed) == 1 else f"{len(report.removed)} files"
+        print(f"{files} removed ({human_size(report.freed)} freed)")
+    elif not args.quiet and not (report.held or report.failed):
+        print(f"nothing to remove: {prefix} holds no file that conversions left behind")
+    return 1 if report.failed else 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -365,7 +395,7 @@ def _add_workers(parser: argparse.ArgumentParser, what: str) -> None:
 def _help(description: str, example: str, exits: str = "0 done, 2 a usage or input error") -> dict[str, Any]:
     """A subcommand's description and its epilog: an example and the exit codes (130: interrupted)."""
     return {
-        "description": description,
+        "description": textwrap.fill(description, 79),
         "epilog": f"example:\n  {example}\n\nexit status: {exits}; 130 interrupted (Ctrl-C)",
         "formatter_class": argparse.RawDescriptionHelpFormatter,
     }
@@ -402,7 +432,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     convert = commands.add_parser("convert", help="write a model's constants as an upload buffer + manifest",
                                   **_help("Write every constant of a model as a DirectML upload buffer file "
-                                          "(PREFIX.<id>.00000.bin) and its manifest (PREFIX.json).",
+                                          "(PREFIX.<id>.00000.bin) and its manifest (PREFIX.json). Converting "
+                                          "again into PREFIX replaces the previous conversion at once and removes "
+                                          "its buffer files before it ends (a file it cannot remove is a warning; "
+                                          "'dmlbridge clean PREFIX' removes it, and whatever a killed run left).",
                                           "dmlbridge convert model.onnx -o weights --min-dims 4 --checksum"))
     convert.add_argument("model", help="the .onnx file")
     convert.add_argument("-o", "--output", metavar="PREFIX", help=_OUTPUT_RULE)
@@ -448,6 +481,22 @@ def build_parser() -> argparse.ArgumentParser:
     bindings.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
                           metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
     bindings.set_defaults(run=_cmd_bindings)
+
+    cleaning = commands.add_parser(
+        "clean", help="remove the files killed or failed conversions into a prefix left behind",
+        **_help("Remove what conversions into PREFIX left behind: buffer files PREFIX.json does not list (a killed "
+                "conversion's, or a replaced one's that could not be removed), temporary manifests "
+                "(.PREFIX.json.<id>.dmlbridge-tmp) and retired buffer files of earlier versions "
+                "(.PREFIX.<id>.<n>.bin.dmlbridge-old). Never the current conversion's files, another prefix's, or "
+                "a file a live writer holds; refused while a conversion into PREFIX runs. A conversion removes "
+                "the files of the one it replaces itself, before it ends: this is for what a killed one left.",
+                "dmlbridge clean weights",
+                "0 done, 1 some files could not be removed (each is listed), 2 a usage or input error"))
+    cleaning.add_argument("prefix", metavar="PREFIX", help="the prefix given to convert -o (PREFIX.json names it too)")
+    cleaning.add_argument("--quiet", action="store_true", help="print only what could not be removed")
+    cleaning.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
+                          metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
+    cleaning.set_defaults(run=_cmd_clean)
 
     demo = commands.add_parser("demo", help="build a sample model, convert it, verify it, print the summary",
                                **_help("Build a sample model, convert it, verify it and print what went where.",

@@ -1,17 +1,21 @@
 """Publishing a conversion: its buffer files and its manifest, made visible by one atomic rename.
 
-The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``N`` a buffer index):
+The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``N`` a buffer index; the names are
+:mod:`dmlbridge.output_folder`'s):
 
 1. ``PREFIX.lock`` is created if missing and locked (``flock``, exclusive, not waiting): a second conversion into
    the same prefix fails at once with ``DestinationError`` naming the lock and the process that holds it. The
-   lock file stays in place (it is empty but for the holder's name) and is harmless. ``flock`` is unreliable on
-   network filesystems (NFS, SMB): there, do not run two conversions into one prefix at once.
+   lock file stays in place (it is empty but for the holder's name) and is harmless. It is opened like every
+   other output, and only when it is a regular file of one name that holds nothing but a holder's name: anything
+   else at that name (a symlink, a FIFO, a device, a folder, a hard link to another file, a file of other
+   content) is refused with ``DestinationError`` (remove it), never followed, opened or written into. ``flock``
+   is unreliable on network filesystems (NFS, SMB): there, do not run two conversions into one prefix at once.
 2. Temporary manifests (``.PREFIX.json.ID.dmlbridge-tmp``) that no live writer holds are removed. A writer holds
    a ``flock`` on each file it is writing, so a file is known to be abandoned whatever process namespace its
-   writer ran in. From here until step 4, a thread removes the retired buffer files
-   (``.PREFIX.ID.N.bin.dmlbridge-old``, see step 6) and gives back the page cache of the other buffer files (the
-   previous conversion's), without changing a byte of them. When the filesystem has no room for another copy of
-   the previous conversion, the retired files are removed first instead.
+   writer ran in. Retired buffer files that earlier versions left (``.PREFIX.ID.N.bin.dmlbridge-old``) are
+   removed here too when the filesystem has no room for another copy of the previous conversion. From here
+   until step 4, a thread gives back the page cache of the other buffer files (the previous conversion's),
+   without changing a byte of them.
 3. Each buffer file is created under its final, unique name (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600),
    written, and flushed (unless ``fsync=False``). Nothing reads a buffer file that no manifest lists.
 4. The manifest is written to a temporary file created the same way, every byte checked as written, and
@@ -20,22 +24,26 @@ The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``
    one call). A rename replaces whatever name was there, a symlink included, and never follows it. The directory
    is flushed after it.
 6. Buffer files that the new manifest does not list and no live writer holds (the previous conversion's, and any
-   a failed one left) are retired: renamed to ``.PREFIX.ID.N.bin.dmlbridge-old``, which nothing reads and anyone
-   may delete. The next conversion removes them (step 2): freeing a large file's blocks waits for the disk on a
-   filesystem mounted with ``discard``, so it is done while that conversion writes. Then the lock is released.
+   a failed or killed one left), temporary manifests and retired files are removed, before :meth:`publish`
+   returns (Ctrl-C is held back until they are). Freeing a large file waits for the disk on a filesystem mounted
+   with ``discard``; the call pays it, not the disk space between conversions. A file that cannot be removed is
+   not a failure of the conversion, which is published: :meth:`publish` returns it, ``convert_model`` warns
+   (``CleanupWarning``) and :func:`dmlbridge.output_folder.clean` removes it later. Then the lock is released.
 
 Every file is created once, relative to the output directory opened at the start, and everything after
 (writing, hashing, the mode, fsync) goes through its descriptor, never its name. A process killed at any moment
 leaves ``PREFIX.json`` either the previous manifest, with the previous buffer files still in place, or the new
-one with the new buffer files: a manifest is never read with another conversion's buffers. On an error or Ctrl-C
-the files this conversion created are removed (with Ctrl-C held back while they are).
+one with the new buffer files (and, killed during step 6, some of the previous ones beside them, which nothing
+reads): a manifest is never read with another conversion's buffers. On an error or Ctrl-C before the commit
+point the files this conversion created are removed (with Ctrl-C held back while they are).
 
     >>> import tempfile, os
     >>> folder = tempfile.mkdtemp()
     >>> with Publication(os.path.join(folder, "w"), fsync=False) as publication:
     ...     with publication.new_buffer(0) as buffer:
     ...         _ = buffer.write(b"1234")
-    ...     publication.publish(b"{}")
+    ...     publication.publish(b"{}").failed
+    []
     >>> sorted(name for name in os.listdir(folder) if not name.endswith(".bin"))
     ['w.json', 'w.lock']
 """
@@ -46,10 +54,7 @@ import contextlib
 import ctypes
 import errno
 import os
-import re
 import secrets
-import socket
-import stat
 import sys
 import threading
 from types import TracebackType
@@ -61,22 +66,18 @@ except ImportError:  # Windows: no flock; see the README for what that means
     fcntl = None  # type: ignore[assignment]
 
 from dmlbridge.errors import DestinationError
+from dmlbridge.output_folder import TEMP_SUFFIX, OutputFolder, Removals, umask_mode
 from dmlbridge.workers import sigint_deferred
 
-__all__ = ["LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "Publication", "buffer_name", "write_all"]
+__all__ = ["Publication", "buffer_name", "write_all"]
 
-TEMP_SUFFIX = ".dmlbridge-tmp"
-RETIRED_SUFFIX = ".dmlbridge-old"
-LOCK_SUFFIX = ".lock"
 _ID_DIGITS = 16  # hex digits of a conversion id: 64 random bits
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_BINARY = getattr(os, "O_BINARY", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
-_DIR_FD = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd  # (os.replace takes the same)
-_BUFFER_TAIL = re.compile(rf"([0-9a-f]{{{_ID_DIGITS}}})\.[0-9]{{5}}\.bin")  # after "PREFIX."
+_EVERY_LEFTOVER = ("buffer", "temporary", "retired")
 
 
 def buffer_name(base: str, conversion_id: str, index: int) -> str:
@@ -95,90 +96,41 @@ def write_all(fd: int, data: Any) -> None:
         view = view[written:]
 
 
-def _umask_mode() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 class Publication:
     """One conversion's outputs, from taking the prefix's lock to publishing its manifest (see the module
     docstring). Use it as a context manager: leaving it by an exception removes what it created."""
 
     def __init__(self, prefix: str, *, fsync: bool) -> None:
         self.prefix = prefix
-        self.directory = os.path.dirname(os.path.abspath(prefix))
-        self.base = os.path.basename(prefix)
         self.fsync = fsync
         self.conversion_id = secrets.token_hex(_ID_DIGITS // 2)
-        self.manifest_name = self.base + ".json"
         self._created: list[str] = []  # names this conversion made, to remove if it fails
         self._open: list[int] = []  # descriptors of files being written (each holds its flock)
         self._published = False
+        self._folder = OutputFolder(prefix)
+        self.directory, self.base = self._folder.directory, self._folder.base
+        self.manifest_name = self.base + ".json"
+        previous: list[int] = []
         try:
-            flags = os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC
-            self._dir_fd: int | None = os.open(self.directory, flags) if _DIR_FD else None
-        except OSError as exc:
-            raise DestinationError(f"cannot open the output directory {self.directory!r}: {exc.strerror}") from None
-        try:
-            self._lock_fd = self._take_lock()
-            self._remove_abandoned(temporary_only=True)
-            retired, previous = self._retired_files(), self._previous_buffers()
+            self._folder.take_lock()
+            self._folder.remove_leftovers(("temporary",), set())
+            previous = self._previous_buffers()
             if not self._room_for_another(previous):  # (the new files may need the retired ones' blocks)
-                for name in retired:
-                    self._unlink(name)
-                retired = []
-            self._tidy = _BackgroundTidy(self, retired, previous)
-        except BaseException:
-            self._close_dir()
+                self._folder.remove_leftovers(("retired",), set())
+            self._tidy = _PageRelease(previous)
+        except BaseException:  # (nothing stays open: the previous buffers, the lock, the directory)
+            for fd in previous:
+                os.close(fd)
+            self._folder.close()
             raise
-
-    # --- names relative to the pinned directory -------------------------------------------------------------
-
-    def _path(self, name: str) -> str:
-        return name if self._dir_fd is not None else os.path.join(self.directory, name)
-
-    def _open_name(self, name: str, flags: int, mode: int = 0o600) -> int:
-        return os.open(self._path(name), flags, mode, dir_fd=self._dir_fd)
-
-    def _unlink(self, name: str) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self._path(name), dir_fd=self._dir_fd)
-
-    # --- the lock ------------------------------------------------------------------------------------------------
-
-    def _take_lock(self) -> int | None:
-        name = self.base + LOCK_SUFFIX
-        try:
-            fd = self._open_name(name, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY, _umask_mode())
-        except OSError as exc:
-            raise DestinationError(f"cannot create the lock {os.path.join(self.directory, name)!r}: "
-                                   f"{exc.strerror or exc}") from None
-        if fcntl is None:
-            return fd
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() if exc.errno in (
-                errno.EAGAIN, errno.EACCES) else ""
-            os.close(fd)
-            raise DestinationError(
-                f"another conversion into {self.prefix!r} is running: it holds the lock "
-                f"{os.path.join(self.directory, name)!r} ({holder or 'holder unknown'}); wait for it to finish, or "
-                "choose another output prefix"
-            ) from None
-        with contextlib.suppress(OSError):  # who holds it, for the message above (the file stays in place)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        return fd
 
     # --- writing ---------------------------------------------------------------------------------------------
 
     def _create(self, name: str) -> int:
         try:
-            fd = self._open_name(name, _CREATE, 0o600)
+            fd = self._folder.open_name(name, _CREATE, 0o600)
         except FileExistsError:
-            raise DestinationError(f"{os.path.join(self.directory, name)!r} exists already; convert again") from None
+            raise DestinationError(f"{self._folder.where(name)!r} exists already; convert again") from None
         self._created.append(name)
         self._open.append(fd)
         if fcntl is not None:
@@ -195,14 +147,16 @@ class Publication:
         """The names of the buffer files this conversion made, in order."""
         return [name for name in self._created if name.endswith(".bin")]
 
-    def publish(self, manifest: bytes) -> None:
+    def publish(self, manifest: bytes) -> Removals:
         """Write ``manifest`` and rename it onto PREFIX.json: the one step that makes this conversion visible.
-        Then the previous conversion's buffer files are retired (the next conversion removes them)."""
-        self._tidy.stop(finish_removals=True)
+        Then the previous conversion's buffer files (and what failed conversions left) are removed; returns what
+        was removed and what could not be (step 6 of the module docstring)."""
+        self._tidy.stop()
+        folder = self._folder
         temp = f".{self.manifest_name}.{self.conversion_id}{TEMP_SUFFIX}"
         fd = self._create(temp)
         write_all(fd, manifest)
-        mode = _umask_mode()
+        mode = umask_mode()
         for each in self._open:
             if self.fsync:
                 os.fsync(each)
@@ -211,35 +165,22 @@ class Publication:
             if fcntl is not None:
                 fcntl.flock(each, fcntl.LOCK_UN)  # published files are no one's temporaries (a plan may keep a dup)
         with sigint_deferred():
-            os.replace(self._path(temp), self._path(self.manifest_name), src_dir_fd=self._dir_fd,
-                       dst_dir_fd=self._dir_fd)
+            os.replace(folder.path(temp), folder.path(self.manifest_name), src_dir_fd=folder.dir_fd,
+                       dst_dir_fd=folder.dir_fd)
             self._created.remove(temp)
             self._published = True
-        if self.fsync and self._dir_fd is not None:
+        if self.fsync and folder.dir_fd is not None:
             with contextlib.suppress(OSError):
-                os.fsync(self._dir_fd)
-        self._remove_abandoned(temporary_only=False)  # (the previous conversion's buffer files are retired)
+                os.fsync(folder.dir_fd)
+        return folder.remove_leftovers(_EVERY_LEFTOVER, set(self._created))
 
-    # --- cleaning up -----------------------------------------------------------------------------------------
-
-    def _retired_name(self, name: str) -> str:
-        return f".{name}{RETIRED_SUFFIX}"
-
-    def _retired_files(self) -> list[str]:
-        """The retired buffer files of this prefix (see :meth:`_remove_abandoned`), for :class:`_BackgroundTidy`."""
-        try:
-            names = os.listdir(self._dir_fd if self._dir_fd is not None else self.directory)
-        except OSError:
-            return []
-        head = f".{self.base}."
-        return [name for name in names if name.startswith(head) and name.endswith(".bin" + RETIRED_SUFFIX)
-                and _BUFFER_TAIL.fullmatch(name[len(head) : -len(RETIRED_SUFFIX)]) is not None]
+    # --- the previous conversion ---------------------------------------------------------------------------
 
     def _room_for_another(self, previous: list[int]) -> bool:
         """Whether the filesystem has room for another conversion the size of the previous one without the blocks
         of the retired files (else they are removed before anything is written)."""
         try:
-            stats = os.statvfs(self._dir_fd if self._dir_fd is not None else self.directory)
+            stats = os.statvfs(self._folder.dir_fd if self._folder.dir_fd is not None else self.directory)
             needed = sum(os.fstat(fd).st_size for fd in previous)
         except (OSError, AttributeError):
             return False
@@ -247,92 +188,29 @@ class Publication:
 
     def _previous_buffers(self) -> list[int]:
         """Read-only descriptors of the buffer files of other conversions in this prefix (the previous one's, which
-        are retired once this one is published, and any a failed one left), for :class:`_BackgroundTidy`."""
+        are removed once this one is published, and any a failed one left), for :class:`_PageRelease`."""
         if not hasattr(os, "posix_fadvise"):
             return []
-        try:
-            names = os.listdir(self._dir_fd if self._dir_fd is not None else self.directory)
-        except OSError:
-            return []
         fds = []
-        for name in names:
-            if self._abandoned(name, temporary_only=False) and name.endswith(".bin"):
+        for name in self._folder.names():
+            if self._folder.kind(name) == "buffer":
                 with contextlib.suppress(OSError):
-                    fds.append(self._open_name(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC))
+                    fds.append(self._folder.open_name(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC))
         return fds
-
-    def _abandoned(self, name: str, temporary_only: bool) -> bool:
-        """Whether ``name`` is a file of this prefix that no live writer holds and no manifest needs: a temporary
-        manifest, or (after publishing) a buffer file of another conversion."""
-        if name.startswith(f".{self.base}.") and name.endswith(TEMP_SUFFIX):
-            return True
-        if temporary_only or not name.startswith(self.base + ".") or not name.endswith(".bin"):
-            return False
-        match = _BUFFER_TAIL.fullmatch(name[len(self.base) + 1 :])
-        return match is not None and match.group(1) != self.conversion_id
-
-    def _remove_abandoned(self, temporary_only: bool) -> None:
-        """Remove the files of this prefix left by writers that are gone (a file whose flock can be taken has no
-        writer, whatever its process namespace): temporary manifests are removed; buffer files of other
-        conversions are retired (renamed ``.NAME.dmlbridge-old``), for the next conversion to remove while it
-        writes. Never fails: leftovers are harmless. Not on Windows (no flock)."""
-        if fcntl is None:
-            return
-        try:
-            names = os.listdir(self._dir_fd if self._dir_fd is not None else self.directory)
-        except OSError:
-            return
-        for name in names:
-            if name in self._created or not self._abandoned(name, temporary_only):
-                continue
-            try:
-                fd = self._open_name(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    continue
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # a live writer holds it
-            finally:
-                os.close(fd)
-            if name.endswith(TEMP_SUFFIX):
-                self._unlink(name)
-            else:
-                self._retire(name)
-
-    def _retire(self, name: str) -> None:
-        """Rename a buffer file no manifest lists to its retired name (removed if that fails). Removing a large file
-        waits for its blocks to be freed, and on a filesystem mounted with ``discard`` for the disk to discard them
-        (0.15 s per GiB measured): the next conversion does it in the background."""
-        try:
-            os.replace(self._path(name), self._path(self._retired_name(name)), src_dir_fd=self._dir_fd,
-                       dst_dir_fd=self._dir_fd)
-        except OSError:
-            self._unlink(name)
-
-    def _close_dir(self) -> None:
-        if self._dir_fd is not None:
-            os.close(self._dir_fd)
-            self._dir_fd = None
 
     def close(self) -> None:
         """Remove what an unpublished conversion created, and release the lock."""
         with sigint_deferred():  # a second Ctrl-C must not leave a file behind
-            self._tidy.stop(finish_removals=False)
+            self._tidy.stop()
             for fd in self._open:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._open.clear()
             if not self._published:
                 for name in self._created:
-                    self._unlink(name)
+                    self._folder.unlink(name)
             self._created.clear()
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)  # releases the flock; the lock file stays
-                self._lock_fd = None
-            self._close_dir()
+            self._folder.close()
 
     def __enter__(self) -> Publication:
         return self
@@ -358,40 +236,29 @@ _SYNC_FILE_RANGE = _load_sync_file_range()
 _SYNC_FILE_RANGE_WRITE_AND_WAIT = 7  # SYNC_FILE_RANGE_WAIT_BEFORE | _WRITE | _WAIT_AFTER: the range is on disk
 
 
-class _BackgroundTidy:
-    """While the new files are written, a thread removes the retired buffer files (those of the conversion before
-    the previous one: freeing their blocks waits for the disk on a filesystem mounted with ``discard``), then
-    gives back the page cache of the previous conversion's buffer files: they are retired once the new
-    conversion is published, and on a machine whose free memory goes cold (a virtual machine whose host takes
-    back the memory its guest freed) the new files' pages come much faster from the ones these free than from
-    fresh memory. A page can only be given back once it is on the disk: a chunk the previous conversion left
-    unwritten (it ran without fsync) is written first (``sync_file_range``, Linux; the disk is otherwise idle
-    while a conversion without fsync runs), then dropped (``POSIX_FADV_DONTNEED``). Neither call changes a byte
-    of a file, and pages another process maps stay; the previous files stay whole until the commit point, so a
-    failed conversion still leaves them readable. Stopped (and joined) before the new files are flushed and
-    published: the removals are finished first (after a conversion, no retired file older than the previous
-    conversion's is left), the page release is left where it is. A failed conversion stops after the file being
-    removed (Ctrl-C is not kept waiting): the next one removes the rest."""
+class _PageRelease:
+    """While the new files are written, a thread gives back the page cache of the previous conversion's buffer
+    files: they are removed once the new conversion is published, and on a machine whose free memory goes cold (a
+    virtual machine whose host takes back the memory its guest freed) the new files' pages come much faster from
+    the ones these free than from fresh memory. A page can only be given back once it is on the disk: a chunk the
+    previous conversion left unwritten (it ran without fsync) is written first (``sync_file_range``, Linux; the
+    disk is otherwise idle while a conversion without fsync runs), then dropped (``POSIX_FADV_DONTNEED``).
+    Neither call changes a byte of a file, and pages another process maps stay; the previous files stay whole
+    until the commit point, so a failed conversion still leaves them readable. Stopped (and joined) before the
+    new files are flushed and published, or when the conversion fails: the release is left where it is."""
 
-    _CHUNK = 32 << 20  # bytes per step: stop() waits for at most one (or for one file's removal)
+    _CHUNK = 32 << 20  # bytes per step: stop() waits for at most one
 
-    def __init__(self, publication: Publication, retired: list[str], fds: list[int]) -> None:
-        self._unlink = publication._unlink  # (names relative to the directory it holds open until stop())
-        self._retired = retired
+    def __init__(self, fds: list[int]) -> None:
         self._fds = fds
         self._stopping = threading.Event()
-        self._removing = True  # (False: stop the removals too)
         self._thread = None
-        if retired or fds:
-            self._thread = threading.Thread(target=self._run, name="dmlbridge-tidy", daemon=True)
+        if fds:
+            self._thread = threading.Thread(target=self._run, name="dmlbridge-page-release", daemon=True)
             with sigint_deferred():  # (start waits on a Condition)
                 self._thread.start()
 
     def _run(self) -> None:
-        for name in self._retired:
-            if self._stopping.is_set() and not self._removing:
-                return
-            self._unlink(name)
         for fd in self._fds:
             with contextlib.suppress(OSError):
                 size = os.fstat(fd).st_size
@@ -402,9 +269,8 @@ class _BackgroundTidy:
                         _SYNC_FILE_RANGE(fd, offset, self._CHUNK, _SYNC_FILE_RANGE_WRITE_AND_WAIT)
                     os.posix_fadvise(fd, offset, self._CHUNK, os.POSIX_FADV_DONTNEED)
 
-    def stop(self, *, finish_removals: bool) -> None:
+    def stop(self) -> None:
         with sigint_deferred():  # (Event.set and join go through Conditions)
-            self._removing = finish_removals
             self._stopping.set()
             if self._thread is not None:
                 self._thread.join()

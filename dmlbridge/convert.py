@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import os
 import stat
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from dmlbridge.buffer_files import OpenBuffers
-from dmlbridge.commit import LOCK_SUFFIX, Publication
+from dmlbridge.commit import Publication
 from dmlbridge.constants import ModelConstant, collector_paused, iter_external_tensors
-from dmlbridge.errors import DestinationError, InvalidArgumentError, TensorTooLargeError
+from dmlbridge.errors import CleanupWarning, DestinationError, InvalidArgumentError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader, check_location
 from dmlbridge.fingerprint import bin_fingerprint
 from dmlbridge.image_writer import write_image
@@ -37,6 +38,7 @@ from dmlbridge.options import (
     ConvertOptions,
     PlanOptions,
 )
+from dmlbridge.output_folder import LOCK_SUFFIX, Removals
 from dmlbridge.plan import PlannedModel, UploadPlan, plan_loaded
 from dmlbridge.planning import Planned, refuse_oversized
 from dmlbridge.progress import Progress
@@ -74,8 +76,11 @@ def convert_model(
     """Convert every constant of an ONNX model into DirectML upload buffers: the buffer files
     ``out_prefix.<conversion id>.00000.bin``, ``.00001.bin``, ... (one when the model fits in ``max_buffer_bytes``)
     and their manifest ``out_prefix.json``, published together (the manifest's rename is the one step that
-    replaces a previous conversion; see :mod:`dmlbridge.commit`).
-    ``out_prefix.lock`` guards the prefix against a second conversion at the same time and stays in place.
+    replaces a previous conversion; see :mod:`dmlbridge.commit`). The buffer files of the conversion it replaces
+    (and any a failed or killed one left) are removed before it returns; a file that cannot be removed is a
+    :class:`~dmlbridge.errors.CleanupWarning`, not an error (the conversion is published), and
+    :func:`dmlbridge.clean` removes it later. ``out_prefix.lock`` guards the prefix against a second conversion
+    at the same time and stays in place.
 
     Args:
         model: a path to a .onnx file, its bytes, or an ``onnx.ModelProto``.
@@ -451,11 +456,13 @@ def _write_outputs(
                                   buffers=tuple(buffers),
                                   manifest_path=os.path.join(publication.directory, publication.manifest_name),
                                   _files=OpenBuffers([b.path for b in buffers], kept))
-                publication.publish(manifest_text(written, lines).encode("ascii"))
+                removals = publication.publish(manifest_text(written, lines).encode("ascii"))
             except BaseException:
                 for fd in kept:
                     os.close(fd)
                 raise
+        if removals.failed:
+            _warn_left(prefix, publication.directory, removals)
         return written
     except OSError as exc:
         raise DestinationError(
@@ -464,3 +471,14 @@ def _write_outputs(
         ) from exc
     finally:
         bar.close()
+
+
+def _warn_left(prefix: str, directory: str, removals: Removals) -> None:
+    """The CleanupWarning of files the publication could not remove (the conversion is published)."""
+    shown = "; ".join(f"{os.path.join(directory, name)!r}: {why}" for name, why in removals.failed[:3])
+    more = f"; and {len(removals.failed) - 3} more" if len(removals.failed) > 3 else ""
+    warnings.warn(CleanupWarning(
+        f"the conversion into {prefix!r} is published, but {len(removals.failed)} file(s) it replaces could not be "
+        f"removed ({shown}{more}); they stay on the disk until `dmlbridge clean {prefix}` (dmlbridge.clean) "
+        "removes them"
+    ), stacklevel=5)  # (the caller of convert_model)

@@ -1,4 +1,4 @@
-"""The errors dmlbridge raises.
+"""The errors dmlbridge raises, and the one warning it gives.
 
 Every error is a :class:`DmlBridgeError`. Each subclass also derives from the builtin exception a Python
 programmer would expect (``TypeError`` for a type that cannot be mapped, ``ValueError`` for bad values), so
@@ -8,6 +8,7 @@ programmer would expect (``TypeError`` for a type that cannot be mapped, ``Value
 from __future__ import annotations
 
 __all__ = [
+    "CleanupWarning",
     "DestinationError",
     "DmlBridgeError",
     "ExternalDataError",
@@ -142,4 +143,19 @@ class ManifestError(DmlBridgeError, ValueError):
         Traceback (most recent call last):
         ...
         dmlbridge.errors.ManifestError: cannot read manifest 'no-such-plan.json': No such file or directory
+    """
+
+
+class CleanupWarning(UserWarning):
+    """A conversion was published, but a file it should have removed (a buffer file of the conversion it replaced,
+    say) could not be: it is left on the disk, and ``dmlbridge clean PREFIX`` (``dmlbridge.clean``) removes it.
+    A warning, not an error: the conversion itself is whole and in place.
+
+    Example:
+        >>> import dmlbridge, warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warnings.warn("1 file left", dmlbridge.CleanupWarning)
+        >>> caught[0].category.__name__, issubclass(dmlbridge.CleanupWarning, UserWarning)
+        ('CleanupWarning', True)
     """

@@ -119,6 +119,7 @@ from typing import Any
 from dmlbridge.consumers import Consumer
 from dmlbridge.descs import BufferTensorDesc
 from dmlbridge.errors import InvalidArgumentError, ManifestError
+from dmlbridge.file_reads import NotRegularFileError, open_regular, read_at
 from dmlbridge.json_fields import INT64_MAX, Fields, kind_of, parse_json, whole_number
 from dmlbridge.manifest_parts import (
     BufferFile,
@@ -148,6 +149,7 @@ __all__ = [
     "manifest_schema",
     "manifest_text",
     "parse_manifest",
+    "read_manifest_file",
 ]
 
 MANIFEST_FORMAT = "dmlbridge-upload-plan"
@@ -427,3 +429,25 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
                     selection, max_buffer_bytes, quantized)
+
+
+def read_manifest_file(path: str, limit: int) -> bytes:
+    """The manifest's bytes: a regular file of at most ``limit`` bytes, checked before anything is read (a FIFO,
+    a device or a huge sparse file is refused, never read)."""
+    try:
+        fd, size = open_regular(path)
+    except NotRegularFileError:
+        raise ManifestError(f"manifest {path!r} is not a regular file") from None
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
+    try:
+        if size > limit:
+            raise ManifestError(
+                f"manifest {path!r} holds {size} bytes, more than max_manifest_bytes={limit}; raise the "
+                "limit if you trust this file"
+            )
+        return read_at(fd, 0, size)
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)

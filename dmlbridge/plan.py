@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from dmlbridge.buffer_files import OpenBuffers
+from dmlbridge.buffer_files import BufferFileMissingError, OpenBuffers
 from dmlbridge.byte_scan import BytesScan
 from dmlbridge.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.consumers import find_consumers
@@ -25,9 +25,8 @@ from dmlbridge.decode import decode
 from dmlbridge.descs import DML_BUFFER_BINDING
 from dmlbridge.encode import PreparedTensor
 from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
-from dmlbridge.file_reads import NotRegularFileError, open_regular, read_at
 from dmlbridge.fingerprint import fingerprint_problem
-from dmlbridge.manifest import BufferFile, Manifest, manifest_document, parse_manifest
+from dmlbridge.manifest import BufferFile, Manifest, manifest_document, parse_manifest, read_manifest_file
 from dmlbridge.model_file import LoadedModel, model_constants, read_model
 from dmlbridge.options import (
     DEFAULT_MAX_BUFFER_BYTES,
@@ -51,7 +50,7 @@ __all__ = [
     "raise_if_skipped", "read_plan",
 ]
 
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_LOAD_ATTEMPTS = 5  # manifests read while other conversions publish (see read_plan)
 
 
 @dataclass(frozen=True, eq=False)
@@ -475,6 +474,9 @@ def load_plan(
     SHA-256 (which ``convert_model(..., checksum=True)`` records). Any problem raises ManifestError.
 
     ``manifest_path`` may also be the prefix given to ``convert_model`` (``"weights"`` for ``weights.json``).
+    A conversion into the prefix that publishes while the plan is loaded removes the buffer files of the manifest
+    read: the manifest is then read again and the new conversion loaded (a few times at most), so a reader gets
+    one whole conversion, never an error because a writer published.
     The plan keeps its buffer files open and reads them, not their names, from then on; ``close()`` it, or use
     it in a ``with`` block, to let them go. ``bin_path=`` names the .bin of a format-1 manifest (written by
     earlier versions, whose buffer was ``PREFIX.bin``); later manifests list their own buffer files.
@@ -518,7 +520,30 @@ def read_plan(
             raise InvalidArgumentError(f"bin_path must be a path, got {bin_path!r}")
     else:
         bin_file = path[: -len(".json")] + ".bin" if path.endswith(".json") else ""
-    manifest = parse_manifest(_read_manifest(path, max_manifest_bytes), path, os.path.basename(bin_file))
+    # A conversion into the prefix removes the previous conversion's buffer files as soon as it has published its
+    # manifest: a buffer file that vanished between reading the manifest and opening it belongs to a manifest
+    # that was replaced, so the new one is read (a manifest read again unchanged: the file is truly missing).
+    missing: BufferFileMissingError | None = None
+    previous = b""
+    for _ in range(_LOAD_ATTEMPTS):
+        data = read_manifest_file(path, max_manifest_bytes)
+        if missing is not None and data == previous:
+            raise missing
+        try:
+            return _plan_from(data, path, bin_file, bin_path, verify, check_fingerprint)
+        except BufferFileMissingError as exc:
+            missing, previous = exc, data
+    raise ManifestError(
+        f"manifest {path!r} was replaced {_LOAD_ATTEMPTS} times while its buffer files were being opened (another "
+        "conversion into the prefix keeps publishing, and each removes the buffer files of the one before); load "
+        "the plan again once it is done"
+    )
+
+
+def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: bool,
+               check_fingerprint: bool) -> UploadPlan:
+    """The plan of the manifest bytes ``data`` read from ``path``, its buffer files opened and checked."""
+    manifest = parse_manifest(data, path, os.path.basename(bin_file))
     directory = os.path.dirname(os.path.abspath(path))
     buffers: tuple[BufferFile, ...]
     if manifest.format_version == 1:
@@ -545,25 +570,3 @@ def read_plan(
         files.close()
         raise
     return plan
-
-
-def _read_manifest(path: str, limit: int) -> bytes:
-    """The manifest's bytes: a regular file of at most ``limit`` bytes, checked before anything is read (a FIFO,
-    a device or a huge sparse file is refused, never read)."""
-    try:
-        fd, size = open_regular(path)
-    except NotRegularFileError:
-        raise ManifestError(f"manifest {path!r} is not a regular file") from None
-    except OSError as exc:
-        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
-    try:
-        if size > limit:
-            raise ManifestError(
-                f"manifest {path!r} holds {size} bytes, more than max_manifest_bytes={limit}; raise the "
-                "limit if you trust this file"
-            )
-        return read_at(fd, 0, size)
-    except OSError as exc:
-        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)

@@ -413,7 +413,7 @@ def output_names(directory: Path) -> list[str]:
 
 
 def retired_names(directory: Path) -> list[str]:
-    """The retired buffer files in ``directory`` (``.PREFIX.ID.N.bin.dmlbridge-old``: a previous conversion's,
-    which the next conversion removes), by their names before retirement."""
+    """The retired buffer files in ``directory`` (``.PREFIX.ID.N.bin.dmlbridge-old``, as earlier versions left a
+    previous conversion's; conversions and ``dmlbridge.clean`` remove them), by their names before retirement."""
     return sorted(name[1 : -len(".dmlbridge-old")] for name in os.listdir(directory)
                   if name.endswith(".dmlbridge-old"))

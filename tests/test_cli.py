@@ -164,6 +164,59 @@ def test_convert_errors_are_one_line_and_leave_nothing(sample: Path, tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.dml.lock", "sample.onnx", "sample.weights"]
 
 
+def test_clean_removes_what_a_killed_conversion_left_and_says_what(small: Path, tmp_path: Path) -> None:
+    """``dmlbridge clean PREFIX`` (or PREFIX.json) removes the files no manifest lists and prints each, then a
+    summary; with nothing left it says so; --quiet prints nothing; errors are one line."""
+    assert run("convert", small, "-o", tmp_path / "w", "--quiet").returncode == 0
+    dead = [tmp_path / "w.fedcba9876543210.00000.bin", tmp_path / ".w.json.fedcba9876543210.dmlbridge-tmp"]
+    for path in dead:
+        path.write_bytes(b"x" * 100)
+    result = run("clean", tmp_path / "w.json")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout.splitlines() == [*(f"removed {p}" for p in sorted(map(str, dead))),
+                                          "2 files removed (200 bytes freed)"]
+    assert output_names(tmp_path) == ["small.onnx", "w.ID.00000.bin", "w.json", "w.lock"]
+    again = run("clean", tmp_path / "w")
+    assert again.returncode == 0 and again.stdout == f"nothing to remove: {tmp_path / 'w'} holds no file that " \
+        "conversions left behind\n"
+    dead[0].write_bytes(b"x")
+    quiet = run("clean", tmp_path / "w", "--quiet")
+    assert quiet.returncode == 0 and quiet.stdout == quiet.stderr == "" and not dead[0].exists()
+    one_line_error(run("clean", tmp_path / "no" / "such" / "w"), "does not exist")
+    (tmp_path / "w.json").write_text("{")
+    one_line_error(run("clean", tmp_path / "w"), "cannot tell which buffer files", "nothing was removed")
+
+
+def test_a_file_left_behind_is_one_line_on_stderr_and_clean_exits_1_when_it_cannot_remove(
+    small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A previous buffer file that cannot be removed: convert succeeds (exit 0) with one warning line naming
+    ``dmlbridge clean``; clean, meeting the same error, lists the file and exits 1."""
+    from dmlbridge.cli import main
+
+    assert main(["convert", str(small), "-o", str(tmp_path / "w"), "--quiet"]) == 0
+    old = buffer_path(tmp_path / "w")
+    real_unlink = os.unlink
+
+    def failing(path: object, **kwargs: object) -> None:
+        if os.path.basename(str(path)) == old.name:
+            raise OSError(13, "Permission denied")
+        real_unlink(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "unlink", failing)
+    capsys.readouterr()
+    assert main(["convert", str(small), "-o", str(tmp_path / "w"), "--quiet"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("dmlbridge convert: warning: the conversion into ") and \
+        f"dmlbridge clean {tmp_path / 'w'}" in err[0] and old.name in err[0], err
+    assert main(["clean", str(tmp_path / "w")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"dmlbridge clean: cannot remove {old}: Permission denied\n"
+    assert captured.out == ""
+    monkeypatch.undo()
+    assert main(["clean", str(tmp_path / "w"), "--quiet"]) == 0 and not old.exists()
+
+
 def test_demo(tmp_path: Path) -> None:
     result = run("demo")
     assert result.returncode == 0, result.stderr
@@ -353,7 +406,7 @@ def test_convert_flags_owned_by_dml(small: Path, tmp_path: Path) -> None:
     assert run("verify", tmp_path / "w.json", small).returncode == 0
 
 
-@pytest.mark.parametrize("command", ["table", "inspect", "convert", "verify", "demo"])
+@pytest.mark.parametrize("command", ["table", "inspect", "convert", "verify", "bindings", "clean", "demo"])
 def test_each_command_has_help_with_an_example_and_exit_codes(command: str) -> None:
     result = run(command, "--help")
     assert result.returncode == 0 and "example:" in result.stdout and "exit status:" in result.stdout

@@ -5,7 +5,8 @@ previous manifest or the new one, and ``load_plan`` reads it with exactly the bu
 whose bytes are byte for byte the previous image or the new one (the two conversions differ in one byte of one
 tensor, so a mix of the two would show). The trials run with one buffer, and with several where the previous
 conversion has more buffers than the new one, and fewer. Every other file left behind is recognisable (a buffer
-file of a killed conversion, a temporary manifest) and the next conversion into the prefix removes it.
+file of a killed conversion, or of the previous one when the kill came while they were removed after the commit
+point; a temporary manifest), and ``dmlbridge.clean`` or the next conversion into the prefix removes it.
 
 The child prints a marker at each step of the conversion (each constant, the fingerprint, the manifest's write,
 every fsync, the rename, every removal). "Step" trials make it wait at each marker and kill it exactly at one:
@@ -30,10 +31,10 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from models import buffer_path, buffer_paths, output_names, outputs, retired_names
+from models import buffer_path, buffer_paths, outputs
 from onnx import external_data_helper, helper, numpy_helper
 
-from dmlbridge import convert_model, load_plan
+from dmlbridge import clean, convert_model, load_plan
 from dmlbridge.errors import ManifestError
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and flock are POSIX")
@@ -51,7 +52,7 @@ CHILD = textwrap.dedent(
     import dmlbridge.image_writer as image_writer
 
     model, prefix, mode, limit = sys.argv[1:5]
-    previous_buffers = set(sys.argv[5:])  # the previous conversion's: retiring them is a step of the protocol
+    previous_buffers = set(sys.argv[5:])  # the previous conversion's: removing them is a step of the protocol
     step = mode == "step"
 
     marking = threading.Lock()  # one marker and its "go" at a time (the clean-up thread marks too)
@@ -79,18 +80,17 @@ CHILD = textwrap.dedent(
     hook(convert, "bin_fingerprint", lambda fd, *rest: "fingerprint")
     hook(commit, "write_all", lambda fd, data: "write manifest")
     hook(os, "fsync", lambda fd: "fsync")
-    # Retiring a killed run's leftover is "stale" too: how many there are depends on the earlier kills.
-    hook(os, "replace", lambda src, dst, **kw: "replace " + base(dst) if not dst.endswith(".dmlbridge-old")
-         or base(src) in previous_buffers else "retire stale")
-    # A removed file is a leftover of an earlier (killed) run or a retired buffer: "stale".
-    hook(os, "unlink", lambda path, **kw: "unlink stale")
+    hook(os, "replace", lambda src, dst, **kw: "replace " + base(dst))
+    # Any other removed file is a leftover of an earlier (killed) run: "stale", as how many there are depends on
+    # the earlier kills.
+    hook(os, "unlink", lambda path, **kw: "remove " + base(path) if base(path) in previous_buffers
+         else "unlink stale")
     mark("start")
     convert.convert_model(model, prefix, progress=False, max_buffer_bytes=int(limit))
     mark("done")
     """
 )
-LEFTOVER = re.compile(r"^(\.?out\.[0-9a-f]{16}\.[0-9]{5}\.bin|\.out\.[0-9a-f]{16}\.[0-9]{5}\.bin\.dmlbridge-old"
-                      r"|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp)$")
+LEFTOVER = re.compile(r"^(out\.[0-9a-f]{16}\.[0-9]{5}\.bin|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp)$")
 ONE_BUFFER = 2 << 30
 # The buffer limits of the previous conversion ("a") and the new one ("b"): one buffer each; seven buffers
 # before four; four before seven (the ~25 MB image in 4 or 8 MiB buffers).
@@ -273,9 +273,10 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
     markers = {previous: _markers(versions, directory, previous) for previous in "-a"}
     duration = _duration(versions, directory)
     commit_point = markers["a"].index("replace out.json")  # the one step that publishes the conversion
-    replaced = [m for m in markers["a"] if m.startswith("replace")]
-    assert replaced[0] == "replace out.json" and len(replaced) == len(versions.files["a"])  # then a's buffers retired
-    assert all(m.startswith("replace .out.") and m.endswith(".dmlbridge-old") for m in replaced[1:])
+    assert [m for m in markers["a"] if m.startswith("replace")] == ["replace out.json"]
+    removed = [i for i, m in enumerate(markers["a"]) if m.startswith("remove ")]  # then a's buffers, each
+    assert len(removed) == len(versions.files["a"]) - 1 and min(removed) > commit_point
+    assert not any(m.startswith("remove ") for m in markers["-"])
     offered = sum(m.startswith("entry ") for m in markers["a"])
     spans = sum(int(m.split()[1]) for m in markers["a"] if m.startswith("spans "))
     assert offered + spans == 39 and spans > 0 and offered > 0 and duration > 0
@@ -332,19 +333,23 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
     assert outcomes["a->a"] >= 2 and outcomes["a->b"] >= 2  # killed before and after the commit point
     assert sum(n for label, n in where.items() if "entry" in label) >= (3 if one_buffer else 1)  # mid-writing
 
-    # The next conversion into the prefix removes every file the killed children left, and completes; the one
-    # after, back to the previous layout, removes the files of this one.
+    # dmlbridge.clean removes every file the killed children left and leaves the conversion in place; then the
+    # next conversion into the prefix completes, and the one after, back to the previous layout, removes the
+    # files of this one: the folder holds one conversion, nothing hidden.
+    state = versions.state(directory)
+    kept = {"out.lock"} | ({"out.json", *(p.name for p in buffer_paths(directory / "out"))} if state != "-" else set())
+    leftovers = sorted(str(directory / name) for name in set(os.listdir(directory)) - kept)
+    assert all(LEFTOVER.match(os.path.basename(path)) for path in leftovers)
+    assert clean(directory / "out").removed == tuple(leftovers)
+    assert versions.state(directory) == state and set(os.listdir(directory)) == kept
     convert_model(versions.b, directory / "out", max_buffer_bytes=versions.limits["b"])
     assert versions.state(directory) == "b"
-    b_buffers = [p.name for p in buffer_paths(directory / "out")]
-    names = ["out.json", "out.lock", *b_buffers]
-    assert output_names(directory) == sorted(re.sub(r"\.[0-9a-f]{16}\.", ".ID.", name) for name in names)
-    assert len(names) == len(versions.files["b"]) + 1
-    assert all(LEFTOVER.match("." + name + ".dmlbridge-old") for name in retired_names(directory))
+    names = ["out.json", "out.lock", *(p.name for p in buffer_paths(directory / "out"))]
+    assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["b"]) + 1
     convert_model(versions.a, directory / "out", max_buffer_bytes=versions.limits["a"])
     assert versions.state(directory) == "a"
-    assert len(output_names(directory)) == len(versions.files["a"]) + 1  # (the lock besides)
-    assert retired_names(directory) == sorted(b_buffers)  # (and the older ones removed)
+    names = ["out.json", "out.lock", *(p.name for p in buffer_paths(directory / "out"))]
+    assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["a"]) + 1
 
 
 def _run_freely(child: subprocess.Popen[str], delay: float) -> None:
