@@ -423,7 +423,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
         entries[entry.key] = entry
     check_buffers_filled(entries, sizes, alignment, max_buffer_bytes, where)
     quantized = {} if version < 4 else quantized_from_json(top.get("quantized"), top.at("quantized"), entries,
-                                                           target, alignment)
+                                                           target, alignment, min_dims, version)
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
                     selection, max_buffer_bytes, quantized)
