@@ -10,6 +10,8 @@ import copy
 import json
 import logging
 import math
+import os
+import random
 import struct
 import subprocess
 import sys
@@ -40,7 +42,7 @@ from quantized_models import (
 )
 
 import dmlbridge
-from dmlbridge import ManifestError, Target
+from dmlbridge import DmlBridgeError, ManifestError, Target
 
 logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
 
@@ -647,3 +649,101 @@ def test_records_of_older_formats_report_no_operator(tmp_path: Path) -> None:
     assert q.operator is None and q.skipped is None
     plan.verify(model)  # (a fresh view names its operator; the old record's lack of one is no difference)
     assert [p.sizes for p in q.blocked_form()] == [(8, 80), (8, 5), (8, 5)]
+
+
+# --- fuzzing the records: what load_plan accepts, dequantize and blocked_form read without another error ----------
+
+FUZZ_RUNS = int(os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES") or 200)  # a longer run: DMLBRIDGE_FUZZ_EXAMPLES=20000
+_POOL: list[Any] = [0, 1, -1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 255, 65535, 65537, 2**31, 2**32, 2**63, None, True,
+                    False, "", "x", "B", "UINT4", "DEQUANTIZE", "ELEMENT_WISE_DEQUANTIZE_LINEAR", "FLOAT16", "FLOAT",
+                    "block", "axis", "tensor", "MatMulNBits", [], [0], [1, 1], [65535, 65537], [0, 0, 0], {}]
+
+
+def _fuzz_model() -> onnx.ModelProto:
+    """A MatMulNBits (zero points and a bias), a per-axis INT8 and a blocked INT4 DequantizeLinear (not whole
+    blocks), a GatherBlockQuantized: every kind of record and part."""
+    rng = np.random.default_rng(11)
+    model = quantized(40, 4, 4, 16, False)
+    (mm,) = model.graph.node
+    model.graph.initializer.append(numpy_helper.from_array(np.arange(4, dtype=np.float32), "bias"))
+    mm.input.extend(["", "bias"])
+    x8, s8 = ints(rng, "int8", (3, 5)), (rng.random(5) + 0.1).astype(np.float32)
+    x4, s4 = ints(rng, "int4", (2, 20)), (rng.random((2, 3)) + 0.1).astype(np.float32)
+    table, ts = rng.integers(0, 256, (4, 16)).astype(np.uint8), (rng.random((4, 2)) + 0.1).astype(np.float32)
+    model.graph.initializer.extend([numpy_helper.from_array(v, k) for k, v in (
+        ("x8", x8), ("s8", s8), ("z8", ints(rng, "int8", (5,))), ("x4", x4), ("s4", s4), ("table", table),
+        ("ts", ts), ("ids", np.arange(4, dtype=np.int64)))])
+    model.graph.node.extend([
+        helper.make_node("DequantizeLinear", ["x8", "s8", "z8"], ["y8"], "dq8", axis=1),
+        helper.make_node("DequantizeLinear", ["x4", "s4"], ["y4"], "dq4", axis=1, block_size=8),
+        helper.make_node("GatherBlockQuantized", ["table", "ids", "ts"], ["e"], "gbq", domain="com.microsoft",
+                         bits=4, block_size=16, gather_axis=0, quantize_axis=1)])
+    del model.opset_import[:]
+    model.opset_import.extend(OPSETS)
+    return model
+
+
+def _mutate(rng: random.Random, doc: dict[str, Any]) -> None:
+    records = doc["quantized"]
+    for _ in range(rng.randint(1, 3)):
+        record = rng.choice(records)
+        how = rng.random()
+        if how < 0.15:  # a part, or a whole field, from another record
+            other = rng.choice(records)
+            name = rng.choice(list(other))
+            record[name] = copy.deepcopy(other[name])
+            continue
+        if not record:
+            continue
+        target: Any = record
+        key = rng.choice(list(record))
+        while isinstance(target[key], dict) and target[key] and rng.random() < 0.7:
+            target = target[key]
+            key = rng.choice(list(target))
+        value = target.get(key)
+        if how < 0.25:
+            target.pop(key, None)
+        elif isinstance(value, bool) or value is None or how < 0.55:
+            target[key] = copy.deepcopy(rng.choice(_POOL))
+        elif isinstance(value, int):
+            target[key] = rng.choice([value + 1, value - 1, value * 2, value * 65536, value // 2, 0])
+        elif isinstance(value, list) and value:
+            changed = list(value)
+            at = rng.randrange(len(changed))
+            changed[at] = rng.choice([0, 1, 2, 65535, 2**32]) if rng.random() < 0.6 else changed[at]
+            target[key] = changed if rng.random() < 0.7 else [*changed, 1] if rng.random() < 0.5 else [1, *changed]
+        else:
+            target[key] = copy.deepcopy(rng.choice(_POOL))
+
+
+@pytest.mark.parametrize("level", ["6.4", "5.0"])
+def test_fuzzed_quantized_records_raise_only_dmlbridge_errors(tmp_path: Path, level: str) -> None:
+    """Mutated quantized sections of a manifest (fields changed, dropped, swapped between records): load_plan
+    refuses them or what it accepts dequantizes (within a max_tensor_bytes) and gives its blocked form, with no
+    exception but a DmlBridgeError."""
+    model = _fuzz_model()
+    dmlbridge.convert_model(model, tmp_path / "w", target=Target(level), progress=False)
+    doc = json.loads((tmp_path / "w.json").read_text())
+    assert len([r for r in doc["quantized"] if r["skipped"] is None]) == 4
+    rng = random.Random(f"quantized {level}")
+    outcomes = {"refused": 0, "accepted": 0}
+    for _ in range(FUZZ_RUNS):
+        mutated = copy.deepcopy(doc)
+        _mutate(rng, mutated)
+        (tmp_path / "w.json").write_text(json.dumps(mutated))
+        try:
+            plan = dmlbridge.load_plan(tmp_path / "w.json")
+        except ManifestError:
+            outcomes["refused"] += 1
+            continue
+        except DmlBridgeError as exc:  # pragma: no cover - would be a bug: load_plan raises ManifestError only
+            pytest.fail(f"{type(exc).__name__}: {exc}")
+        outcomes["accepted"] += 1
+        for q in plan.quantized.values():
+            for read in (lambda q=q: q.dequantize(max_tensor_bytes=1 << 24), q.blocked_form):
+                try:
+                    read()
+                except DmlBridgeError:
+                    pass
+        plan.close()
+    assert outcomes["refused"] > FUZZ_RUNS * 0.5 and outcomes["accepted"], outcomes
