@@ -77,7 +77,8 @@ def binding_lines(plan: UploadPlan) -> Iterator[str]:
         if record.skipped is not None:
             continue
         forms = [("split", record.parts())]
-        if record.granularity == "block" and record.axis == len(record.shape) - 1:  # (ONNX Runtime's form first)
+        if record.granularity == "block" and record.axis == len(record.shape) - 1 \
+                and record.operator in (None, "DEQUANTIZE"):  # (ONNX Runtime's form of DEQUANTIZE, first)
             forms.insert(0, ("blocked", record.blocked_form()))
         for form, parts in forms:
             for role, part in zip(("weight", "scales", "zero_points"), parts, strict=True):

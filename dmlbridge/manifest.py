@@ -62,18 +62,36 @@ Format ``dmlbridge-upload-plan``, version 5
   entry ends, and each buffer after the first begun by an entry that would end past ``max_buffer_bytes`` if
   placed in the buffer before (at its end rounded up to ``alignment``): a tensor is never split, and a new
   buffer starts only when the next tensor does not fit. A plan with no converted entry has one empty buffer.
-- ``quantized`` MUST be an array of records, one per MatMulNBits, DequantizeLinear or GatherBlockQuantized node of
-  the model whose weight the conversion described, each with exactly ``key`` (the node key, unique), ``op``,
-  ``origin``, ``bits`` (2, 4 or 8; 0 when skipped before the width was known), ``signed``, ``granularity``
-  (``"tensor"``, ``"axis"`` or ``"block"``), ``axis`` (null per tensor), ``block_size`` (0 unless blocked),
-  ``shape`` (the logical weight), ``output_type`` (FLOAT, FLOAT16 or BFLOAT16), ``sizes``, ``weight``,
-  ``scales``, ``zero_points``, ``zero_scales`` (true, false or null when not read), ``skipped`` (null, or why the
-  weight has no descs, when ``sizes`` and the parts MUST be null) and ``bias`` (an entry key or null). A part is
-  ``{"key", "buffer", "offset", "desc"}``: the key of a converted entry, that entry's buffer and offset, and a
-  desc whose DataType is the entry's (or UINT4 over a native UINT8 entry's bytes), whose Sizes are ``sizes``, whose
-  TotalTensorSizeInBytes is what the layout rules give for its sizes and strides and at most the entry's, and
-  whose Flags and GuaranteedBaseOffsetAlignment are the entry's. ``sizes`` MUST be ``shape`` with dimension
-  ``axis`` split into (ceil(L / block_size), block_size) when blocked with blocks longer than 1, after leading 1s.
+- ``quantized`` MUST be an array of records, one per MatMulNBits, DequantizeLinear (of the ONNX or the
+  ``com.microsoft`` domain) or GatherBlockQuantized node of the model whose weight the conversion described, each
+  with exactly ``key`` (the node key, unique), ``op``, ``operator``, ``origin``, ``bits`` (2, 4 or 8; 0 when skipped
+  before the width was known), ``signed``, ``granularity`` (``"tensor"``, ``"axis"`` or ``"block"``), ``axis`` (null per
+  tensor), ``block_size`` (0 unless blocked), ``shape`` (the logical weight), ``output_type`` (FLOAT, FLOAT16 or
+  BFLOAT16), ``sizes``, ``weight``, ``scales``, ``zero_points``, ``zero_scales`` (true, false or null when not read),
+  ``skipped`` (null, or why the weight has no descs, when ``sizes``, the parts and ``operator`` MUST be null) and
+  ``bias`` (an entry key or null).
+- A described record's fields MUST agree: ``bits`` 2, 4 or 8; per tensor a null ``axis`` and ``block_size`` 0, per
+  axis an ``axis`` and 0, blocked an ``axis`` and a ``block_size`` of at least 1; a MatMulNBits record unsigned and
+  blocked on axis 1 of an [N, K] ``shape``, a GatherBlockQuantized one blocked; ``bias`` only on MatMulNBits,
+  naming a converted entry of ``output_type`` and shape [N]. ``operator`` MUST be the DirectML operator the
+  target's feature level gives: ``"DEQUANTIZE"`` from 6.3, ``"ELEMENT_WISE_DEQUANTIZE_LINEAR"`` below; the parts
+  MUST be of DataTypes that operator's tensor-support table lists at that level (DEQUANTIZE: INT4, UINT4, INT8,
+  UINT8, scales FLOAT32 or FLOAT16; ELEMENT_WISE_DEQUANTIZE_LINEAR: no 4-bit type, UINT8 only below 2.1,
+  FLOAT16 scales only from 6.0).
+- A part is ``{"key", "buffer", "offset", "desc"}``: the key of a converted entry, that entry's buffer and
+  offset, and a desc whose DataType is the entry's (or UINT4 over a native UINT8 entry's bytes), whose Sizes are
+  ``sizes``, whose TotalTensorSizeInBytes is what the layout rules give for its sizes and strides and at most the
+  entry's, and whose Flags and GuaranteedBaseOffsetAlignment are the entry's. The weight's desc MUST have null
+  Strides (packed: its elements are its entry's bytes) and the DataType the target maps the ONNX type of its
+  values to (UINT2, INT2, UINT4, INT4, UINT8 or INT8 by ``bits`` and ``signed``); ``signed`` MUST be whether that
+  DataType is signed; the zero points' DataType MUST be the weight's; the scales' MUST be FLOAT32 or FLOAT16,
+  over an entry of ``output_type``, or for a FLOAT16 weight where the operator takes only FLOAT32 scales over
+  the FLOAT entry ``<key>/scales`` (its scales widened).
+- ``sizes`` MUST be ``shape`` with dimension ``axis`` split into (ceil(L / block_size), block_size) when blocked
+  with blocks longer than 1, after leading 1s: as many dimensions as that has, raised to ``min_dims``, or
+  exactly 4 where the operator takes exactly 4 (ELEMENT_WISE_DEQUANTIZE_LINEAR below feature level 3.0).
+- ``zero_scales`` MUST say whether a scale is 0; a reader that reads no values cannot check it, and one that reads
+  the scales (to dequantize) MUST refuse a record they contradict.
 - A reader MUST refuse a ``format`` or ``format_version`` it does not know, and any field that breaks a rule
   above; it MUST NOT allocate memory on the manifest's word alone. It MUST read a manifest only with the buffer
   files it lists, and check each one's size and fingerprint.
@@ -84,6 +102,9 @@ The JSON Schema of every version (each field's type and range) ships as ``manife
 (:func:`manifest_schema`).
 
 Versions 1 to 4 are read, no longer written; a reader checks each entry by the rules of its manifest's version.
+Version 4 had no ``operator`` in its quantized records (a reader reports none: null) and no rule that
+names one: its records are checked by the rules above but ``operator``, the operator's tensor-support tables and
+its 4 dimensions (their ``sizes`` have as many dimensions as the split shape, raised to ``min_dims``).
 Version 4 had no ``dims`` in ``consumers`` and another ``padding`` rule, which looked at ``min_dims`` and not at
 the consumers' dimension counts: ``"channel"`` for a 1-D constant that only per-channel inputs read when
 ``min_dims`` was 2 or more, with sizes ``[1, C, 1, ...]`` of ``min_dims`` dimensions; ``"mixed"`` when some of
@@ -425,7 +446,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
         entries[entry.key] = entry
     check_buffers_filled(entries, sizes, alignment, max_buffer_bytes, where)
     quantized = {} if version < 4 else quantized_from_json(top.get("quantized"), top.at("quantized"), entries,
-                                                           target, alignment)
+                                                           target, alignment, min_dims, version)
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
                     selection, max_buffer_bytes, quantized)

@@ -33,7 +33,14 @@ from dmlbridge.layout import calc_buffer_tensor_size, check_strides
 from dmlbridge.mapping import resolve
 from dmlbridge.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
 from dmlbridge.planning import PlanEntry, entry_layout
-from dmlbridge.quantized import QuantizedPart, QuantizedWeight
+from dmlbridge.quantized import (
+    SIGNED_TYPES,
+    DequantizeOperator,
+    QuantizedPart,
+    QuantizedWeight,
+    dequantize_operator,
+    quantized_rank,
+)
 from dmlbridge.selection import Selection
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
@@ -339,22 +346,33 @@ def entry_from_json(
 
 _RECORD_FIELDS = ("key", "op", "origin", "bits", "signed", "granularity", "axis", "block_size", "shape",
                   "output_type", "sizes", "weight", "scales", "zero_points", "zero_scales", "skipped", "bias")
+OPERATOR_VERSION = 5
+"""The first format whose quantized records name their DirectML ``operator``."""
 _OPS = ("MatMulNBits", "DequantizeLinear", "GatherBlockQuantized")
 _OUTPUT_TYPES = ("FLOAT", "FLOAT16", "BFLOAT16")
 _REINTERPRETED = {DmlDataType.UINT4: DmlDataType.UINT8}  # a 4-bit view of a native byte entry's bytes
+_WEIGHT_TYPES = {(2, False): OnnxDataType.UINT2, (2, True): OnnxDataType.INT2, (4, False): OnnxDataType.UINT4,
+                 (4, True): OnnxDataType.INT4, (8, False): OnnxDataType.UINT8, (8, True): OnnxDataType.INT8}
+"""The ONNX type of a weight's values by (bits, signed): the target's mapping of it is the weight's DML type."""
 
 
 def quantized_from_json(
-    value: Any, where: str, entries: dict[str, PlanEntry], target: Target, alignment: int
+    value: Any, where: str, entries: dict[str, PlanEntry], target: Target, alignment: int, min_dims: int = 0,
+    version: int = OPERATOR_VERSION,
 ) -> dict[str, QuantizedWeight]:
-    """A format-4 manifest's ``quantized`` records, each part checked against the entry whose bytes it reads: the
-    same buffer and offset, the entry's DML type (or UINT4 over a UINT8 entry's bytes), sizes the weight's shape
-    gives, and a TotalTensorSizeInBytes that the layout rules give and the entry holds."""
+    """A format-4 or later manifest's ``quantized`` records, each checked against the entries it names: every
+    part at its entry's buffer and offset, of the entry's DML type (or UINT4 over a UINT8 entry's bytes), with
+    sizes the weight's shape gives and a TotalTensorSizeInBytes that the layout rules give and the entry holds;
+    each part's DML type the one its role and ``bits`` give at the target (weight and zero points the mapping of
+    the values' type, scales a float type of ``output_type``), ``signed``, ``output_type`` and ``bias`` as its
+    entries say, and from format 5 the ``operator`` the target's level gives (whose table the parts fit)."""
     if not isinstance(value, list) or len(value) > 1 << 20:
         raise ManifestError(f"{where} must be an array of quantized weights, got {kind_of(value)}")
+    with_operator = version >= OPERATOR_VERSION
+    operator = dequantize_operator(target.feature_level)
     records: dict[str, QuantizedWeight] = {}
     for index, raw in enumerate(value):
-        fields = Fields(raw, f"{where}[{index}]", _RECORD_FIELDS)
+        fields = Fields(raw, f"{where}[{index}]", _RECORD_FIELDS + (("operator",) if with_operator else ()))
         key = fields.string("key", nonempty=True)
         fields.where = f"{where}[{index}] ({key[:80]!r})"
         op, granularity = fields.string("op"), fields.string("granularity")
@@ -368,30 +386,106 @@ def quantized_from_json(
         block = fields.integer("block_size", 0, 2**31)
         if not isinstance(fields.get("signed"), bool) or not isinstance(fields.get("zero_scales"), (bool, type(None))):
             raise ManifestError(f"{fields.where}: signed must be true or false, zero_scales true, false or null")
+        named = fields.string("operator", nullable=True) if with_operator else None
         record = QuantizedWeight(key, op, fields.string("origin"), fields.integer("bits", 0, 8), fields.get("signed"),
                                  granularity, axis, block, shape, OnnxDataType[output], None, None, None, None,
                                  fields.get("zero_scales"), fields.string("skipped", nullable=True),
-                                 fields.string("bias", nullable=True))
-        if record.bias is not None and record.bias not in entries:
-            raise ManifestError(f"{fields.at('bias')} names {record.bias[:80]!r}, not an entry of the manifest")
+                                 fields.string("bias", nullable=True), named)
+        if record.bits not in (0, 2, 4, 8):
+            raise ManifestError(f"{fields.at('bits')} is {record.bits}; a quantized weight has 2, 4 or 8 bits (0 "
+                                "when skipped before the width was known)")
         if record.skipped is not None:
-            if any(fields.get(name) is not None for name in ("sizes", "weight", "scales", "zero_points")):
-                raise ManifestError(f"{fields.where} is skipped but has descs")
+            if not record.skipped:
+                raise ManifestError(f"{fields.at('skipped')} is empty; a skipped record must say why")
+            if any(fields.get(name) is not None for name in ("sizes", "weight", "scales", "zero_points", "operator")):
+                raise ManifestError(f"{fields.where} is skipped but has descs or an operator; a skipped record has "
+                                    "neither")
             records[key] = record
             continue
+        _check_form(fields, record, shape)
+        if with_operator and named != operator.name:
+            raise ManifestError(f"{fields.at('operator')} is {json.dumps(named)[:60]}, but at feature level "
+                                f"{target.feature_level.dotted} the operator that takes quantized weights is "
+                                f"{operator.name}")
         sizes = int_list(fields.get("sizes"), fields.at("sizes"))
         split = granularity == "block" and block > 1 and axis is not None
         logical = (*shape[:axis], -(-shape[axis] // block), block, *shape[axis + 1 :]) if split and axis is not None \
             else (shape or (1,))
+        rank = quantized_rank(len(logical), min_dims, operator) if with_operator else max(len(logical), min_dims)
         pad = len(sizes) - len(logical)
-        if pad < 0 or tuple(sizes[pad:]) != tuple(logical) or set(sizes[:pad]) - {1} \
-                or len(sizes) > target.max_dimension_count:
-            raise ManifestError(f"{fields.at('sizes')} are not the shape {list(shape)} split into blocks of {block}")
+        if pad < 0 or tuple(sizes[pad:]) != tuple(logical) or set(sizes[:pad]) - {1} or len(sizes) != rank \
+                or len(sizes) > target.max_dimension_count or (with_operator and not
+                                                               operator.dims[0] <= len(sizes) <= operator.dims[1]):
+            raise ManifestError(f"{fields.at('sizes')} are not the shape {list(shape)} split into blocks of {block} "
+                                f"in {rank} dimensions (min_dims {min_dims}, {operator.name} at feature level "
+                                f"{target.feature_level.dotted})")
         parts = [_quantized_part(fields, name, sizes, entries, alignment) for name in ("weight", "scales",
                                                                                         "zero_points")]
+        _check_roles(fields, record, parts, entries, target, operator if with_operator else None)
         records[key] = QuantizedWeight(**{**vars(record), "sizes": sizes, "weight": parts[0], "scales": parts[1],
                                           "zero_points": parts[2]})
     return records
+
+
+def _check_form(fields: Fields, record: QuantizedWeight, shape: tuple[int, ...]) -> None:
+    """The fields of a described record agree with each other: its bits, its granularity's axis and block size,
+    and what its op allows."""
+    if record.bits not in (2, 4, 8):
+        raise ManifestError(f"{fields.at('bits')} is {record.bits}; a described quantized weight has 2, 4 or 8 bits")
+    axis, block = record.axis, record.block_size
+    if (record.granularity == "tensor" and (axis is not None or block)) or (
+            record.granularity == "axis" and (axis is None or block)) or (
+            record.granularity == "block" and (axis is None or block < 1)):
+        raise ManifestError(f"{fields.where}: granularity {record.granularity!r} with axis {axis} and block_size "
+                            f"{block}; per tensor has no axis and block_size 0, per axis an axis and block_size 0, "
+                            "blocked an axis and a block_size of at least 1")
+    if record.op == "MatMulNBits" and (record.granularity != "block" or axis != 1 or len(shape) != 2
+                                       or record.signed):
+        raise ManifestError(f"{fields.where}: a MatMulNBits weight is unsigned, [N, K] and blocked on axis 1")
+    if record.op == "GatherBlockQuantized" and record.granularity != "block":
+        raise ManifestError(f"{fields.where}: a GatherBlockQuantized weight is blocked")
+    if record.bias is not None and record.op != "MatMulNBits":
+        raise ManifestError(f"{fields.at('bias')} is set; only a MatMulNBits record has a bias")
+
+
+def _check_roles(fields: Fields, record: QuantizedWeight, parts: list[QuantizedPart], entries: dict[str, PlanEntry],
+                 target: Target, operator: DequantizeOperator | None) -> None:
+    """Each part's DML type is what its role gives, and ``signed``, ``output_type`` and ``bias`` are what the
+    entries they name say (``operator``: from format 5, whose tensor-support table the parts must fit)."""
+    weight, scales, zero_points = parts
+    if weight.strides is not None:
+        raise ManifestError(f"{fields.at('weight')} has Strides; a weight is packed (its elements are its entry's "
+                            "bytes: only scales and zero points repeat)")
+    want = resolve(_WEIGHT_TYPES[record.bits, record.signed], target).dml_type
+    if (weight.dml_type in SIGNED_TYPES) != record.signed:
+        raise ManifestError(f"{fields.at('signed')} is {json.dumps(record.signed)}, but the weight is "
+                            f"{weight.dml_type.name}")
+    if weight.dml_type is not want:
+        sign = "signed" if record.signed else "unsigned"
+        raise ManifestError(f"{fields.at('weight')} is {weight.dml_type.name}; a {sign} {record.bits}-bit weight is "
+                            f"{want.name if want else None} at this target")
+    if zero_points.dml_type is not weight.dml_type:
+        raise ManifestError(f"{fields.at('zero_points')} is {zero_points.dml_type.name}; zero points have the "
+                            f"weight's type, {weight.dml_type.name}")
+    scales_entry = entries[scales.key]
+    widened = (scales_entry.key == f"{record.key}/scales" and scales_entry.onnx_type is OnnxDataType.FLOAT
+               and record.output_type is OnnxDataType.FLOAT16 and operator is not None
+               and DmlDataType.FLOAT16 not in operator.scales)
+    if scales.dml_type not in (DmlDataType.FLOAT32, DmlDataType.FLOAT16) or (
+            scales_entry.onnx_type is not record.output_type and not widened):
+        raise ManifestError(f"{fields.at('scales')} reads {scales_entry.onnx_type.name} entry {scales.key[:80]!r} as "
+                            f"{scales.dml_type.name}; the scales of a {record.output_type.name} weight are its "
+                            f"{record.output_type.name} scales as FLOAT32 or FLOAT16 (or their FLOAT copy "
+                            f"'{record.key[:80]}/scales' where the operator takes only FLOAT32)")
+    if operator is not None and (weight.dml_type not in operator.inputs or scales.dml_type not in operator.scales):
+        raise ManifestError(f"{fields.where}: {operator.name} at feature level {target.feature_level.dotted} does not "
+                            f"take a {weight.dml_type.name} weight with {scales.dml_type.name} scales")
+    if record.bias is not None:
+        bias = entries.get(record.bias)
+        if bias is None or bias.skipped is not None or bias.onnx_type is not record.output_type \
+                or bias.shape != record.shape[:1]:
+            raise ManifestError(f"{fields.at('bias')} names {record.bias[:80]!r}; a bias is a converted entry of "
+                                f"the weight's type, [{record.shape[0]}]")
 
 
 def _quantized_part(fields: Fields, name: str, sizes: tuple[int, ...], entries: dict[str, PlanEntry],

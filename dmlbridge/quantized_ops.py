@@ -4,9 +4,10 @@ constants the image needs for it (:mod:`dmlbridge.quantized` has the layout rule
 
 A derived constant (kind ``"derived"``, key ``<node key>/<part>``) holds values made from the model's constants
 when they are written: a weight unpacked from 2-bit or packed 4-bit bytes (a target without 4-bit types, or
-2-bit values), a weight padded to whole blocks, a default zero point. It has the 2- or 4-bit ONNX type of its
-values, so the target's mapping chooses its DML type as for any constant (UINT2 becomes UINT4 at feature level
-6.3 and UINT8 below).
+2-bit values), a weight padded to whole blocks, a default zero point, FLOAT16 scales widened to FLOAT (below
+feature level 6.0, where ELEMENT_WISE_DEQUANTIZE_LINEAR takes FLOAT32 scales only). It has the ONNX type of its
+values (2- or 4-bit for weights), so the target's mapping chooses its DML type as for any constant (UINT2 becomes
+UINT4 at feature level 6.3 and UINT8 below).
 
     >>> import numpy as np
     >>> from onnx import helper, numpy_helper
@@ -40,7 +41,7 @@ from dmlbridge.consumers import Consumer
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.layout import packed_strides
 from dmlbridge.mapping import resolve
-from dmlbridge.quantized import QUANTIZED_OPS, Granularity, PartSpec, QuantizedSpec
+from dmlbridge.quantized import QUANTIZED_OPS, Granularity, PartSpec, QuantizedSpec, dequantize_operator
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType, OnnxDataType
 
@@ -201,7 +202,11 @@ def _matmul_nbits(key: str, node: Any, found: dict[int, ModelConstant], target: 
                                 Derivation([b], functools.partial(_unpacked_rows, bits=bits, count=blocks * block,
                                                                   dtype=packed_type.numpy())), scope))
         weight = PartSpec(weight_key, sizes, None)
-    scale_part = PartSpec(scales.key, sizes, (blocks, 1, 0))
+    bias = found.get(5)
+    if bias is not None and (bias.onnx_type is not scales.onnx_type or bias.shape != (n,)):
+        return _skip(key, op, origin, f"bias is {bias.onnx_type.name} {list(bias.shape)}, not [{n}] of the scales' "
+                                      "type"), []
+    scale_part = PartSpec(_scales_key(key, origin, scales, target, scope, derived), sizes, (blocks, 1, 0))
     if zero_points is None:
         zp_key = f"{key}/zero_points"
         middle = 1 << (bits - 1)
@@ -228,7 +233,6 @@ def _matmul_nbits(key: str, node: Any, found: dict[int, ModelConstant], target: 
                                         _unpacked_rows, bits=bits, count=blocks, dtype=packed_type.numpy(), rows=n)),
                                     scope))
             zp_part = PartSpec(zp_key, sizes, (blocks, 1, 0))
-    bias = found.get(5)
     spec = QuantizedSpec(key, op, origin, bits, False, "block", 1, block, (n, k), scales.onnx_type,
                          (weight, scale_part, zp_part), None, bias=None if bias is None else bias.key)
     return spec, derived
@@ -244,11 +248,15 @@ def _blocked_strides(shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
 def _dequantize_linear(key: str, node: Any, found: dict[int, ModelConstant], target: Target
                        ) -> tuple[QuantizedSpec, list[ModelConstant]]:
     op, attrs = "DequantizeLinear", _attrs(node)
-    origin = f"DequantizeLinear node {key!r}"
+    contrib = node.domain == "com.microsoft"
+    origin = f"{'com.microsoft ' if contrib else ''}DequantizeLinear node {key!r}"
     x, scale, zero_point = found.get(0), found.get(1), found.get(2)
     names = list(node.input) + [""] * 3
     if x is None or scale is None or (names[2] and zero_point is None):
         return _skip(key, op, origin, "x, x_scale and x_zero_point must be constants"), []
+    if contrib and ({"block_size", "output_dtype"} & set(attrs) or scale.onnx_type is OnnxDataType.BFLOAT16):
+        return _skip(key, op, origin, "com.microsoft DequantizeLinear has no block_size or output_dtype and takes "
+                                      "FLOAT or FLOAT16 scales"), []
     if x.onnx_type not in _FOUR_OR_EIGHT:
         return _skip(key, op, origin, f"x is {x.onnx_type.name}: DirectML's DEQUANTIZE reads 2-, 4- and 8-bit "
                                       "integers here"), []
@@ -262,6 +270,10 @@ def _dequantize_linear(key: str, node: Any, found: dict[int, ModelConstant], tar
     axis = axis + rank if axis < 0 else axis
     if 0 in x.shape:
         return _skip(key, op, origin, "x is empty"), []
+    if zero_point is not None and zero_point.shape != scale.shape and not (
+            zero_point.size == scale.size == 1 and len(zero_point.shape) <= 1 and len(scale.shape) <= 1):
+        return _skip(key, op, origin, f"x_zero_point is {list(zero_point.shape)} and x_scale "
+                                      f"{list(scale.shape)}: they must have the same shape"), []
     bits = x.onnx_type.bitwidth
     signed = x.onnx_type.is_signed
     scope, derived = _scope(key), []
@@ -280,7 +292,8 @@ def _dequantize_linear(key: str, node: Any, found: dict[int, ModelConstant], tar
         per_scale = tuple(1 if d == axis else 0 for d in range(rank))
     else:
         length = shape[axis]
-        blocks = -(-length // block)
+        block = min(block, length)  # (a block longer than the axis is one block of the axis: the same values)
+        blocks = -(-length // block) if block > 0 else 0
         expected = (*shape[:axis], blocks, *shape[axis + 1 :])
         if scale.shape != expected or block < 0:
             return _skip(key, op, origin, f"a blocked scale must be {list(expected)}, not {list(scale.shape)}"), []
@@ -300,7 +313,7 @@ def _dequantize_linear(key: str, node: Any, found: dict[int, ModelConstant], tar
                                         x.onnx_type, padded, Derivation([x], functools.partial(
                                             _padded, shape=shape, padded=padded, axis=axis)), scope))
                 weight = PartSpec(weight_key, sizes, None)
-    scale_part = PartSpec(scale.key, sizes, per_scale)
+    scale_part = PartSpec(_scales_key(key, origin, scale, target, scope, derived), sizes, per_scale)
     if zero_point is None:
         zp_key = f"{key}/zero_points"
         derived.append(_derived(zp_key, f"zero point of {origin} (the default, 0)", x.onnx_type, (1,),
@@ -312,6 +325,27 @@ def _dequantize_linear(key: str, node: Any, found: dict[int, ModelConstant], tar
     spec = QuantizedSpec(key, op, origin, bits, signed, granularity, the_axis, block if granularity == "block" else 0,
                          x.shape, scale.onnx_type, (weight, scale_part, zp_part), None)
     return spec, derived
+
+
+def _scales_key(key: str, origin: str, scales: ModelConstant, target: Target, scope: str,
+                derived: list[ModelConstant]) -> str:
+    """The key of the entry the scales part reads: the model's scales, or where the target's operator does not
+    take their DML type (FLOAT16 below feature level 6.0), a derived FLOAT copy added to ``derived``."""
+    operator = dequantize_operator(target.feature_level)
+    row = resolve(scales.onnx_type, target)
+    if row.dml_type is None or row.dml_type in operator.scales or DmlDataType.FLOAT32 not in operator.scales:
+        return scales.key
+    widened = f"{key}/scales"
+    derived.append(_derived(widened, f"scales of {origin}, widened to FLOAT from {scales.key!r} ({operator.name} at "
+                                     f"feature level {target.feature_level.dotted} takes FLOAT32 scales)",
+                            OnnxDataType.FLOAT, scales.shape,
+                            Derivation([scales], functools.partial(_widened)), scope))
+    return widened
+
+
+def _widened(sources: list[np.ndarray]) -> np.ndarray:
+    """``sources[0]`` (float16 scales) as float32: exact."""
+    return sources[0].astype(np.float32)
 
 
 def _padded(sources: list[np.ndarray], shape: tuple[int, ...], padded: tuple[int, ...], axis: int) -> np.ndarray:
@@ -360,6 +394,7 @@ def _gather_block_quantized(key: str, node: Any, found: dict[int, ModelConstant]
         return _skip(key, op, origin, f"quantize_axis {attrs.get('quantize_axis', 1)} is outside the data's "
                                       f"{rank} dimensions"), []
     length = shape[axis]
+    block = min(block, length)  # (a block longer than the axis is one block of the axis: the same values)
     blocks = -(-length // block)
     scale_shape = (*shape[:axis], blocks, *shape[axis + 1 :])
     if scales.shape != scale_shape:
@@ -381,7 +416,7 @@ def _gather_block_quantized(key: str, node: Any, found: dict[int, ModelConstant]
                                                                      shape=shape, padded=padded, axis=axis,
                                                                      dtype=unsigned_type.numpy())), scope))
         weight = PartSpec(weight_key, sizes, None)
-    scale_part = PartSpec(scales.key, sizes, per_scale)
+    scale_part = PartSpec(_scales_key(key, origin, scales, target, scope, derived), sizes, per_scale)
     if zero_points is None:
         zp_key = f"{key}/zero_points"
         middle = (1 << (bits - 1)) if data.onnx_type is OnnxDataType.UINT8 else 0
@@ -426,9 +461,10 @@ def _gather_weight(sources: list[np.ndarray], bits: int, shape: tuple[int, ...],
     return _padded([values], shape, padded, axis) if padded != shape else values
 
 
-_SOURCE_INPUTS = {"com.microsoft:MatMulNBits": frozenset({1, 3}), "DequantizeLinear": frozenset({0, 2}),
-                  "com.microsoft:GatherBlockQuantized": frozenset({0, 3})}
-"""The inputs of each op whose values a derived entry may carry instead (weights and zero points, never scales)."""
+_SOURCE_INPUTS = {"com.microsoft:MatMulNBits": frozenset({1, 2, 3}), "DequantizeLinear": frozenset({0, 1, 2}),
+                  "com.microsoft:DequantizeLinear": frozenset({0, 1, 2}),
+                  "com.microsoft:GatherBlockQuantized": frozenset({0, 2, 3})}
+"""The inputs of each op whose values a derived entry may carry instead (weights, scales and zero points)."""
 
 
 def replaced_sources(consumers: Mapping[str, tuple[Consumer, ...]], specs: list[QuantizedSpec]) -> set[str]:

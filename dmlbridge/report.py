@@ -111,7 +111,8 @@ def _quantized_line(q: QuantizedWeight) -> str:
     parts = ", ".join(f"{name} {_printable(p.key)!r} {p.dml_type.name}"
                       for name, p in (("weight", q.weight), ("scales", q.scales), ("zero points", q.zero_points))
                       if p is not None)
-    return f"{head}, sizes {list(q.sizes or ())}: {parts}"
+    operator = f" (for {q.operator})" if q.operator else ""
+    return f"{head}, sizes {list(q.sizes or ())}{operator}: {parts}"
 
 
 def _short_origin(key: str, origin: str) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,6 +30,7 @@ from dmlbridge.encode import prepare
 from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.manifest import BufferFile
+from dmlbridge.manifest_parts import OPERATOR_VERSION
 from dmlbridge.model_file import external_data_reader, need_reader, read_model
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
 from dmlbridge.planning import PlanEntry, plan_constants
@@ -114,6 +116,8 @@ def find_mismatches(
         finally:
             bar.close()
         fresh = quantized_views(specs, plan.entries, plan.min_dims, plan.target, plan.alignment)
+        if plan.format_version < OPERATOR_VERSION:  # (its records did not name their operator)
+            fresh = {key: replace(record, operator=None) for key, record in fresh.items()}
         for key in sorted(set(fresh) | set(plan.quantized_records)):
             mine, theirs = plan.quantized_records.get(key), fresh.get(key)
             if mine is None or theirs is None or mine.to_json() != theirs.to_json():

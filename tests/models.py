@@ -300,7 +300,9 @@ def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
     old = copy.deepcopy(doc)
     old["format_version"] = version
     old["entries"] = [padded_as_format_4(e, old["min_dims"], version) for e in old["entries"]]
-    if version == 4:
+    if version == 4:  # (format 5 added each quantized record's operator)
+        for record in old["quantized"]:
+            del record["operator"]
         return old
     del old["max_buffer_bytes"], old["quantized"]
     for entry in old["entries"]:

@@ -92,3 +92,45 @@ def gbq_model(data: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, bits:
     out = TensorProto.FLOAT if scales.dtype == np.float32 else TensorProto.FLOAT16
     graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", out, None)], inits)
     return helper.make_model(graph, opset_imports=OPSETS), node
+
+
+def static_quantized(weight_type: Any = None, seed: int = 0) -> onnx.ModelProto:
+    """A small opset-12 Conv + MatMul model quantized by ONNX Runtime's own quantize_static (QDQ, per channel, a
+    calibration reader of a few random inputs). With 4-bit weights (the default, QUInt4) the quantizer writes
+    ``com.microsoft`` QuantizeLinear and DequantizeLinear nodes, the ONNX ones not taking 4 bits before opset 21."""
+    import os
+    import tempfile
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
+
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "B"),
+             numpy_helper.from_array((rng.standard_normal((8 * 6 * 6, 5)) * 0.3).astype(np.float32), "W2"),
+             numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
+    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["C"], "conv"), helper.make_node("Relu", ["C"], ["R"], "relu"),
+             helper.make_node("Reshape", ["R", "shape"], ["F"], "flat"),
+             helper.make_node("MatMul", ["F", "W2"], ["Y"], "mm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+
+    class Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.inputs = iter([{"X": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.inputs, None)
+
+    with tempfile.TemporaryDirectory() as directory:
+        source, target = os.path.join(directory, "m.onnx"), os.path.join(directory, "q.onnx")
+        onnx.save(model, source)
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)  # (the quantizer's advice to pre-process, and its domain note)
+        try:
+            quantize_static(source, target, Reader(), weight_type=weight_type or QuantType.QUInt4,
+                            activation_type=QuantType.QUInt8, per_channel=True, quant_format=QuantFormat.QDQ)
+        finally:
+            root.setLevel(level)
+        return onnx.load(target)

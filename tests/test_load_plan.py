@@ -338,3 +338,103 @@ def test_random_manifest_mutations_only_raise_manifest_error(
             for entry in plan.converted:  # an accepted plan must be readable
                 plan.dml_array(entry.key)
     assert outcomes["refused"] > runs * 0.8
+
+
+def _quantized_doc(directory: Path) -> tuple[Any, dict[str, Any]]:
+    """A converted model with a per-axis INT8 DequantizeLinear ('dq'), a MatMulNBits with a bias ('mm') and two
+    plain constants ('u' UINT8 [8], 'f' FLOAT [4, 8]), and its manifest."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from quantized_models import OPSETS
+
+    rng = np.random.default_rng(1)
+    inits = {"x": rng.integers(-128, 128, (4, 8)).astype(np.int8), "s": (rng.random(8) + 0.1).astype(np.float32),
+             "z": rng.integers(-128, 128, 8).astype(np.int8), "B": rng.integers(0, 256, (8, 3, 8)).astype(np.uint8),
+             "S": (rng.random((8, 3)) + 0.1).astype(np.float32), "bias": np.arange(8, dtype=np.float32),
+             "u": np.arange(8, dtype=np.uint8), "f": np.ones((4, 8), np.float32)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], "dq", axis=1),
+             helper.make_node("MatMulNBits", ["A", "B", "S", "", "", "bias"], ["Y"], "mm", domain="com.microsoft",
+                              K=48, N=8, bits=4, block_size=16)]
+    graph = helper.make_graph(nodes, "g", [], [], [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=OPSETS)
+    convert_model(model, directory / "q", progress=False)
+    return model, json.loads((directory / "q.json").read_text())
+
+
+def _repoint(doc: dict[str, Any], record: dict[str, Any], part: str, key: str) -> None:
+    """Make ``record``'s ``part`` read entry ``key`` with the same sizes and strides, its desc right for that
+    entry (so that only the part's role can tell)."""
+    from dmlbridge.layout import calc_buffer_tensor_size
+    from dmlbridge.types import DmlDataType
+
+    entry = next(e for e in doc["entries"] if e["key"] == key)
+    desc = record[part]["desc"]
+    dml = DmlDataType[entry["dml_type"]]
+    total = calc_buffer_tensor_size(dml, desc["Sizes"], desc["Strides"])
+    record[part] = {"key": key, "buffer": entry["buffer"], "offset": entry["offset"],
+                    "desc": {**desc, "DataType": int(dml), "TotalTensorSizeInBytes": total}}
+
+
+def test_tampered_quantized_records_are_refused(tmp_path: Path) -> None:
+    """Each field of a quantized record against what its entries say and the planner gives: bits, each part's
+    DML type for its role, signed, output_type, bias, granularity, the dimension count and the operator; a
+    zero_scales that lies is caught where the scales are read (dequantize), load_plan reading no values."""
+    model, doc = _quantized_doc(tmp_path)
+    assert [r["key"] for r in doc["quantized"]] == ["dq", "mm"] and all(r["skipped"] is None for r in doc["quantized"])
+
+    def dq(r: dict[str, Any]) -> dict[str, Any]:
+        return next(x for x in r["quantized"] if x["key"] == "dq")
+
+    def mm(r: dict[str, Any]) -> dict[str, Any]:
+        return next(x for x in r["quantized"] if x["key"] == "mm")
+
+    damages = {
+        "bits 3": lambda d: dq(d).update(bits=3),
+        "bits 0": lambda d: dq(d).update(bits=0),
+        "bits 4 on an 8-bit weight": lambda d: dq(d).update(bits=4),
+        "scales over the INT8 weight": lambda d: _repoint(d, dq(d), "scales", "x"),
+        "zero points over a UINT8 entry": lambda d: _repoint(d, dq(d), "zero_points", "u"),
+        "zero points over the scales": lambda d: _repoint(d, dq(d), "zero_points", "s"),
+        "weight over a FLOAT32 entry": lambda d: _repoint(d, dq(d), "weight", "f"),
+        "output_type": lambda d: dq(d).update(output_type="FLOAT16"),
+        "signed": lambda d: dq(d).update(signed=False),
+        "signed MatMulNBits": lambda d: mm(d).update(signed=True),
+        "bias of another shape": lambda d: mm(d).update(bias="f"),
+        "bias on a DequantizeLinear": lambda d: dq(d).update(bias="bias"),
+        "granularity without its axis": lambda d: dq(d).update(granularity="axis", axis=None),
+        "per tensor with an axis": lambda d: dq(d).update(granularity="tensor"),
+        "a weight with strides": lambda d: dq(d)["weight"]["desc"].update(Strides=[8, 1]),
+        "a dimension more": lambda d: [dq(d).update(sizes=[1, 4, 8])] + [
+            dq(d)[p]["desc"].update(DimensionCount=3, Sizes=[1, 4, 8], Strides=None if dq(d)[p]["desc"]["Strides"]
+                                    is None else [0, *dq(d)[p]["desc"]["Strides"]]) for p in ("weight", "scales",
+                                                                                            "zero_points")],
+        "another operator": lambda d: dq(d).update(operator="ELEMENT_WISE_DEQUANTIZE_LINEAR"),
+        "no operator": lambda d: dq(d).update(operator=None),
+        "operator left out": lambda d: dq(d).pop("operator"),
+        "skipped with an operator": lambda d: mm(d).update(skipped="no", sizes=None, weight=None, scales=None,
+                                                           zero_points=None),
+    }
+    for name, damage in damages.items():
+        bad = copy.deepcopy(doc)
+        damage(bad)
+        (tmp_path / "q.json").write_text(json.dumps(bad))
+        try:
+            load_plan(tmp_path / "q.json")
+        except ManifestError:
+            continue
+        pytest.fail(f"a record with {name} was accepted")
+    old = older(doc, 4)  # (format 4 has no operator: one is an unknown field)
+    old["quantized"][0]["operator"] = "DEQUANTIZE"
+    (tmp_path / "q.json").write_text(json.dumps(old))
+    with pytest.raises(ManifestError, match="unknown field"):
+        load_plan(tmp_path / "q.json")
+
+    lying = copy.deepcopy(doc)
+    dq(lying).update(zero_scales=True)
+    (tmp_path / "q.json").write_text(json.dumps(lying))
+    with pytest.raises(ManifestError, match="zero_scales"):
+        load_plan(tmp_path / "q.json").quantized["dq"].dequantize()
+    (tmp_path / "q.json").write_text(json.dumps(doc))
+    plan = load_plan(tmp_path / "q.json")
+    plan.verify(model)
+    assert plan.quantized["mm"].bias == "bias" and plan.quantized["dq"].dequantize().shape == (4, 8)
