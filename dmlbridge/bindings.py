@@ -80,6 +80,7 @@ def binding_lines(plan: UploadPlan) -> Iterator[str]:
         if record.granularity == "block" and record.axis == len(record.shape) - 1 \
                 and record.operator in (None, "DEQUANTIZE"):  # (ONNX Runtime's form of DEQUANTIZE, first)
             forms.insert(0, ("blocked", record.blocked_form()))
+        yield f"quantized {_encoded(key)} {record.operator or '-'}"
         for form, parts in forms:
             for role, part in zip(("weight", "scales", "zero_points"), parts, strict=True):
                 yield (f"part {_encoded(key)} {form} {role} {_encoded(part.key)} {part.buffer} {part.offset} "

@@ -48,6 +48,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <map>
 #include <vector>
 
 #ifdef __MINGW32__
@@ -149,6 +150,7 @@ struct Binding {       // a tensor line, or one part line
 struct QuantForm {  // the three part lines of one record and form
     std::string record, form;
     Binding parts[3];  // weight, scales, zero_points
+    std::string op;    // the operator its quantized line names: DEQUANTIZE or ELEMENT_WISE_DEQUANTIZE_LINEAR
 };
 struct BufferLine {
     std::string encoded;  // FILE as the list spells it
@@ -160,6 +162,7 @@ struct BindingList {
     std::vector<BufferLine> buffers;
     std::vector<Binding> tensors;
     std::vector<QuantForm> forms;
+    std::map<std::string, std::string> operators;  // RECORD -> OPERATOR, from the quantized lines
 };
 
 static std::string g_listPath;  // where the list being read is, for messages
@@ -281,6 +284,14 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
                 Malformed("buffer INDEX " + f[1] + ": expected " + Str(list.buffers.size()) + " (they are in order)");
             list.buffers.push_back({f[2], Widen(dir, CP_ACP) + L"/" + Widen(Decoded(f[2], "FILE"), CP_UTF8),
                                     Number(f[3], 1ull << 62, "buffer SIZE")});
+        } else if (f[0] == "quantized") {
+            if (f.size() != 3) Malformed("a quantized line is 'quantized RECORD OPERATOR'");
+            Decoded(f[1], "RECORD");
+            if (f[2] != "DEQUANTIZE" && f[2] != "ELEMENT_WISE_DEQUANTIZE_LINEAR" && f[2] != "-")
+                Malformed("OPERATOR '" + f[2] + "': expected DEQUANTIZE, ELEMENT_WISE_DEQUANTIZE_LINEAR or -");
+            if (!list.operators.emplace(f[1], f[2] == "-" ? "DEQUANTIZE" : f[2]).second)
+                Malformed("a second quantized line for record " + f[1]);
+            bindingsBegun = true;
         } else if (f[0] == "tensor" || f[0] == "part") {
             bool part = f[0] == "part";
             if (f.size() != (part ? 14u : 11u))
@@ -294,7 +305,11 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
                 if (f[2] != "split" && f[2] != "blocked") Malformed("FORM '" + f[2] + "': expected split or blocked");
                 if (f[3] != roles[role])
                     Malformed("ROLE '" + f[3] + "': expected " + roles[role] + " (weight, scales, zero_points)");
-                if (role == 0) list.forms.push_back({f[1], f[2], {}});
+                if (role == 0) {
+                    auto op = list.operators.find(f[1]);
+                    if (op == list.operators.end()) Malformed("a part of record " + f[1] + " before its quantized line");
+                    list.forms.push_back({f[1], f[2], {}, op->second});
+                }
                 if (f[1] != list.forms.back().record || f[2] != list.forms.back().form)
                     Malformed("a part of " + f[1] + "/" + f[2] + " where " + list.forms.back().record + "/" +
                               list.forms.back().form + " needs its " + roles[role]);
@@ -308,7 +323,7 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
             if (part) list.forms.back().parts[role] = b, role = (role + 1) % 3;
             else list.tensors.push_back(b);
         } else {
-            Malformed("unknown line '" + f[0] + "': expected buffer, tensor, part or a # comment");
+            Malformed("unknown line '" + f[0] + "': expected buffer, tensor, quantized, part or a # comment");
         }
     }
     if (list.target == 0) Malformed("the list ends before its target line");
@@ -651,6 +666,18 @@ static HRESULT CreateDequantize(Gpu& g, const Desc& input, const Desc& scale, co
     return MakeOperator(g, {DML_OPERATOR_DEQUANTIZE, &dequantize}, compiled);
 }
 
+// ELEMENT_WISE_DEQUANTIZE_LINEAR (below feature level 6.3, no 4-bit types): input, scale and zero point of one
+// set of sizes (the split form), output packed in outType.
+static HRESULT CreateDequantizeLinear(Gpu& g, const Desc& input, const Desc& scale, const Desc& zeroPoint,
+                                      DML_TENSOR_DATA_TYPE outType, ComPtr<IDMLCompiledOperator>* compiled) {
+    Desc output = Packed(outType, input);
+    DML_BUFFER_TENSOR_DESC in = input.Get(), s = scale.Get(), z = zeroPoint.Get(), out = output.Get();
+    DML_TENSOR_DESC inT = {DML_TENSOR_TYPE_BUFFER, &in}, sT = {DML_TENSOR_TYPE_BUFFER, &s},
+                    zT = {DML_TENSOR_TYPE_BUFFER, &z}, outT = {DML_TENSOR_TYPE_BUFFER, &out};
+    DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC dequantize = {&inT, &sT, &zT, &outT};
+    return MakeOperator(g, {DML_OPERATOR_ELEMENT_WISE_DEQUANTIZE_LINEAR, &dequantize}, compiled);
+}
+
 static HRESULT CreateRead(Gpu& g, const Desc& input, ComPtr<IDMLCompiledOperator>* compiled) {
     ReadPlan plan = ReadPlanFor(input.type);
     if (plan.op == DML_OPERATOR_DEQUANTIZE)  // scale 1.0, zero point 0
@@ -759,18 +786,22 @@ static void ProbeSize(Run& r, const Binding& b) {
     Say("probe %s %s %llu", b.name.c_str(), op, (unsigned long long)high);
 }
 
-// The three parts of a quantized weight together: DEQUANTIZE, output in the scales' type.
+// The three parts of a quantized weight together, through the operator its quantized line names (DEQUANTIZE, or
+// ELEMENT_WISE_DEQUANTIZE_LINEAR below feature level 6.3); output in the scales' type.
 static void Dequantize(Run& r, const QuantForm& q) {
     const Binding *w = &q.parts[0], *s = &q.parts[1], *z = &q.parts[2];
     std::string name = q.record + "/" + q.form;
-    if (RefuseBinding(r, "dequantize", name, "DEQUANTIZE", s->desc.type, {w, s, z})) return;
+    bool linear = q.op == "ELEMENT_WISE_DEQUANTIZE_LINEAR";
+    const char* op = linear ? "ELEMENT_WISE_DEQUANTIZE_LINEAR" : "DEQUANTIZE";
+    if (RefuseBinding(r, "dequantize", name, op, s->desc.type, {w, s, z})) return;
     std::vector<Step> steps(1);
     long long dumpAt = -1;
-    HRESULT hr = CreateDequantize(r.g, w->desc, s->desc, z->desc, s->desc.type, &steps[0].op);
+    HRESULT hr = linear ? CreateDequantizeLinear(r.g, w->desc, s->desc, z->desc, s->desc.type, &steps[0].op)
+                        : CreateDequantize(r.g, w->desc, s->desc, z->desc, s->desc.type, &steps[0].op);
     steps[0].inputs = {BindingOf(r, *w), BindingOf(r, *s), BindingOf(r, *z)};
     UINT64 outBytes = Packed(s->desc.type, w->desc).total;
     if (SUCCEEDED(hr)) hr = Execute(r, steps, outBytes, dumpAt);
-    Report(r, "dequantize", name, "DEQUANTIZE", hr, s->desc.type, outBytes, dumpAt);
+    Report(r, "dequantize", name, op, hr, s->desc.type, outBytes, dumpAt);
 }
 
 // The blocked form DEQUANTIZEd into a GPU buffer, then GEMM A [1,1,M,K] x B^T with B that [1,1,N,K]: the weight

@@ -43,6 +43,7 @@ class BindingList:
     target: str
     buffers: list[tuple[str, int]]
     lines: list[Line]
+    operators: dict[str, str]  # RECORD -> OPERATOR, from the quantized lines
 
 
 def encode(text: str) -> str:
@@ -77,6 +78,7 @@ def parse(text: str) -> BindingList:
     assert kind == "target" and re.fullmatch(r"\d\.\d", target)
     buffers: list[tuple[str, int]] = []
     lines: list[Line] = []
+    operators: dict[str, str] = {}
     for row in rows[2:]:
         fields = row.split(" ")
         if fields[0] == "buffer":
@@ -85,8 +87,13 @@ def parse(text: str) -> BindingList:
         elif fields[0] == "tensor":
             assert len(fields) == 11
             lines.append(Line("tensor", decode(fields[1]), int(fields[2]), int(fields[3]), _desc(fields[4:])))
+        elif fields[0] == "quantized":
+            assert len(fields) == 3 and decode(fields[1]) not in operators
+            assert fields[2] in ("DEQUANTIZE", "ELEMENT_WISE_DEQUANTIZE_LINEAR", "-"), fields[2]
+            operators[decode(fields[1])] = fields[2]
         elif fields[0] == "part":
             assert len(fields) == 14 and fields[2] in ("split", "blocked")
+            assert decode(fields[1]) in operators, "a part before its quantized line"
             assert fields[3] in ("weight", "scales", "zero_points")
             lines.append(Line("part", decode(fields[4]), int(fields[5]), int(fields[6]), _desc(fields[7:]),
                               decode(fields[1]), fields[2], fields[3]))
@@ -100,7 +107,7 @@ def parse(text: str) -> BindingList:
     for line in lines:
         assert 0 <= line.buffer < len(buffers)
         assert line.offset % 16 == 0 and line.offset + line.desc.total <= buffers[line.buffer][1]
-    return BindingList(target, buffers, lines)
+    return BindingList(target, buffers, lines, operators)
 
 
 def desc_fields(data_type: str, sizes: tuple[int, ...], strides: tuple[int, ...] | None, total: int,

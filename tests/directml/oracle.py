@@ -115,7 +115,11 @@ def merged(lists: dict[str, str]) -> str:
         listed = parse(text)
         base = len(buffers)
         buffers += listed.buffers
+        announced = set()
         for line in listed.lines:
+            if line.kind == "part" and line.record not in announced:
+                announced.add(line.record)
+                body.append(f"quantized {encode(case + ':' + (line.record or ''))} {listed.operators[line.record]}")
             fields = desc_fields(line.desc.data_type, line.desc.sizes, line.desc.strides, line.desc.total,
                                  line.desc.flags, line.desc.alignment)
             where = f"{encode(case + ':' + line.key)} {base + line.buffer} {line.offset} {fields}"

@@ -1,19 +1,23 @@
-"""Quantized weights through DirectML's DEQUANTIZE, held to ONNX Runtime's CPU provider.
+"""Quantized weights through DirectML's DEQUANTIZE and ELEMENT_WISE_DEQUANTIZE_LINEAR, held to ONNX Runtime's CPU
+provider.
 
 MatMulNBits at 2, 4 and 8 bits in blocks of 16 to 256 (K whole blocks and not) and QDQ models, made by ONNX
 Runtime's own quantizer; blocked, per-axis and per-tensor DequantizeLinear and GatherBlockQuantized of every data
-type, made by hand; FLOAT32 and FLOAT16 scales; at feature levels 6.4 and 6.2 (where 4-bit parts become 8-bit).
-Each record's three descs, split and blocked, go to DEQUANTIZE as they are. DEQUANTIZE writes in the scales' type
-and this runtime's FLOAT16 writes are not exact, so a FLOAT16 record's DEQUANTIZE only has to run; its values are
-compared through FLOAT32, from DirectML's reading of each part (weight and zero point through DEQUANTIZE with a
-scale of 1, scales through CAST) combined on the CPU. The comparison is bit for bit, up to the sign of zero (ONNX
-Runtime's identity product cannot show it). MatMulNBits also runs as DEQUANTIZE then GEMM on DirectML, against
-ONNX Runtime's CPU MatMulNBits on the same input.
+type, made by hand; FLOAT32 and FLOAT16 scales; at feature levels 6.4 and 6.2 (where 4-bit parts become 8-bit),
+and a few at 6.0, 5.0 (FLOAT16 scales get a FLOAT32 copy), 2.1 (exactly 4 dimensions) and 1.0 (UINT8 only).
+Each record's three descs, split and blocked, go as they are to the operator the record names: DEQUANTIZE from
+6.3, ELEMENT_WISE_DEQUANTIZE_LINEAR below (which refuses every 4-bit split form, as its table says). Both write in
+the scales' type and this runtime's FLOAT16 writes are not exact, so a FLOAT16 record's operator only has to run;
+its values are compared through FLOAT32, from DirectML's reading of each part (weight and zero point through
+DEQUANTIZE with a scale of 1, scales through CAST) combined on the CPU. The comparison is bit for bit, up to the
+sign of zero (ONNX Runtime's identity product cannot show it). MatMulNBits also runs as DEQUANTIZE then GEMM on
+DirectML, against ONNX Runtime's CPU MatMulNBits on the same input.
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,11 +42,11 @@ DQ = [((6, 10), "tensor", 0, 0), ((6, 10), "axis", 1, 0), ((6, 10), "axis", 0, 0
 def _cases() -> list[tuple[str, Any, str, np.ndarray, Target, dict[str, Any]]]:
     """(case name, model, node key, ONNX Runtime's output, target, facts)."""
     out = []
-    for k, n, bits, block, symmetric in MATMUL:
+    for index, (k, n, bits, block, symmetric) in enumerate(MATMUL):
         model = quantized(k, n, bits, block, symmetric)
         (node,) = model.graph.node
         want = identity_product(model, k).T.copy()
-        for level in ("6.4", "6.2"):
+        for level in ("6.4", "6.2", *(("5.0", "2.1") if index < 3 else ())):
             out.append((f"mm{k}x{n}b{bits}q{block}{'s' if symmetric else ''}@{level}", model, node.name, want,
                         Target(level), {"matmul": (k, n, block)}))
     model = quantized(72, 8, 4, 16, False)  # FLOAT16 scales
@@ -54,7 +58,8 @@ def _cases() -> list[tuple[str, Any, str, np.ndarray, Target, dict[str, Any]]]:
         value.type.tensor_type.elem_type = 10
     session = ort.InferenceSession(fp16.SerializeToString(), providers=["CPUExecutionProvider"])
     want16 = session.run(None, {"A": np.eye(72, dtype=np.float16)})[0].T.copy()
-    out.append(("mm-float16-scales", fp16, node.name, want16, Target(), {}))
+    for level in ("6.4", "6.0", "5.0"):  # (below 6.0 the scales get a FLOAT32 copy)
+        out.append((f"mm-float16-scales@{level}", fp16, node.name, want16, Target(level), {}))
     for symmetric in (False, True):
         model = quantized(72, 8, 4, 16, symmetric, qdq=True)
         dq = next(node for node in model.graph.node if node.op_type == "DequantizeLinear")
@@ -87,7 +92,7 @@ def _cases() -> list[tuple[str, Any, str, np.ndarray, Target, dict[str, Any]]]:
                 model, node = gbq_model(data, scales16, zp if with_zp else None, bits, block, 1, 0)
                 out_type = 1 if scales16.dtype == np.float32 else 10
                 want = node_output(model, node, out_type)
-                for level in ("6.4", "6.2"):
+                for level in ("6.4", "6.2", *(("1.0",) if data_type == "uint8 bits 8" else ())):
                     name = f"gbq-{data_type.replace(' ', '')}-{length}{'-zp' if with_zp else ''}@{level}"
                     out.append((name, model, "gbq", want, Target(level), {}))
     return out
@@ -114,7 +119,7 @@ def _same(got: np.ndarray, want: np.ndarray) -> bool:
 
 
 @pytest.fixture(scope="module")
-def readings(directml: DirectML, tmp_path_factory: pytest.TempPathFactory) -> tuple[list, Any, dict]:
+def readings(directml: DirectML, tmp_path_factory: pytest.TempPathFactory) -> tuple[list, Any, dict, Path]:
     folder = tmp_path_factory.mktemp("quantized")
     lists, records, inputs = {}, [], {}
     for case, model, key, want, target, facts in _cases():
@@ -135,12 +140,14 @@ def readings(directml: DirectML, tmp_path_factory: pytest.TempPathFactory) -> tu
     for case, record, _, _ in records:
         if case in inputs:
             gemm += ["--gemm", f"{encode(case + ':' + record.key)}={folder / (case + '.a.bin')}"]
-    run = directml.run(merged(lists), gemm, directory=folder)
-    return records, run, inputs
+    text = merged(lists)
+    (folder / "all.bindings").write_text(text)
+    run = directml.run(text, gemm, directory=folder)
+    return records, run, inputs, folder
 
 
 def test_every_record_dequantizes_as_onnx_runtime_does(readings: tuple) -> None:
-    records, run, _ = readings
+    records, run, _, _ = readings
     problems, compared = [], 0
     for case, record, want, _ in records:
         name = encode(f"{case}:{record.key}")
@@ -148,7 +155,7 @@ def test_every_record_dequantizes_as_onnx_runtime_does(readings: tuple) -> None:
                              and record.operator == "DEQUANTIZE" else [])
         for form in forms:
             result = run.results.get(f"{name}/{form}")
-            assert result is not None and result.operator == "DEQUANTIZE", (case, form)
+            assert result is not None and result.operator == record.operator, (case, form)  # (the record's own)
             if not result.ok:
                 problems.append(f"{case} {form}: DEQUANTIZE returned {result.hresult}")
                 continue
@@ -171,6 +178,7 @@ def test_every_record_dequantizes_as_onnx_runtime_does(readings: tuple) -> None:
                 if not _same(got, want):
                     bad = int(np.sum(got != want))
                     problems.append(f"{case} {form} through {how}: {bad} of {want.size} values differ")
+    assert {r.operator for _, r, _, _ in records} == {"DEQUANTIZE", "ELEMENT_WISE_DEQUANTIZE_LINEAR"}
     TALLY.count("4 quantized", compared)
     TALLY.mismatches += len(problems)
     assert not problems, "\n".join(problems[:20])
@@ -178,7 +186,7 @@ def test_every_record_dequantizes_as_onnx_runtime_does(readings: tuple) -> None:
 
 
 def test_matmul_nbits_as_dequantize_then_gemm(readings: tuple) -> None:
-    records, run, inputs = readings
+    records, run, inputs, _ = readings
     checked = 0
     for case, record, want, _ in records:
         if case not in inputs:
@@ -196,3 +204,20 @@ def test_matmul_nbits_as_dequantize_then_gemm(readings: tuple) -> None:
         checked += 1
     TALLY.count("4 quantized (GEMM)", checked)
     assert checked >= 5
+
+
+def test_element_wise_dequantize_linear_takes_no_4_bit_type(readings: tuple, directml: DirectML) -> None:
+    # DirectML's tensor-support table for ELEMENT_WISE_DEQUANTIZE_LINEAR lists no UINT4/INT4: the reason a record
+    # below feature level 6.3 is made 8-bit and one at 6.3 or above names DEQUANTIZE. Run the 4-bit split forms
+    # through it anyway: every one is refused.
+    records, _, _, folder = readings
+    names = {encode(f"{case}:{record.key}") for case, record, _, _ in records
+             if record.parts()[0].dml_type.name in ("UINT4", "INT4")}
+    assert len(names) > 20
+    lines = [f"quantized {line.split()[1]} ELEMENT_WISE_DEQUANTIZE_LINEAR"
+             if line.startswith("quantized ") and line.split()[1] in names else line
+             for line in (folder / "all.bindings").read_text().splitlines()]
+    run = directml.run("\n".join(lines) + "\n", directory=folder, counted=False)
+    for name in names:
+        result = run.results[f"{name}/split"]
+        assert (result.operator, result.hresult) == ("ELEMENT_WISE_DEQUANTIZE_LINEAR", "0x80070057"), name
