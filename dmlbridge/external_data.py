@@ -290,6 +290,23 @@ class ExternalDataReader:
         finally:
             os.close(fd)
 
+    def read_range(self, tensor: Any, nbytes: int, start: int, count: int) -> np.ndarray:
+        """Bytes ``[start, start + count)`` of a tensor's ``nbytes`` bytes of external data, as :meth:`read` gives
+        the whole (the file opened and checked the same way): one range of a large tensor, read alone."""
+        if not (0 <= start and 0 <= count and start + count <= nbytes):
+            raise InvalidArgumentError(f"bytes {start}..{start + count} are not within the tensor's {nbytes}")
+        fd, offset, where = self._open_checked(tensor, nbytes)
+        try:
+            if count == 0:
+                return _readonly(np.empty(0, np.uint8))
+            if self._use_mmap:
+                mapped = self._map(fd, offset + start, count)
+                if mapped is not None:
+                    return mapped
+            return self._copy(fd, offset + start, count, where)
+        finally:
+            os.close(fd)
+
     def copy_to(self, tensor: Any, nbytes: int, out_fd: int, count: int | None = None) -> int:
         """Copy the first ``count`` (default: all ``nbytes``) bytes of a tensor's external data to ``out_fd``, at
         its current position, inside the kernel (``os.copy_file_range``, else ``os.sendfile``): no mapping and
