@@ -40,15 +40,12 @@ from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
 from dmlbridge.planning import PlanEntry, Planned
-from dmlbridge.slices import ConstantSlices, decode_bytes, sparse_direct, step_of
+from dmlbridge.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, sparse_direct, step_of
 from dmlbridge.types import OnnxDataType
 from dmlbridge.workers import POOL_MIN_BYTES
 
 __all__ = ["CHUNK_BYTES", "SPARE_BYTES", "STORED_KINDS", "ConstantJobs", "Item", "prepared_constant"]
 
-CHUNK_BYTES = 16 << 20
-"""About this many bytes (of values or of output, the larger) per chunk of a constant cut into chunks; constants
-of twice this size and more are cut."""
 SPARE_BYTES = 32 << 20
 """The output buffers kept for reuse once written (their pages warm): beyond the jobs' budget, so kept small."""
 SLACK = 2 << 20

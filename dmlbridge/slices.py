@@ -33,7 +33,11 @@ from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.onnx_tensor import TensorInfo, decode_range, tensor_info
 from dmlbridge.sparse import WORK_BYTES, SparseIndices
 
-__all__ = ["SPARSE_KINDS", "ConstantSlices", "decode_bytes", "sparse_direct", "step_of"]
+__all__ = ["CHUNK_BYTES", "SPARSE_KINDS", "ConstantSlices", "decode_bytes", "sparse_direct", "step_of"]
+
+CHUNK_BYTES = 16 << 20
+"""About this many bytes (of values or of output, the larger) per chunk of a constant cut into chunks; constants
+of twice this size and more are cut (conversion and verification alike)."""
 
 SPARSE_KINDS = ("sparse_initializer", "sparse_value")
 _SUB_BYTE = (2, 4, 6)  # ONNX bit widths whose decoded array is not a view of the stored bytes

@@ -122,6 +122,7 @@ def tiny_jobs(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -
     monkeypatch.setattr(workers, "IN_FLIGHT_BYTES", 64 << 10)
     if request.param == "chunks":
         monkeypatch.setattr(constant_jobs, "CHUNK_BYTES", 1 << 10)
+        monkeypatch.setattr(verify, "CHUNK_BYTES", 1 << 10)
     return str(request.param)
 
 
@@ -191,6 +192,43 @@ def test_verify_reports_the_same_mismatches_with_workers(
     found = {count: verify.find_mismatches(loaded, path, workers=count) for count in (1, 2, 8)}
     assert found[1] and found[1] == found[2] == found[8]
     assert any("'l_float8'" in problem for problem in found[1])
+
+
+def test_verify_reports_the_same_mismatches_in_chunks(every_type: tuple[Path, dict[str, np.ndarray]], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Constants compared in chunks of about 1 KiB (read back a few elements at a time) give the messages they
+    give compared whole, with any number of workers: the bytes that differ counted over every chunk, the first
+    one's offset, the first element whose value differs (here in a later chunk), a changed padding byte."""
+    path, _ = every_type
+    plan = dmlbridge.convert_model(path, tmp_path / "w", progress=False, fsync=False, workers=1, checksum=True)
+    with open(buffer_paths(tmp_path / "w")[0], "r+b") as f:
+        for key, at in (("l_float8", 5000), ("l_float8", 7001), ("l_bfloat16", 6000), ("l_int64", 3000),
+                        ("l_uint4", 4321), ("l_sparse64", 24000)):
+            entry = plan.entries[key]
+            assert entry.offset is not None
+            f.seek(entry.offset + at)
+            byte = f.read(1)
+            f.seek(entry.offset + at)
+            f.write(bytes([byte[0] ^ 0x21]))
+        entry = plan.entries["l_float4"]  # 16385 values: its last byte's spare nibble, then padding
+        assert entry.offset is not None and entry.total_tensor_size_in_bytes is not None
+        f.seek(entry.offset + entry.total_tensor_size_in_bytes - 1)
+        f.write(b"\x01")
+    plan.close()
+    found = {}
+    for chunks in (False, True):
+        monkeypatch.setattr(verify, "POOL_MIN_BYTES", 0 if chunks else 1 << 20)
+        monkeypatch.setattr(verify, "CHUNK_BYTES", 1 << 10 if chunks else 1 << 40)
+        for count in (1, 2):
+            loaded = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+            found[chunks, count] = verify.find_mismatches(loaded, path, workers=count, sha256=True)
+            loaded.close()
+    whole = found[False, 1]
+    assert all(problems == whole for problems in found.values()), found
+    for key in ("l_float8", "l_bfloat16", "l_int64", "l_uint4", "l_sparse64", "l_float4"):
+        assert any(f"{key!r}: " in problem and "differ" in problem for problem in whole), (key, whole)
+    assert any("'l_float8': 2 byte(s) differ" in problem and "element [" in problem for problem in whole), whole
+    assert "SHA-256" in whole[0] or "fingerprint" in whole[0], whole[0]
 
 
 def _bad_model(folder: Path, bad: list[int]) -> Path:
