@@ -118,12 +118,14 @@ class BufferReads:
             self._feed(start, block)
         return block[start - self._block_start : stop - self._block_start]
 
-    def read_piece(self, start: int, stop: int) -> np.ndarray:
-        """The bytes of a piece read by its job (in any thread, in any order): a fresh array, which the job hands
-        back through :meth:`provided` (the digests take it in file order)."""
-        out = np.empty(stop - start, np.uint8)
-        self._read(start, out)
-        return out
+    def read_piece(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The bytes of a piece read by its job (in any thread, in any order), into ``out`` when it is large enough
+        (a reused buffer) else a fresh array: the job hands them back through :meth:`provided` (the digests take
+        them in file order)."""
+        data = out[: stop - start] if out is not None and out.shape[0] >= stop - start else np.empty(stop - start,
+                                                                                                   np.uint8)
+        self._read(start, data)
+        return data
 
     def provided(self, start: int, data: np.ndarray) -> None:
         """The bytes of the next piece, which its job read."""

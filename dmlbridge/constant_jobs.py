@@ -190,7 +190,8 @@ class ConstantJobs:
         with self._lock:
             self._spare.append(buffer)
             while sum(b.shape[0] for b in self._spare) > SPARE_BYTES:
-                self._spare.remove(min(self._spare, key=len))
+                smallest = min(self._spare, key=len)
+                self._spare = [b for b in self._spare if b is not smallest]  # (by identity: arrays compare)
 
     def run(self, item: Item) -> tuple[np.ndarray, int, np.ndarray]:
         """Job ``item``: (the bytes to write, how many values "saturate" clamped, the buffer that holds them, for

@@ -389,10 +389,11 @@ def _decode(
         raise TensorProtoError(f"{tensor_label(tensor)} cannot be decoded: {type(exc).__name__}: {exc}") from exc
 
 
-def decode_range(tensor: Any, info: TensorInfo, reader: ExternalDataReader, start: int, stop: int) -> np.ndarray:
+def decode_range(tensor: Any, info: TensorInfo, reader: ExternalDataReader, start: int, stop: int,
+                 buffer: np.ndarray | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` (flat, C order) of an external-data tensor that tensor_info examined, read and
-    decoded alone: only their bytes are read. ``start`` must fall on a byte (even for 4-bit types, a multiple
-    of 4 for 2- and 6-bit ones)."""
+    decoded alone: only their bytes are read (into ``buffer`` when it is large enough: the values may then be a
+    view of it). ``start`` must fall on a byte (even for 4-bit types, a multiple of 4 for 2- and 6-bit ones)."""
     bits = info.onnx_type.bitwidth
     if info.storage != "external" or not bits or (start * bits) % 8 or not 0 <= start < stop <= info.size:
         raise InvalidArgumentError(f"{tensor_label(tensor)}: elements {start}..{stop} cannot be read alone")
@@ -400,7 +401,8 @@ def decode_range(tensor: Any, info: TensorInfo, reader: ExternalDataReader, star
     part = TensorInfo(info.name, info.onnx_type, (stop - start,), (stop - start) * info.onnx_type.numpy().itemsize,
                       info.storage, stop - start, last - first)
     try:
-        return _from_packed(reader.read_range(tensor, info.packed_nbytes, first, last - first), part, tensor)
+        return _from_packed(reader.read_range(tensor, info.packed_nbytes, first, last - first, buffer), part,
+                            tensor)
     except DmlBridgeError:
         raise
     except MemoryError:

@@ -138,12 +138,14 @@ class ConstantSlices:
                                                      max_tensor_bytes=self._max_tensor_bytes).reshape(-1)
             return self._values, self._indices
 
-    def values(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
+    def values(self, start: int, stop: int, out: np.ndarray | None = None,
+               buffer: np.ndarray | None = None) -> np.ndarray:
         """The values of elements ``[start, stop)``, flat; for a sparse constant written into ``out`` when given
-        (``stop - start`` elements of the values' dtype in any byte order: the output buffer, say)."""
+        (``stop - start`` elements of the values' dtype in any byte order: the output buffer, say). ``buffer``: a
+        uint8 array external data may be read into (the values may then be a view of it)."""
         if self._info is not None:
             assert self._reader is not None
-            return decode_range(self.constant.proto, self._info, self._reader, start, stop)
+            return decode_range(self.constant.proto, self._info, self._reader, start, stop, buffer)
         values, indices = self._held()
         if indices is None:
             return values[start:stop]
