@@ -4,9 +4,11 @@ A constant of 1 MiB or more whose bytes must be computed (widened, narrowed, pac
 32 MiB or more is cut into chunks of about 16 MiB of output, so that one large tensor (an LLM's embedding, say)
 uses every core and never needs its whole output in memory. Chunks work because every conversion of a whole
 model's constant is element by element into a packed layout: the bytes of elements ``[a, b)`` converted alone
-(``b - a`` even, for 4-bit types) are bytes ``[a, b)`` of the whole tensor's, scaled by the element size. A chunk
-that fails is converted again whole, by the writer, so that the error is the one the whole tensor gives (the
-index of a value out of range is the index in the tensor).
+(``b - a`` even, for 4-bit types) are bytes ``[a, b)`` of the whole tensor's, scaled by the element size; a chunk
+of external data reads only its own bytes (dmlbridge.slices). Each job is charged what it allocates at its peak
+(:meth:`ConstantJobs.cost`), which is what bounds memory (dmlbridge.workers); a sparse tensor of a native type is
+densified straight into the output buffer. A chunk that fails is converted again whole, by the writer, so that
+the error is the one the whole tensor gives (the index of a value out of range is the index in the tensor).
 
     >>> import ml_dtypes, numpy as np
     >>> from onnx import helper, numpy_helper

@@ -1,12 +1,12 @@
 """Writing the upload image, a buffer file at a time: each constant's bytes at its planned offset, zeros between.
 
-Tensors are written one at a time, so the memory conversion needs is bounded by the largest tensor, not by the
-model. A constant whose stored bytes already are its DirectML bytes (a "native" type such as FLOAT, FLOAT16,
-INT64 or INT4 in raw_data or external data) is written without being decoded; large external ones are copied
-from their file by the kernel (``copy_file_range``/``sendfile``, after the same checks as any external read)
-when no checksum is computed. Runs of constants the byte scan read are placed by a few numpy steps, straight
-from the model's bytes. Everything else is decoded and converted by ``prepare``, as DMLBRIDGE_CHECKED_PATH_ONLY
-makes every constant go.
+Tensors are written one at a time, a large one a chunk at a time, so the memory conversion needs is bounded by the
+jobs' budget (dmlbridge.workers), not by the model. A constant whose stored bytes already are its DirectML bytes (a
+"native" type such as FLOAT, FLOAT16, INT64 or INT4 in raw_data or external data) is written without being decoded;
+large external ones are copied from their file by the kernel (``copy_file_range``/``sendfile``, after the same
+checks as any external read) when no checksum is computed. Runs of constants the byte scan read are placed by a few
+numpy steps, straight from the model's bytes. Everything else is decoded and converted by ``prepare``, as
+DMLBRIDGE_CHECKED_PATH_ONLY makes every constant go.
 
     >>> import io, numpy as np
     >>> from onnx import helper, numpy_helper

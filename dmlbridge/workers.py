@@ -3,7 +3,8 @@
 Decoding and converting a constant (widening FLOAT8 to FLOAT16, packing INT4, narrowing INT64, densifying a
 sparse tensor) is numpy work that releases the GIL, so a pool of threads uses every core. The file is still
 written by one thread, in order: :class:`Prefetch` runs the large constants' jobs a few ahead of the writer,
-within a budget of bytes in flight, and hands each result back when the writer reaches its constant. The bytes
+within a budget of bytes in flight (each job charged its peak), and hands each result back when the writer
+reaches its constant. The bytes
 written are the same whatever the number of workers: only where the work runs changes.
 
     >>> with Prefetch(lambda n: n * n, [(2, 1), (3, 1)], workers=2, budget=1 << 20) as ahead:
