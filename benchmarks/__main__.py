@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from benchmarks import core_cases, model_cases, performance_cases, quantized_cases
+from benchmarks import core_cases, model_cases, performance_cases, quantized_cases, verify_cases
 from benchmarks.harness import Row, Settings, Skipped, machine, table
 
 CASES: dict[str, Callable[[Settings], list[Row | Skipped]]] = {
@@ -22,6 +22,7 @@ CASES: dict[str, Callable[[Settings], list[Row | Skipped]]] = {
     "6": model_cases.constants,
     "7": quantized_cases.matmul_nbits,
     "8": performance_cases.cases,
+    "9": verify_cases.verification,
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

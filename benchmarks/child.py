@@ -15,6 +15,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import time
 from typing import Any
@@ -24,6 +25,8 @@ import onnx
 
 import dmlbridge
 from benchmarks import diy
+from dmlbridge.plan import read_plan
+from dmlbridge.verify import find_mismatches
 
 try:
     import onnx_ir  # noqa: F401 - imported before the baseline when installed
@@ -59,7 +62,8 @@ def _peak_kib(method: str) -> int:
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one job (copyfile, copyfile_fsync, dmlbridge, diy_onnx, diy_onnx_ir, onnx_load, warm) and measure it."""
+    """Run one job (copyfile, copyfile_fsync, dmlbridge, verify, cat, diy_onnx, diy_onnx_ir, onnx_load, warm) and
+    measure it."""
     kind = job["kind"]
     method, base = _reset_peak()
     start = time.perf_counter()
@@ -74,6 +78,15 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         dmlbridge.convert_model(job["model"], job["out"], progress=False, fsync=job.get("fsync", True),
                                 max_buffer_bytes=limit, workers=job.get("workers"),
                                 checksum=job.get("checksum", False)).close()
+    elif kind == "verify":  # as dmlbridge verify: the manifest read (no fingerprint), then every entry compared
+        with read_plan(job["manifest"], verify=False, bin_path=None, check_fingerprint=False) as plan:
+            problems = find_mismatches(plan, job["model"], sha256=job.get("checksum", False),
+                                       workers=job.get("workers"))
+        if problems:
+            raise RuntimeError(f"verify found {len(problems)} mismatches: {problems[:3]}")
+    elif kind == "cat":  # the files read to /dev/null by cat(1)
+        with open(os.devnull, "wb") as null:
+            subprocess.run(["cat", *job["paths"]], stdout=null, check=True)
     elif kind == "diy_onnx":
         diy.convert_with_onnx(job["model"], job["out"])
     elif kind == "diy_onnx_ir":

@@ -4,9 +4,11 @@ A constant of 1 MiB or more whose bytes must be computed (widened, narrowed, pac
 32 MiB or more is cut into chunks of about 16 MiB of output, so that one large tensor (an LLM's embedding, say)
 uses every core and never needs its whole output in memory. Chunks work because every conversion of a whole
 model's constant is element by element into a packed layout: the bytes of elements ``[a, b)`` converted alone
-(``b - a`` even, for 4-bit types) are bytes ``[a, b)`` of the whole tensor's, scaled by the element size. A chunk
-that fails is converted again whole, by the writer, so that the error is the one the whole tensor gives (the
-index of a value out of range is the index in the tensor).
+(``b - a`` even, for 4-bit types) are bytes ``[a, b)`` of the whole tensor's, scaled by the element size; a chunk
+of external data reads only its own bytes (dmlbridge.slices). Each job is charged what it allocates at its peak
+(:meth:`ConstantJobs.cost`), which is what bounds memory (dmlbridge.workers); a sparse tensor of a native type is
+densified straight into the output buffer. A chunk that fails is converted again whole, by the writer, so that
+the error is the one the whole tensor gives (the index of a value out of range is the index in the tensor).
 
     >>> import ml_dtypes, numpy as np
     >>> from onnx import helper, numpy_helper
@@ -19,8 +21,8 @@ index of a value out of range is the index in the tensor).
     >>> options = ConvertOptions.check(PlanOptions.check(), progress=False, strict=False, external_data_root=None,
     ...                                checksum=False, max_tensor_bytes=1 << 20, fsync=False, workers=2)
     >>> work = ConstantJobs(constants, plan_constants(constants, options.layout), None, None, options)
-    >>> [(item, cost) for item, cost in work.items(0, 1, min_bytes=0, chunk_bytes=8)]
-    [((0, 0), 12), ((0, 1), 12), ((0, 2), 12)]
+    >>> [item for item, cost, shared in work.items(0, 1, min_bytes=0, chunk_bytes=8)]
+    [(0, 0), (0, 1), (0, 2)]
     >>> data, clamped, _ = work.run((0, 1))
     >>> data.view("<f4").tolist(), clamped
     ([2.0, 3.0], 0)
@@ -40,13 +42,17 @@ from dmlbridge.errors import DmlBridgeError, TensorTooLargeError
 from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.options import ConvertOptions, PlanOptions, checked_path_only
 from dmlbridge.planning import PlanEntry, Planned
-from dmlbridge.workers import IN_FLIGHT_BYTES, POOL_MIN_BYTES
+from dmlbridge.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, sparse_direct, step_of
+from dmlbridge.types import OnnxDataType
+from dmlbridge.workers import POOL_MIN_BYTES
 
-__all__ = ["CHUNK_BYTES", "STORED_KINDS", "ConstantJobs", "Item", "prepared_constant"]
+__all__ = ["CHUNK_BYTES", "SPARE_BYTES", "STORED_KINDS", "ConstantJobs", "Item", "prepared_constant"]
 
-CHUNK_BYTES = 16 << 20
-"""About this many bytes (of values or of output, the larger) per chunk of a constant cut into chunks; constants
-of twice this size and more are cut."""
+SPARE_BYTES = 32 << 20
+"""The output buffers kept for reuse once written (their pages warm): beyond the jobs' budget, so kept small."""
+SLACK = 2 << 20
+"""What every job is charged beyond its arrays: the blocks of the block-wise conversions (widening, packing,
+densifying) and numpy's own."""
 STORED_KINDS = ("initializer", "value")  # the constants whose stored bytes may be written as they are
 
 Item = tuple[int, int]
@@ -85,6 +91,17 @@ def prepared_constant(
     return prepared
 
 
+def _convert_bytes(constant: ModelConstant, entry: PlanEntry, count: int) -> int:
+    """The temporaries converting ``count`` of the constant's elements makes beyond its output: "saturate" clips
+    a copy and counts through masks, BOOL compares through a mask; the others work in place or in small blocks."""
+    per = constant.nbytes // max(1, constant.size)
+    if entry.conversion == "saturate":
+        return count * (per + 3)
+    if constant.onnx_type is OnnxDataType.BOOL:
+        return count
+    return 0
+
+
 class ConstantJobs:
     """The jobs of one conversion's constants: :meth:`items` lists them (for ``workers.Prefetch``), :meth:`run`
     does one (in a worker thread: it only reads), giving the bytes to write and the values clamped."""
@@ -96,7 +113,7 @@ class ConstantJobs:
         self.scan = scan
         self._reader = reader
         self._options = options
-        self._values: dict[int, np.ndarray] = {}  # flat values of the constants cut into chunks
+        self._slices: dict[int, ConstantSlices] = {}  # the constants cut into chunks
         self._steps: dict[int, int] = {}  # elements per chunk
         self._spare: list[np.ndarray] = []  # output buffers written and given back: reused, their pages warm
         self._lock = threading.Lock()
@@ -106,11 +123,12 @@ class ConstantJobs:
         return constant if constant.proto is not None or self.scan is None else self.scan.with_tensor(position)
 
     def items(self, start: int, stop: int, *, min_bytes: int | None = None,
-              chunk_bytes: int | None = None) -> Iterator[tuple[Item, int]]:
-        """(item, cost) of the constants from ``start`` to ``stop`` worth a worker: written, at least
-        ``min_bytes`` (POOL_MIN_BYTES), and converted (not written as stored); the cost is the bytes a job holds
-        (values and result). A constant of ``2 * chunk_bytes`` and more is decoded here (a view of external data
-        or of its raw bytes: cheap) and listed as chunks."""
+              chunk_bytes: int | None = None) -> Iterator[tuple[Item, int, tuple[int, int] | None]]:
+        """(item, cost, shared) of the constants from ``start`` to ``stop`` worth a job: written, at least
+        ``min_bytes`` (POOL_MIN_BYTES), and converted (not written as stored). The cost is the most the job
+        allocates (see :meth:`cost`). A constant whose values or output take ``2 * chunk_bytes`` and more is
+        listed as chunks; ``shared`` is then (position, what its chunks share: ConstantSlices.held_bytes), else
+        None. Nothing is decoded here."""
         least = POOL_MIN_BYTES if min_bytes is None else min_bytes  # (read here: tests lower them)
         chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         stored = not checked_path_only()
@@ -126,22 +144,32 @@ class ConstantJobs:
             entry = planned.entries.at(position)
             if stored and constant.kind in STORED_KINDS and entry.conversion == "native":
                 continue  # copied as stored, by the writer
+            constant = self.constant(position)
             total = entry.total_tensor_size_in_bytes or 0
-            cost = constant.nbytes + total
             larger = max(constant.nbytes, total)
             if larger < 2 * chunk_bytes or constant.size < 4:
-                yield (position, WHOLE), cost
+                yield (position, WHOLE), self.cost(constant, entry), None
                 continue
-            try:
-                values = self.constant(position).to_array(reader=self._reader,
-                                                          max_tensor_bytes=self._options.max_tensor_bytes)
-            except (DmlBridgeError, MemoryError):
-                yield (position, WHOLE), cost  # its job raises the error, in its turn
-                continue
-            step = max(2, chunk_bytes * constant.size // larger // 2 * 2)  # even: 4-bit chunks are whole bytes
-            self._values[position], self._steps[position] = values.reshape(-1), step
+            slices = ConstantSlices(constant, self._reader, self._options.max_tensor_bytes)
+            step = step_of(constant, larger, chunk_bytes)
+            self._slices[position], self._steps[position] = slices, step
+            shared = (position, slices.held_bytes())
             for chunk, begin in enumerate(range(0, constant.size, step)):
-                yield (position, chunk), cost * min(step, constant.size - begin) // constant.size
+                yield (position, chunk), self.cost(constant, entry, slices, min(step, constant.size - begin)), shared
+
+    def cost(self, constant: ModelConstant, entry: PlanEntry, slices: ConstantSlices | None = None,
+             count: int | None = None) -> int:
+        """The most a job allocates: the whole constant's (its values decoded, dense values of a sparse one
+        except where they go straight into the output, its output and conversion temporaries), or a chunk's of
+        ``count`` elements (what its values take beyond ``slices``' held ones, its output and temporaries)."""
+        assert entry.dml_type is not None and entry.total_tensor_size_in_bytes is not None
+        direct = sparse_direct(constant, entry.conversion, entry.dml_type.bitwidth)
+        if slices is None or count is None:
+            values = decode_bytes(constant) - (constant.nbytes if direct else 0)
+            return values + entry.total_tensor_size_in_bytes + _convert_bytes(constant, entry, constant.size) + SLACK
+        values = 0 if direct else slices.chunk_bytes(count)
+        output = (count * (64 if entry.conversion == "emulate" else entry.dml_type.bitwidth) + 7) // 8 + 4
+        return values + output + _convert_bytes(constant, entry, count) + SLACK
 
     def chunks(self, position: int) -> int:
         """How many chunks the constant at ``position`` was cut into (0: it was not)."""
@@ -160,11 +188,12 @@ class ConstantJobs:
         return np.empty(size, np.uint8)
 
     def give_back(self, buffer: np.ndarray) -> None:
-        """Return an output buffer once its bytes are written (at most a few are kept)."""
+        """Return an output buffer once its bytes are written (at most SPARE_BYTES of them are kept)."""
         with self._lock:
             self._spare.append(buffer)
-            while sum(b.shape[0] for b in self._spare) > IN_FLIGHT_BYTES:
-                self._spare.remove(min(self._spare, key=len))
+            while sum(b.shape[0] for b in self._spare) > SPARE_BYTES:
+                smallest = min(self._spare, key=len)
+                self._spare = [b for b in self._spare if b is not smallest]  # (by identity: arrays compare)
 
     def run(self, item: Item) -> tuple[np.ndarray, int, np.ndarray]:
         """Job ``item``: (the bytes to write, how many values "saturate" clamped, the buffer that holds them, for
@@ -172,18 +201,32 @@ class ConstantJobs:
         position, chunk = item
         entry = self._planned.entries.at(position)
         layout = self._options.layout
-        assert entry.total_tensor_size_in_bytes is not None
+        assert entry.total_tensor_size_in_bytes is not None and entry.dml_type is not None
+        constant = self.constant(position)
+        direct = sparse_direct(constant, entry.conversion, entry.dml_type.bitwidth)
         if chunk == WHOLE:
             buffer = self._buffer(entry.total_tensor_size_in_bytes)
-            prepared = prepared_constant(self.constant(position), entry, self._reader, layout,
-                                         self._options.max_tensor_bytes, buffer)
+            if direct:  # the dense values are the bytes: densified into the output, then its padding
+                data = buffer[: entry.total_tensor_size_in_bytes]
+                used = constant.nbytes
+                data[used:] = 0
+                try:
+                    constant.densify_into(_elements(data[:used], constant), reader=self._reader,
+                                          max_tensor_bytes=self._options.max_tensor_bytes)
+                except DmlBridgeError as exc:
+                    raise type(exc)(f"constant {constant.key!r} ({constant.origin}): {exc}") from exc
+                return data, 0, buffer
+            prepared = prepared_constant(constant, entry, self._reader, layout, self._options.max_tensor_bytes, buffer)
             return prepared.data, prepared.clamped, buffer
-        step = self._steps[position]
-        values = self._values[position][chunk * step : (chunk + 1) * step]
-        assert entry.dml_type is not None
+        step, slices = self._steps[position], self._slices[position]
+        begin, end = chunk * step, min((chunk + 1) * step, constant.size)
         bits = 64 if entry.conversion == "emulate" else entry.dml_type.bitwidth  # (emulation: 8-byte elements)
-        used = (len(values) * bits + 7) // 8
+        used = ((end - begin) * bits + 7) // 8
         buffer = self._buffer(used + 4)  # (prepare_into pads to a multiple of 4)
+        if direct:
+            slices.values(begin, end, _elements(buffer[:used], constant))
+            return buffer[:used], 0, buffer
+        values = slices.values(begin, end)
         prepared = prepare_into(buffer, 0, values, target=layout.target, min_dims=1, flags=layout.flags,
                                 guaranteed_base_offset_alignment=layout.alignment)
         if prepared.dml_type is not entry.dml_type or prepared.conversion != entry.conversion:
@@ -192,5 +235,13 @@ class ConstantJobs:
 
     def done(self, position: int) -> None:
         """Forget the values of a constant written in chunks."""
-        self._values.pop(position, None)
+        slices = self._slices.pop(position, None)
+        if slices is not None:
+            slices.release()
         self._steps.pop(position, None)
+
+
+def _elements(data: np.ndarray, constant: ModelConstant) -> np.ndarray:
+    """Output bytes seen as the constant's elements, little-endian: a native type's DirectML bytes are its
+    values."""
+    return data.view(constant.onnx_type.numpy().newbyteorder("<"))

@@ -35,6 +35,7 @@ from dmlbridge.external_data import ExternalDataReader
 from dmlbridge.onnx_tensor import TensorInfo, decode_examined, examine_tensor, tensor_info, tensor_to_array
 from dmlbridge.options import DEFAULT_MAX_TENSOR_BYTES
 from dmlbridge.protobuf_wire import float_field
+from dmlbridge.sparse import densify_sparse
 from dmlbridge.types import OnnxDataType
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "make_keys_unique",
     "node_constants",
     "sparse_constants",
+    "sparse_parts",
 ]
 
 ConstantKind = Literal[
@@ -193,6 +195,14 @@ class ModelConstant(NamedTuple):
         except UnicodeDecodeError as exc:
             raise TensorProtoError(f"constant {self.key!r} has a string that is not valid UTF-8: {exc}") from None
         return values.reshape(self.shape)
+
+    def densify_into(
+        self, out: np.ndarray, *, reader: ExternalDataReader | None = None,
+        max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+    ) -> None:
+        """A sparse constant's dense values written into ``out`` (a flat array of every element, of the values'
+        dtype in any byte order: the first bytes of an output buffer, say), as :meth:`to_array` gives them."""
+        _densify_proto(self.proto, self.onnx_type, self.shape, reader, max_tensor_bytes, self.key, out)
 
 
 make_constant = functools.partial(tuple.__new__, ModelConstant)
@@ -424,7 +434,29 @@ def _densify_proto(
     reader: ExternalDataReader | None,
     max_tensor_bytes: int,
     key: str,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
+    values, indices = sparse_parts(sparse, onnx_type, shape, reader, max_tensor_bytes, key)
+    try:
+        return densify_sparse(values, indices, shape, label=f"sparse tensor {key!r}", out=out)
+    except MemoryError:
+        raise TensorTooLargeError(
+            f"sparse tensor {key!r} densifies to {math.prod(shape) * onnx_type.numpy().itemsize} bytes "
+            f"({onnx_type.name} {list(shape)}) and the allocation failed; free memory, or set max_tensor_bytes below "
+            "this size to refuse such tensors up front"
+        ) from None
+
+
+def sparse_parts(
+    sparse: Any,
+    onnx_type: OnnxDataType,
+    shape: tuple[int, ...],
+    reader: ExternalDataReader | None,
+    max_tensor_bytes: int,
+    key: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A SparseTensorProto's values and indices decoded (each one copy of its stored bytes), once its dense size
+    is known to be within ``max_tensor_bytes`` (TensorTooLargeError before anything is read)."""
     nbytes = math.prod(shape) * onnx_type.numpy().itemsize
     if nbytes > max_tensor_bytes:
         raise TensorTooLargeError(
@@ -433,76 +465,7 @@ def _densify_proto(
         )
     values = tensor_to_array(sparse.values, reader=reader, max_tensor_bytes=max_tensor_bytes)
     indices = tensor_to_array(sparse.indices, reader=reader, max_tensor_bytes=max_tensor_bytes)
-    try:
-        return densify_sparse(values, indices, shape, label=f"sparse tensor {key!r}")
-    except MemoryError:
-        raise TensorTooLargeError(
-            f"sparse tensor {key!r} densifies to {nbytes} bytes ({onnx_type.name} {list(shape)}) and the allocation "
-            "failed; free memory, or set max_tensor_bytes below this size to refuse such tensors up front"
-        ) from None
-
-
-def densify_sparse(values: np.ndarray, indices: np.ndarray, dims: tuple[int, ...] | list[int], *,
-                   label: str = "sparse tensor") -> np.ndarray:
-    """The dense array of ONNX sparse format: ``values`` [NNZ] at ``indices``, either [NNZ] linear (C order)
-    indices or [NNZ, rank] coordinates; every other element is all-zero bits ("" for strings).
-
-    Indices are never trusted: out-of-range, negative and duplicate indices raise TensorProtoError. Their order
-    does not matter (the spec asks for ascending order; a different order does not change the dense tensor).
-    """
-    shape = tuple(int(d) for d in dims)
-    count = math.prod(shape)
-    if values.ndim != 1:
-        raise TensorProtoError(f"{label}: values must be 1-D ([NNZ]), got shape {list(values.shape)}")
-    nnz = values.shape[0]
-    if indices.dtype.kind not in "iu":
-        raise TensorProtoError(f"{label}: indices must be integers, got {indices.dtype}")
-    if indices.dtype == np.uint64 and indices.size and indices.max() > np.iinfo(np.int64).max:
-        bad = int(np.argmax(indices.reshape(-1) > np.iinfo(np.int64).max))
-        raise TensorProtoError(f"{label}: index entry {bad} = {indices.reshape(-1)[bad]} is out of range")
-    idx = indices.astype(np.int64, copy=False)
-    if idx.shape == (nnz,):
-        bad_mask = (idx < 0) | (idx >= count)
-        if bad_mask.any():
-            bad = int(np.argmax(bad_mask))
-            raise TensorProtoError(
-                f"{label}: linear index {int(idx[bad])} of value {bad} is outside 0..{count - 1} "
-                f"(dense shape {list(shape)})"
-            )
-        linear = idx
-    elif idx.shape == (nnz, len(shape)):
-        limits = np.array(shape, dtype=np.int64)
-        bad_mask = (idx < 0) | (idx >= limits)
-        if bad_mask.any():
-            row, axis = (int(i) for i in np.argwhere(bad_mask)[0])
-            raise TensorProtoError(
-                f"{label}: coordinates {idx[row].tolist()} of value {row} are outside dense shape {list(shape)} "
-                f"(axis {axis})"
-            )
-        # C-order linearisation; each coordinate is in range, so the sum stays below count (< max_tensor_bytes).
-        strides = np.array([math.prod(shape[k + 1 :]) for k in range(len(shape))], dtype=np.int64)
-        linear = idx @ strides if len(shape) else np.zeros(nnz, dtype=np.int64)
-    else:
-        raise TensorProtoError(
-            f"{label}: indices have shape {list(idx.shape)}; with {nnz} values and {len(shape)} dims they must be "
-            f"[{nnz}] or [{nnz}, {len(shape)}]"
-        )
-    if nnz > 1:
-        ordered = np.sort(linear)
-        same = ordered[1:] == ordered[:-1]
-        if same.any():
-            position = int(ordered[int(np.argmax(same))])
-            where = list(np.unravel_index(position, shape)) if shape else []
-            raise TensorProtoError(
-                f"{label}: index {[int(i) for i in where]} (linear {position}) appears more than once; sparse "
-                "indices must be unique"
-            )
-    if values.dtype == object:
-        dense = np.full(count, "", dtype=object)
-    else:
-        dense = np.zeros(count, dtype=values.dtype)
-    dense[linear] = values
-    return dense.reshape(shape)
+    return values, indices
 
 
 def make_keys_unique(found: list[ModelConstant]) -> None:

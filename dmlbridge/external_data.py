@@ -290,6 +290,27 @@ class ExternalDataReader:
         finally:
             os.close(fd)
 
+    def read_range(self, tensor: Any, nbytes: int, start: int, count: int,
+                   out: np.ndarray | None = None) -> np.ndarray:
+        """Bytes ``[start, start + count)`` of a tensor's ``nbytes`` bytes of external data, as :meth:`read` gives
+        the whole (the file opened and checked the same way): one range of a large tensor, read alone; into the
+        first ``count`` bytes of ``out`` (a uint8 array, reused: its pages warm) when given."""
+        if not (0 <= start and 0 <= count and start + count <= nbytes):
+            raise InvalidArgumentError(f"bytes {start}..{start + count} are not within the tensor's {nbytes}")
+        fd, offset, where = self._open_checked(tensor, nbytes)
+        try:
+            if count == 0:
+                return _readonly(np.empty(0, np.uint8))
+            if out is not None and out.shape[0] >= count:
+                return self._copy(fd, offset + start, count, where, out[:count])
+            if self._use_mmap:
+                mapped = self._map(fd, offset + start, count)
+                if mapped is not None:
+                    return mapped
+            return self._copy(fd, offset + start, count, where)
+        finally:
+            os.close(fd)
+
     def copy_to(self, tensor: Any, nbytes: int, out_fd: int, count: int | None = None) -> int:
         """Copy the first ``count`` (default: all ``nbytes``) bytes of a tensor's external data to ``out_fd``, at
         its current position, inside the kernel (``os.copy_file_range``, else ``os.sendfile``): no mapping and
@@ -433,8 +454,8 @@ class ExternalDataReader:
         return np.frombuffer(mapped, dtype=np.uint8, count=nbytes, offset=offset - start)
 
     @staticmethod
-    def _copy(fd: int, offset: int, nbytes: int, where: str) -> np.ndarray:
-        out = np.empty(nbytes, dtype=np.uint8)
+    def _copy(fd: int, offset: int, nbytes: int, where: str, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(nbytes, dtype=np.uint8) if out is None else out
         view = out.data  # a writable memoryview of the fresh array
         done = read_into(fd, view, offset)
         if done < nbytes:

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from dmlbridge.errors import ManifestError
+from dmlbridge.errors import DmlBridgeError, ManifestError
 from dmlbridge.file_reads import read_at
 
-__all__ = ["bin_fingerprint", "fingerprint_problem"]
+__all__ = ["FingerprintStream", "bin_fingerprint", "fingerprint_problem"]
 
 _FINGERPRINT_TAG = b"dmlbridge-bin-fingerprint-1\x00"
 _FINGERPRINT_EDGE = 64 << 10
@@ -38,15 +38,8 @@ _FINGERPRINT_WINDOW = 64 << 10  # sampled ranges closer than this are read with 
 _CHUNK = 4 << 20
 
 
-def bin_fingerprint(fd: int, size: int, offsets: list[int], totals: list[int], name: str = "the buffer") -> str:
-    """SHA-256 over a buffer file's size and sampled ranges (see the module docstring), read through its open
-    descriptor ``fd``: cheap at any file size, and different for a file that is not the one the manifest was
-    written with (raises OSError, naming the file as ``name``, when the file is shorter than ``size``).
-
-    ``offsets`` and ``totals``: the converted entries' offsets and TotalTensorSizeInBytes. The hashed stream: the
-    tag and the size, then for each merged range (overlapping or touching sampled ranges
-    merged, in file order) its start and stop (8-byte little-endian each) and its bytes.
-    """
+def _groups(size: int, offsets: list[int], totals: list[int]) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """The sampled ranges merged, in file order: their starts, their stops and their 16-byte headers."""
     spread = [i * size // _FINGERPRINT_SPREAD for i in range(_FINGERPRINT_SPREAD)]
     starts = np.array([0, max(0, size - _FINGERPRINT_EDGE), *offsets, *spread], dtype=np.int64)
     stops = np.concatenate([
@@ -65,6 +58,19 @@ def bin_fingerprint(fd: int, size: int, offsets: list[int], totals: list[int], n
     group_start = first[opens]
     group_stop = reach[np.r_[opens[1:] - 1, len(first) - 1]] if len(first) else reach
     headers = np.stack([group_start, group_stop], axis=1).astype("<u8").tobytes()
+    return group_start, group_stop, headers
+
+
+def bin_fingerprint(fd: int, size: int, offsets: list[int], totals: list[int], name: str = "the buffer") -> str:
+    """SHA-256 over a buffer file's size and sampled ranges (see the module docstring), read through its open
+    descriptor ``fd``: cheap at any file size, and different for a file that is not the one the manifest was
+    written with (raises OSError, naming the file as ``name``, when the file is shorter than ``size``).
+
+    ``offsets`` and ``totals``: the converted entries' offsets and TotalTensorSizeInBytes. The hashed stream: the
+    tag and the size, then for each merged range (overlapping or touching sampled ranges
+    merged, in file order) its start and stop (8-byte little-endian each) and its bytes.
+    """
+    group_start, group_stop, headers = _groups(size, offsets, totals)
     header_rows = np.frombuffer(headers, dtype=np.uint8).reshape(-1, 16)
     starts_at, stops_at = group_start.tolist(), group_stop.tolist()
 
@@ -126,17 +132,91 @@ def _hash_ranges(sha: Any, window: memoryview, starts: np.ndarray, stops: np.nda
                 sha.update(window[int(starts[k]) : int(stops[k])])
 
 
+class FingerprintStream:
+    """:func:`bin_fingerprint` computed from bytes read elsewhere: :meth:`feed` takes the file's bytes in file
+    order, in pieces of any size (those outside the sampled ranges are passed over), and :meth:`hexdigest` gives
+    the same digest. :meth:`needed` says which bytes of a stretch the digest still wants, so that a reader that
+    skips a stretch reads just those.
+
+        >>> import tempfile
+        >>> with tempfile.TemporaryFile() as file:
+        ...     _ = file.write(bytes(range(200)) * 1000)
+        ...     file.flush()
+        ...     whole = bin_fingerprint(file.fileno(), 200000, [0, 5000], [5000, 195000])
+        >>> stream = FingerprintStream(200000, [0, 5000], [5000, 195000])
+        >>> data = memoryview(bytes(range(200)) * 1000)
+        >>> stream.feed(0, data[:70001]); stream.feed(70001, data[70001:])
+        >>> stream.hexdigest() == whole
+        True
+    """
+
+    def __init__(self, size: int, offsets: list[int], totals: list[int]) -> None:
+        self._starts, self._stops, self._headers = _groups(size, offsets, totals)
+        self._rows = np.frombuffer(self._headers, dtype=np.uint8).reshape(-1, 16)
+        self._sha = hashlib.sha256(_FINGERPRINT_TAG + size.to_bytes(8, "little"))
+        self._next = 0  # the first group not yet wholly hashed
+        self._within = -1  # where hashing stopped inside group ``_next`` (-1: not started)
+
+    def needed(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The stretches of ``[start, stop)`` the digest still wants (sampled, not yet fed)."""
+        first = self._next
+        last = int(np.searchsorted(self._starts, stop, side="left"))
+        wanted = []
+        for group in range(first, last):
+            low = max(int(self._starts[group]), start, self._within if group == first else 0)
+            high = min(int(self._stops[group]), stop)
+            if low < high:
+                wanted.append((low, high))
+        return wanted
+
+    def feed(self, position: int, data: Any) -> None:
+        """Bytes ``data`` of the file from ``position`` (after every sampled byte before ``position``)."""
+        view = memoryview(data).cast("B")
+        end = position + len(view)
+        group, starts, stops, sha = self._next, self._starts, self._stops, self._sha
+        count = len(starts)
+        if group < count and self._within >= 0:  # the rest of a group begun in an earlier piece
+            stop = min(int(stops[group]), end)
+            if self._within < position:
+                raise DmlBridgeError(f"internal error: the fingerprint missed bytes {self._within}..{position}")
+            sha.update(view[self._within - position : stop - position])
+            if stop < int(stops[group]):
+                self._within = stop
+                return
+            group, self._within = group + 1, -1
+        if group < count and int(starts[group]) < position:
+            raise DmlBridgeError(f"internal error: the fingerprint missed bytes from {int(starts[group])}")
+        whole = int(np.searchsorted(stops, end, side="right"))  # groups [group, whole) end within this piece
+        if whole > group:
+            _hash_ranges(sha, view, starts[group:whole] - position, stops[group:whole] - position,
+                         self._rows[group:whole])
+            group = whole
+        if group < count and int(starts[group]) < end:  # one that begins here and ends after
+            sha.update(self._rows[group])
+            sha.update(view[int(starts[group]) - position :])
+            self._within = end
+        self._next = group
+
+    def hexdigest(self) -> str:
+        if self._next < len(self._starts):
+            raise DmlBridgeError("internal error: the fingerprint was not fed every sampled byte")
+        return self._sha.hexdigest()
+
+
 def fingerprint_problem(
-    fd: int, name: str, expected: str | None, size: int, offsets: list[int], totals: list[int]
+    fd: int, name: str, expected: str | None, size: int, offsets: list[int], totals: list[int],
+    fingerprint: str | None = None,
 ) -> str | None:
     """Why the buffer file ``fd`` (``name`` in messages) does not match the ``expected`` fingerprint (None when it
-    does, or when none is expected); ManifestError when it cannot be read."""
+    does, or when none is expected); ManifestError when it cannot be read. ``fingerprint``: the file's, computed
+    already from bytes read for another purpose (:class:`FingerprintStream`); else it is read here."""
     if expected is None:
         return None
-    try:
-        fingerprint = bin_fingerprint(fd, size, offsets, totals, repr(name))
-    except OSError as exc:
-        raise ManifestError(f"cannot read the buffer file {name!r}: {exc.strerror or exc}") from None
+    if fingerprint is None:
+        try:
+            fingerprint = bin_fingerprint(fd, size, offsets, totals, repr(name))
+        except OSError as exc:
+            raise ManifestError(f"cannot read the buffer file {name!r}: {exc.strerror or exc}") from None
     if fingerprint == expected:
         return None
     return (

@@ -1,12 +1,12 @@
 """Writing the upload image, a buffer file at a time: each constant's bytes at its planned offset, zeros between.
 
-Tensors are written one at a time, so the memory conversion needs is bounded by the largest tensor, not by the
-model. A constant whose stored bytes already are its DirectML bytes (a "native" type such as FLOAT, FLOAT16,
-INT64 or INT4 in raw_data or external data) is written without being decoded; large external ones are copied
-from their file by the kernel (``copy_file_range``/``sendfile``, after the same checks as any external read)
-when no checksum is computed. Runs of constants the byte scan read are placed by a few numpy steps, straight
-from the model's bytes. Everything else is decoded and converted by ``prepare``, as DMLBRIDGE_CHECKED_PATH_ONLY
-makes every constant go.
+Tensors are written one at a time, a large one a chunk at a time, so the memory conversion needs is bounded by the
+jobs' budget (dmlbridge.workers), not by the model. A constant whose stored bytes already are its DirectML bytes (a
+"native" type such as FLOAT, FLOAT16, INT64 or INT4 in raw_data or external data) is written without being decoded;
+large external ones are copied from their file by the kernel (``copy_file_range``/``sendfile``, after the same
+checks as any external read) when no checksum is computed. Runs of constants the byte scan read are placed by a few
+numpy steps, straight from the model's bytes. Everything else is decoded and converted by ``prepare``, as
+DMLBRIDGE_CHECKED_PATH_ONLY makes every constant go.
 
     >>> import io, numpy as np
     >>> from onnx import helper, numpy_helper
@@ -214,8 +214,9 @@ def write_image(
 ) -> WrittenImage:
     """Write buffer ``buffer`` of the image of ``planned`` into ``file`` (unbuffered, empty). ``scan``: the byte
     scan that found ``constants``, if one did. ``kernel_copy=False``: external data passes through this process
-    (and its checks) even where the kernel could copy it. With ``options.workers`` above 1, the large constants
-    that need converting are converted by that many threads, a few ahead of the writer (dmlbridge.workers)."""
+    (and its checks) even where the kernel could copy it. The large constants that need converting are jobs
+    (whole, or in chunks: dmlbridge.constant_jobs); with ``options.workers`` above 1 that many threads convert
+    them, a few ahead of the writer (dmlbridge.workers), else the writer does, one at a time."""
     within = planned.buffer_range(buffer)
     size = planned.buffer_sizes[buffer]
     with contextlib.ExitStack() as stack:
@@ -225,12 +226,11 @@ def write_image(
             stack.callback(hasher.close)
         writer = ImageWriter(file, options.checksum, kernel_copy, hasher)
         ahead, work = None, ConstantJobs(constants, planned, scan, reader, options)
-        if options.workers > 1:
-            items = work.items(within.start, within.stop)
-            first_item = next(items, None)
-            if first_item is not None:
-                ahead = stack.enter_context(Prefetch(work.run, itertools.chain([first_item], items),
-                                                     workers=options.workers))
+        items = work.items(within.start, within.stop)
+        first_item = next(items, None)
+        if first_item is not None:  # (workers=1: the jobs run in this thread, one at a time)
+            ahead = stack.enter_context(Prefetch(work.run, itertools.chain([first_item], items),
+                                                 workers=options.workers))
         for first, stop, as_is in _runs(constants, planned.pairs, scan, within.start, within.stop):
             if as_is:
                 _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]

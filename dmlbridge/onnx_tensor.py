@@ -48,8 +48,8 @@ from dmlbridge.protobuf_wire import float_field
 from dmlbridge.types import OnnxDataType
 
 __all__ = [
-    "DEFAULT_MAX_TENSOR_BYTES", "TYPE_OF_CODE", "TensorInfo", "decode_examined", "examine_tensor", "tensor_info",
-    "tensor_sizes", "tensor_to_array",
+    "DEFAULT_MAX_TENSOR_BYTES", "TYPE_OF_CODE", "TensorInfo", "decode_examined", "decode_range", "examine_tensor",
+    "tensor_info", "tensor_sizes", "tensor_to_array",
 ]
 
 Storage = Literal["raw", "typed", "external"]
@@ -384,6 +384,30 @@ def _decode(
         raise TensorTooLargeError(
             f"{tensor_label(tensor)} needs {info.nbytes} bytes and the allocation failed; free memory, or set "
             "max_tensor_bytes below this size to refuse such tensors up front"
+        ) from None
+    except Exception as exc:
+        raise TensorProtoError(f"{tensor_label(tensor)} cannot be decoded: {type(exc).__name__}: {exc}") from exc
+
+
+def decode_range(tensor: Any, info: TensorInfo, reader: ExternalDataReader, start: int, stop: int,
+                 buffer: np.ndarray | None = None) -> np.ndarray:
+    """Elements ``[start, stop)`` (flat, C order) of an external-data tensor that tensor_info examined, read and
+    decoded alone: only their bytes are read (into ``buffer`` when it is large enough: the values may then be a
+    view of it). ``start`` must fall on a byte (even for 4-bit types, a multiple of 4 for 2- and 6-bit ones)."""
+    bits = info.onnx_type.bitwidth
+    if info.storage != "external" or not bits or (start * bits) % 8 or not 0 <= start < stop <= info.size:
+        raise InvalidArgumentError(f"{tensor_label(tensor)}: elements {start}..{stop} cannot be read alone")
+    first, last = start * bits // 8, -(-stop * bits // 8)
+    part = TensorInfo(info.name, info.onnx_type, (stop - start,), (stop - start) * info.onnx_type.numpy().itemsize,
+                      info.storage, stop - start, last - first)
+    try:
+        return _from_packed(reader.read_range(tensor, info.packed_nbytes, first, last - first, buffer), part,
+                            tensor)
+    except DmlBridgeError:
+        raise
+    except MemoryError:
+        raise TensorTooLargeError(
+            f"{tensor_label(tensor)}: elements {start}..{stop} need {part.nbytes} bytes and the allocation failed"
         ) from None
     except Exception as exc:
         raise TensorProtoError(f"{tensor_label(tensor)} cannot be decoded: {type(exc).__name__}: {exc}") from exc

@@ -158,6 +158,11 @@ class UploadPlan(Manifest):
             raise InvalidArgumentError(f"entry {key!r} was skipped ({entry.skipped}); it has no bytes")
         return entry
 
+    @property
+    def files(self) -> OpenBuffers:
+        """The buffer files, held open (InvalidArgumentError for a plan that was not written)."""
+        return self._open_files()
+
     def _open_files(self) -> OpenBuffers:
         if self._files is None:
             raise InvalidArgumentError("this plan was not written (plan_model); it has no buffer file to read")
@@ -190,8 +195,9 @@ class UploadPlan(Manifest):
         with ``sha256`` their SHA-256 (ManifestError when none was recorded)."""
         return [message for _, message in self.buffer_checks(sha256=sha256)]
 
-    def buffer_checks(self, *, sha256: bool = False) -> list[tuple[str, str]]:
-        """:meth:`buffer_problems`, each with what failed: ``"size"``, ``"fingerprint"`` or ``"sha256"``."""
+    def buffer_checks(self, *, sha256: bool = False, fingerprint: bool = True) -> list[tuple[str, str]]:
+        """:meth:`buffer_problems`, each with what failed: ``"size"``, ``"fingerprint"`` or ``"sha256"``;
+        ``fingerprint=False``: the sizes alone (and the SHA-256 when asked), the sampled bytes left unread."""
         files = self._open_files()
         offsets: list[list[int]] = [[] for _ in self.buffers]
         totals: list[list[int]] = [[] for _ in self.buffers]
@@ -208,7 +214,7 @@ class UploadPlan(Manifest):
                 ))
                 continue
             problem = fingerprint_problem(files.fd(index), buffer.path, buffer.fingerprint, buffer.size,
-                                          offsets[index], totals[index])
+                                          offsets[index], totals[index]) if fingerprint else None
             if problem is not None:
                 problems.append(("fingerprint", problem))
             elif sha256:
@@ -281,20 +287,25 @@ class UploadPlan(Manifest):
         max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
         progress: bool | None = None,
         workers: int | None = None,
+        sha256: bool | None = None,
     ) -> None:
         """Check that the plan is exactly ``model``'s constants: the same keys, types and shapes, the bytes a
-        fresh conversion gives, and values that read back bit for bit (NaN payloads of widened floats excepted).
-        ``progress``: a bar on stderr, as ``convert_model`` shows (None: when stderr is a terminal).
-        ``workers``: threads comparing constants of 1 MiB and more (None, the default: every CPU this process may
-        use; 1: none), as ``convert_model`` takes it.
+        fresh conversion gives, and values that read back bit for bit (NaN payloads of widened floats excepted),
+        and that each buffer file matches its fingerprint and, with ``sha256`` (None, the default: when the
+        manifest records them), its SHA-256. The buffer files are read once, front to back, within the memory
+        budget conversion keeps. ``progress``: a bar on stderr, as ``convert_model`` shows (None: when stderr is
+        a terminal). ``workers``: threads comparing constants of 1 MiB and more (None, the default: every CPU
+        this process may use; 1: none), as ``convert_model`` takes it.
 
         Raises ManifestError listing the mismatches.
         """
         if progress is not None and not isinstance(progress, bool):
             raise InvalidArgumentError(f"progress must be None, True or False, not {progress!r}")
+        if sha256 is None:
+            sha256 = bool(self.buffers) and all(buffer.sha256 is not None for buffer in self.buffers)
         problems = find_mismatches(
             self, model, base_dir=base_dir, external_data_root=external_data_root, max_tensor_bytes=max_tensor_bytes,
-            progress=progress, workers=workers,
+            progress=progress, workers=workers, sha256=sha256,
         )
         if problems:
             shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
@@ -561,9 +572,9 @@ def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: 
     plan = UploadPlan(**{**vars(manifest), "buffers": buffers}, manifest_path=path, _files=files)
     try:
         # Without check_fingerprint (dmlbridge verify), a buffer file that fails its fingerprint is for
-        # find_mismatches to report, with the constants that differ; any other problem is an error here.
-        problems = [message for kind, message in plan.buffer_checks(sha256=verify)
-                    if check_fingerprint or kind != "fingerprint"]
+        # find_mismatches to report, with the constants that differ, from the bytes it reads anyway: the sampled
+        # bytes are not read here. Any other problem is an error here.
+        problems = [message for _, message in plan.buffer_checks(sha256=verify, fingerprint=check_fingerprint)]
         if problems:
             raise ManifestError(problems[0])
     except BaseException:

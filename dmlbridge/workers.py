@@ -3,7 +3,8 @@
 Decoding and converting a constant (widening FLOAT8 to FLOAT16, packing INT4, narrowing INT64, densifying a
 sparse tensor) is numpy work that releases the GIL, so a pool of threads uses every core. The file is still
 written by one thread, in order: :class:`Prefetch` runs the large constants' jobs a few ahead of the writer,
-within a budget of bytes in flight, and hands each result back when the writer reaches its constant. The bytes
+within a budget of bytes in flight (each job charged its peak), and hands each result back when the writer
+reaches its constant. The bytes
 written are the same whatever the number of workers: only where the work runs changes.
 
     >>> with Prefetch(lambda n: n * n, [(2, 1), (3, 1)], workers=2, budget=1 << 20) as ahead:
@@ -19,7 +20,7 @@ import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -32,8 +33,8 @@ __all__ = ["IN_FLIGHT_BYTES", "MAX_WORKERS", "POOL_MIN_BYTES", "Prefetch", "avai
 MAX_WORKERS = 256
 """The most threads a conversion or a verification starts."""
 IN_FLIGHT_BYTES = 128 << 20
-"""The bytes (a constant's decoded values and its DirectML bytes) that the jobs not yet written may hold at once:
-what bounds memory, whatever the number of workers. A larger constant runs alone."""
+"""The most the jobs not yet written may allocate at once, each charged its peak (what it reads and decodes, its
+temporaries and its result): what bounds memory, whatever the number of workers. A larger job runs alone."""
 POOL_MIN_BYTES = 1 << 20
 """Constants smaller than this are converted by the writer itself: handing them to a thread costs more than it
 saves (a model may hold 100,000 tiny ones)."""
@@ -176,30 +177,42 @@ class Prefetch(Generic[Item, Result]):
     """Runs ``job(item)`` in a pool of ``workers`` threads for each ``(item, cost)`` of ``jobs``, in order and a
     few ahead of the caller, who takes each result with :meth:`take` in the same order.
 
-    The jobs not yet taken, plus the one taken last (still being written), hold at most ``budget`` bytes by their
-    costs; one job runs even when its cost alone is larger. A job's exception is raised by :meth:`take` of its
-    item, so the first failure in order is the one seen, whatever the number of workers. Leaving the ``with``
-    block cancels the jobs not started and waits for the running ones (none outlives the conversion, whose
-    files they read). Ctrl-C in the main thread is held back while it waits or hands out jobs
+    ``cost`` is the most the job allocates (its peak: what it reads, decodes, converts and returns). The jobs not
+    yet taken, plus the one taken last (still being written), hold at most ``budget`` bytes by their costs; one job
+    runs even when its cost alone is larger. A job may also name memory it shares with the jobs next to it, as a
+    third element ``(key, bytes)``: those bytes (a large constant's values, kept while its chunks are converted)
+    are charged once, from the first job of ``key`` started until the last one is released. A job's exception is
+    raised by :meth:`take` of its item, so the first failure in order is the one seen, whatever the number of
+    workers. With ``workers=1`` there is no thread: :meth:`take` runs the job, in the caller's thread. Leaving the
+    ``with`` block cancels the jobs not started and waits for the running ones (none outlives the conversion,
+    whose files they read). Ctrl-C in the main thread is held back while it waits or hands out jobs
     (:func:`sigint_deferred`), and raised when that step is over.
     """
 
-    def __init__(self, job: Callable[[Item], Result], jobs: Iterable[tuple[Item, int]], *, workers: int,
+    def __init__(self, job: Callable[[Item], Result], jobs: Iterable[tuple[Any, ...]], *, workers: int,
                  budget: int | None = None) -> None:
         self._job = job
         self._jobs = iter(jobs)
         self._budget = IN_FLIGHT_BYTES if budget is None else budget  # (read here: tests lower it)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dmlbridge")
-        self._ahead: collections.deque[tuple[Item, int, Future[Result]]] = collections.deque()
-        self._held = 0  # the cost of the jobs in ``_ahead`` and of the one taken last
-        self._taken = 0  # the cost of the one taken last
-        self._next: tuple[Item, int] | None = next(self._jobs, None)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dmlbridge") if workers > 1 else None
+        self._ahead: collections.deque[tuple[Item, int, Hashable, Future[Result]]] = collections.deque()
+        self._held = 0  # the cost of the jobs in ``_ahead``, of the one taken last and of their shared bytes
+        self._taken: tuple[int, Hashable] = (0, None)  # the cost and the key of the one taken last
+        self._shared: dict[Hashable, list[int]] = {}  # key -> [bytes, jobs started and not released]
+        self._next: tuple[Item, int, Hashable, int] | None = self._advance()
         try:
             with sigint_deferred():
                 self._fill()
         except BaseException:
             self.close()  # (no ``with`` holds this one yet)
             raise
+
+    def _advance(self) -> tuple[Item, int, Hashable, int] | None:
+        entry = next(self._jobs, None)
+        if entry is None:
+            return None
+        key, shared = entry[2] if len(entry) > 2 and entry[2] is not None else (None, 0)
+        return entry[0], entry[1], key, shared
 
     @property
     def next_item(self) -> Item | None:
@@ -208,23 +221,49 @@ class Prefetch(Generic[Item, Result]):
             return self._ahead[0][0]
         return None if self._next is None else self._next[0]
 
+    def _charge(self, cost: int, key: Hashable, shared: int) -> None:
+        self._held += cost
+        if key is not None:
+            entry = self._shared.setdefault(key, [shared, 0])
+            self._held += shared if entry[1] == 0 else 0
+            entry[1] += 1
+
+    def _release(self, cost: int, key: Hashable) -> None:
+        self._held -= cost
+        if key is not None:
+            entry = self._shared[key]
+            entry[1] -= 1
+            if entry[1] == 0:
+                self._held -= entry[0]
+                del self._shared[key]
+
     def _fill(self) -> None:
-        while self._next is not None and (not self._ahead or self._held + self._next[1] <= self._budget):
-            item, cost = self._next
-            self._ahead.append((item, cost, self._pool.submit(self._job, item)))
-            self._held += cost
-            self._next = next(self._jobs, None)
+        if self._pool is None:
+            return
+        while self._next is not None:
+            item, cost, key, shared = self._next
+            extra = shared if key is not None and key not in self._shared else 0
+            if self._ahead and self._held + cost + extra > self._budget:
+                break
+            self._charge(cost, key, shared)
+            self._ahead.append((item, cost, key, self._pool.submit(self._job, item)))
+            self._next = self._advance()
 
     def take(self, item: Item) -> Result:
         """The result of ``item``'s job (which must be :attr:`next_item`), waiting for it if need be."""
-        self._held -= self._taken  # the one taken before is written by now
-        self._taken = 0
+        self._release(*self._taken)  # the one taken before is written by now
+        self._taken = (0, None)
+        if self._pool is None:  # no thread: the job runs now
+            if self._next is None or self._next[0] != item:
+                raise DmlBridgeError(f"internal error: {item!r} taken out of order (next: {self.next_item!r})")
+            self._next = self._advance()
+            return self._job(item)
         with sigint_deferred():
             self._fill()
             if not self._ahead or self._ahead[0][0] != item:
                 raise DmlBridgeError(f"internal error: {item!r} taken out of order (next: {self.next_item!r})")
-            _, cost, future = self._ahead.popleft()
-            self._taken = cost
+            _, cost, key, future = self._ahead.popleft()
+            self._taken = (cost, key)
             try:
                 return future.result()
             finally:
@@ -233,7 +272,8 @@ class Prefetch(Generic[Item, Result]):
     def close(self) -> None:
         """Cancel the jobs not started and wait for the running ones."""
         with sigint_deferred():
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
             self._ahead.clear()
 
     def __enter__(self) -> Prefetch[Item, Result]:

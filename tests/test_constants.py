@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
 
+from dmlbridge import sparse as sparse_module
 from dmlbridge.constants import densify_sparse, find_constants
 from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLargeError
 from dmlbridge.types import OnnxDataType as O
@@ -305,6 +306,53 @@ def test_densify_scalar_and_strings_and_int32_indices() -> None:
 def test_densify_never_trusts_indices(indices: np.ndarray, dims: list[int], message: str) -> None:
     with pytest.raises(TensorProtoError, match=message):
         densify_sparse(np.array([1.0, 2.0], np.float32), indices, dims)
+
+
+@pytest.mark.parametrize("form", ["linear", "coordinates"])
+def test_densify_in_blocks_finds_what_one_pass_over_all_indices_finds(
+    monkeypatch: pytest.MonkeyPatch, form: str,
+) -> None:
+    """Indices checked a block at a time (here 6 entries a block): the same dense tensor, ranges of it densified
+    on their own, and the same error as one pass over all of them finds: the first index out of range in order,
+    else the smallest position given twice, in ascending order (no bitmap) and in any other."""
+    monkeypatch.setattr(sparse_module, "INDEX_BLOCK", 6)
+    rng = np.random.default_rng(3)
+    dims = [4, 5, 3]
+    count = math.prod(dims)
+    for trial in range(200):
+        nnz = int(rng.integers(1, 40))
+        linear = rng.choice(count, nnz, replace=False)
+        if trial % 3 == 0:
+            linear.sort()
+        if trial % 4 == 1:  # a duplicate (some in one block, some across blocks)
+            linear[rng.integers(nnz)] = linear[rng.integers(nnz)]
+        if trial % 5 == 2:  # one out of range
+            linear[rng.integers(nnz)] = count + int(rng.integers(3))
+        values = rng.integers(1, 100, nnz).astype(np.int16)
+        indices = np.stack(np.unravel_index(np.minimum(linear, count - 1), dims), axis=1) if form == "coordinates" \
+            else linear
+        if form == "coordinates":  # the out-of-range one on its first axis
+            indices[linear >= count, 0] = dims[0]
+        outside = np.flatnonzero(linear >= count)
+        unique, counts = np.unique(linear, return_counts=True)
+        repeated = unique[counts > 1]
+        if outside.size:
+            message = rf"of value {outside[0]} "
+        elif repeated.size:
+            message = rf"\(linear {repeated[0]}\) appears more than once"
+        else:
+            got = densify_sparse(values, indices, dims)
+            assert got.tobytes() == naive_densify(values, linear, dims).tobytes()
+            checked = sparse_module.SparseIndices(indices, tuple(dims), nnz)
+            checked.check()
+            assert checked.ascending == bool(np.all(np.diff(linear) > 0))
+            for start, stop in ((0, count), (7, 29), (29, 30), (50, count)):
+                part = np.zeros(stop - start, np.int16)
+                checked.scatter(values, part, start, stop)
+                assert part.tobytes() == got.reshape(-1)[start:stop].tobytes(), (trial, start, stop)
+            continue
+        with pytest.raises(TensorProtoError, match=message):
+            densify_sparse(values, indices, dims)
 
 
 def test_densify_refuses_values_that_are_not_1d() -> None:

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import memory
 import ml_dtypes
 import numpy as np
 import onnx
@@ -63,7 +64,8 @@ def large_constants(elements: int) -> dict[str, np.ndarray]:
 
 def every_type_model(folder: Path, elements: int) -> tuple[Path, dict[str, np.ndarray]]:
     """tests/models.py's model of every type, place and form, with :func:`large_constants` added (half of them in
-    external data) and a sparse initializer of ``elements`` FLOAT16 elements densified."""
+    external data) and two sparse initializers of ``elements`` elements densified (FLOAT16 at coordinates in order,
+    INT64 at linear indices in no order)."""
     path, expected = build_model(folder)
     model = onnx.load(path, load_external_data=False)
     large = large_constants(elements)
@@ -83,12 +85,21 @@ def every_type_model(folder: Path, elements: int) -> tuple[Path, dict[str, np.nd
             numpy_helper.from_array(dense[dense != 0], "l_sparse"), numpy_helper.from_array(where, "l_sparse_i"),
             list(dense.shape)))
         expected["l_sparse"] = dense
+        # INT64 values (narrowed or emulated on the 32-bit targets: densified into an array of their own) at
+        # INT32 linear indices in no order (checked against a bitmap; each chunk looks through all of them).
+        wide = np.zeros(elements, np.int64)
+        where = RNG.permutation(elements)[: elements // 5].astype(np.int32)
+        wide[where] = RNG.integers(-(2**31), 2**31, where.size)
+        model.graph.sparse_initializer.append(helper.make_sparse_tensor(
+            numpy_helper.from_array(wide[where], "l_sparse64"), numpy_helper.from_array(where, "l_sparse64_i"),
+            [elements]))
+        expected["l_sparse64"] = wide
         # Model order: the initializers (the new ones after t_last), then the sparse ones, then the rest.
         keys = list(expected)
-        keys = [k for k in keys if k not in large and k != "l_sparse"]
+        keys = [k for k in keys if k not in large and k not in ("l_sparse", "l_sparse64")]
         at = keys.index("t_last") + 1
         keys[at:at] = list(large)
-        keys.insert(keys.index("sp") + 1, "l_sparse")
+        keys[keys.index("sp") + 1 : keys.index("sp") + 1] = ["l_sparse", "l_sparse64"]
         expected = {key: expected[key] for key in keys}
     onnx.save(model, path)
     return path, expected
@@ -111,6 +122,7 @@ def tiny_jobs(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -
     monkeypatch.setattr(workers, "IN_FLIGHT_BYTES", 64 << 10)
     if request.param == "chunks":
         monkeypatch.setattr(constant_jobs, "CHUNK_BYTES", 1 << 10)
+        monkeypatch.setattr(verify, "CHUNK_BYTES", 1 << 10)
     return str(request.param)
 
 
@@ -180,6 +192,43 @@ def test_verify_reports_the_same_mismatches_with_workers(
     found = {count: verify.find_mismatches(loaded, path, workers=count) for count in (1, 2, 8)}
     assert found[1] and found[1] == found[2] == found[8]
     assert any("'l_float8'" in problem for problem in found[1])
+
+
+def test_verify_reports_the_same_mismatches_in_chunks(every_type: tuple[Path, dict[str, np.ndarray]], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Constants compared in chunks of about 1 KiB (read back a few elements at a time) give the messages they
+    give compared whole, with any number of workers: the bytes that differ counted over every chunk, the first
+    one's offset, the first element whose value differs (here in a later chunk), a changed padding byte."""
+    path, _ = every_type
+    plan = dmlbridge.convert_model(path, tmp_path / "w", progress=False, fsync=False, workers=1, checksum=True)
+    with open(buffer_paths(tmp_path / "w")[0], "r+b") as f:
+        for key, at in (("l_float8", 5000), ("l_float8", 7001), ("l_bfloat16", 6000), ("l_int64", 3000),
+                        ("l_uint4", 4321), ("l_sparse64", 24000)):
+            entry = plan.entries[key]
+            assert entry.offset is not None
+            f.seek(entry.offset + at)
+            byte = f.read(1)
+            f.seek(entry.offset + at)
+            f.write(bytes([byte[0] ^ 0x21]))
+        entry = plan.entries["l_float4"]  # 16385 values: its last byte's spare nibble, then padding
+        assert entry.offset is not None and entry.total_tensor_size_in_bytes is not None
+        f.seek(entry.offset + entry.total_tensor_size_in_bytes - 1)
+        f.write(b"\x01")
+    plan.close()
+    found = {}
+    for chunks in (False, True):
+        monkeypatch.setattr(verify, "POOL_MIN_BYTES", 0 if chunks else 1 << 20)
+        monkeypatch.setattr(verify, "CHUNK_BYTES", 1 << 10 if chunks else 1 << 40)
+        for count in (1, 2):
+            loaded = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+            found[chunks, count] = verify.find_mismatches(loaded, path, workers=count, sha256=True)
+            loaded.close()
+    whole = found[False, 1]
+    assert all(problems == whole for problems in found.values()), found
+    for key in ("l_float8", "l_bfloat16", "l_int64", "l_uint4", "l_sparse64", "l_float4"):
+        assert any(f"{key!r}: " in problem and "differ" in problem for problem in whole), (key, whole)
+    assert any("'l_float8': 2 byte(s) differ" in problem and "element [" in problem for problem in whole), whole
+    assert "SHA-256" in whole[0] or "fingerprint" in whole[0], whole[0]
 
 
 def _bad_model(folder: Path, bad: list[int]) -> Path:
@@ -539,3 +588,30 @@ def test_the_command_line_takes_workers(every_type: tuple[Path, dict[str, np.nda
     result = subprocess.run([sys.executable, "-m", "dmlbridge", "convert", str(path), "--workers", "0"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and "--workers" in result.stderr and "Traceback" not in result.stderr
+
+
+# --- memory: each job charged what it allocates ---------------------------------------------------------------
+
+
+def _conversion_growth(path: Path, out: Path, target: str = "dmlbridge.Target()") -> dict[str, float]:
+    """Peak RSS growth (MiB) of converting ``path`` with 1, 2 and 8 workers, in a child process (``target``: the
+    code that makes the target there)."""
+    return memory.peak_growth(f"""
+        target = {target}
+        for count in (1, 2, 8):
+            with measured(f"workers={{count}}"):
+                dmlbridge.convert_model({str(path)!r}, {str(out)!r}, target=target, fsync=False, progress=False,
+                                        workers=count, max_output_bytes=1 << 40).close()
+    """)
+
+
+@pytest.mark.skipif(memory.linux_only() is not None, reason=str(memory.linux_only()))
+@pytest.mark.parametrize("kind", memory.KINDS)
+def test_conversion_memory_stays_within_the_budget(tmp_path: Path, kind: str) -> None:
+    """Peak RSS growth of converting eight constants of one kind (about 24 MiB each, in external data) with 1, 2
+    and 8 workers stays within the budget: each job is charged what it allocates at its peak, not its output,
+    and densifying checks indices a block at a time (INT8 coordinates made int64 whole were 64 times their
+    bytes: 262, 553 and 1656 MiB of growth for the first kind, each job charged 8 MiB)."""
+    path = memory.memory_model(tmp_path / "m", kind)
+    growth = _conversion_growth(path, tmp_path / "w", memory.NARROW if kind == "int64" else "dmlbridge.Target()")
+    assert max(growth.values()) <= memory.BUDGET_MIB, growth
