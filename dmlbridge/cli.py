@@ -35,7 +35,7 @@ from dmlbridge.options import (
 from dmlbridge.output_folder import clean
 from dmlbridge.plan import plan_with_notes, read_plan
 from dmlbridge.planning import ConvertedEntry
-from dmlbridge.report import format_plan, format_table, human_size
+from dmlbridge.report import MIN_WIDTH, format_plan, format_table, human_size
 from dmlbridge.selection import CONSTANT_KINDS
 from dmlbridge.target import Target
 from dmlbridge.types import DmlDataType
@@ -75,7 +75,7 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_table(args: argparse.Namespace) -> int:
-    print(format_table(mapping_table(_target_from(args)), args.markdown))
+    print(format_table(mapping_table(_target_from(args)), args.markdown, None if args.markdown else _width(args)))
     return 0
 
 
@@ -156,8 +156,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             print(f"dmlbridge inspect: {len(notes)} constants unchecked (see the note column): values that must fit "
                   "32 bits or live in external data are read only by convert; --check reads them now and reports what "
                   "convert would", file=sys.stderr)
-        print(format_plan(plan, shutil.get_terminal_size().columns if sys.stdout.isatty() else None, notes))
+        print(format_plan(plan, _width(args), notes))
     return 0
+
+
+# What --wide turns off in inspect and demo.
+_CUT_RULE = ("notes wrap and origins are cut at their end first, then keys and shapes in their middle, each cut "
+             "marked with … (model.layers.0…q_proj.weight, 1x3x…x224); when a key would get fewer than 24 columns, "
+             "each constant takes two lines or more, its key and the rest; sentences wrap")
 
 
 def _default_prefix(model: str) -> str:
@@ -314,7 +320,23 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(keep=args.keep)
+    return run_demo(keep=args.keep, width=_width(args))
+
+
+def _width(args: argparse.Namespace) -> int | None:
+    """The columns text output fits: None with --wide; else COLUMNS, the terminal's width, or 120 (at least 40)."""
+    if args.wide:
+        return None
+    columns = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").strip().isdigit() else 0
+    if columns <= 0 and sys.stdout.isatty():
+        columns = shutil.get_terminal_size((0, 0)).columns
+    return max(columns if columns > 0 else 120, MIN_WIDTH)
+
+
+def _add_wide(parser: argparse.ArgumentParser, wraps: str) -> None:
+    parser.add_argument("--wide", action="store_true",
+                        help=f"print everything in full, whatever the width (without it, lines fit COLUMNS, else the "
+                        f"terminal's width, else 120 columns, and at least {MIN_WIDTH}: {wraps})")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -412,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 **_help("Print how each ONNX type becomes a DirectML type on a target.",
                                         "dmlbridge table --feature-level 6.2 --unsupported FLOAT16"))
     _add_target_options(table)
-    table.add_argument("--markdown", action="store_true", help="print a markdown table")
+    table.add_argument("--markdown", action="store_true", help="print a markdown table (never cut)")
+    _add_wide(table, "reasons wrap; on a narrow terminal each type is one wrapped line")
     table.set_defaults(run=_cmd_table)
 
     inspect = commands.add_parser("inspect", help="list every constant of a model and how it would convert",
@@ -420,7 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                                           "nothing (values and external data are not read).",
                                           "dmlbridge inspect model.onnx --feature-level 6.2 --json"))
     inspect.add_argument("model", help="the .onnx file")
-    inspect.add_argument("--json", action="store_true", help="print the plan as JSON (the manifest + totals)")
+    inspect.add_argument("--json", action="store_true",
+                         help="print the plan as JSON (the manifest + totals; never cut)")
+    _add_wide(inspect, _CUT_RULE)
     inspect.add_argument("--check", action="store_true",
                          help="read every value (external data too) and report exactly what convert would")
     inspect.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
@@ -502,6 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
                                **_help("Build a sample model, convert it, verify it and print what went where.",
                                        "dmlbridge demo --keep demo"))
     demo.add_argument("--keep", metavar="DIR", help="build and convert in DIR (created) and keep the files")
+    _add_wide(demo, _CUT_RULE)
     demo.set_defaults(run=_cmd_demo)
     parser.commands = {name: sub for name, sub in commands.choices.items() if isinstance(sub, _Parser)}
     return parser
@@ -514,10 +540,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on, Ctrl-C is KeyboardInterrupt
+        _escape_unencodable_output()  # (before --help, which shows the marker)
         parser = build_parser()
         args = parser.parse_args(argv)
         command = f"dmlbridge {args.command}"
-        _escape_unencodable_output()
         return int(args.run(args))
     except DmlBridgeError as exc:
         print(f"{command}: error: {_in_flags(_one_line(str(exc)))}", file=sys.stderr)

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dmlbridge.convert import convert_model
 from dmlbridge.plan import load_plan
-from dmlbridge.report import format_plan
+from dmlbridge.report import format_plan, wrap_text
 
 __all__ = ["build_sample_model", "quantized_arrays", "run_demo", "sample_arrays"]
 
@@ -142,11 +142,16 @@ def build_sample_model(directory: str | os.PathLike[str]) -> str:
     return path
 
 
-def run_demo(keep: str | os.PathLike[str] | None = None, out: TextIO | None = None) -> int:
+def run_demo(keep: str | os.PathLike[str] | None = None, out: TextIO | None = None, width: int | None = None) -> int:
     """Build the sample model, convert it, load the plan back (checking the SHA-256), verify it against the model
-    and print a summary. Works in a temporary folder that is removed afterwards, unless ``keep`` names a folder.
-    Returns 0 (errors raise DmlBridgeError)."""
+    and print a summary, its lines fitted to ``width`` columns when given (see :mod:`dmlbridge.report`). Works in
+    a temporary folder that is removed afterwards, unless ``keep`` names a folder. Returns 0 (errors raise
+    DmlBridgeError)."""
     out = sys.stdout if out is None else out
+
+    def say(text: str) -> None:
+        print(wrap_text(text, width), file=out)
+
     with tempfile.TemporaryDirectory(prefix="dmlbridge-demo-") as scratch:
         folder = scratch
         if keep is not None:
@@ -157,19 +162,20 @@ def run_demo(keep: str | os.PathLike[str] | None = None, out: TextIO | None = No
         convert_model(model_path, prefix, checksum=True, progress=False).close()
         with load_plan(prefix + ".json", verify=True) as plan:
             plan.verify(model_path)
-            print(f"dmlbridge demo: converted {model_path} (+ its external data sample.weights)", file=out)
-            print(f"into {plan.bin_path} and {prefix}.json, for DirectML feature level "
-                  f"{plan.target.feature_level.dotted}:\n", file=out)
-            print(format_plan(plan), file=out)
+            say(f"dmlbridge demo: converted {model_path} (+ its external data sample.weights)")
+            say(f"into {plan.bin_path} and {prefix}.json, for DirectML feature level "
+                f"{plan.target.feature_level.dotted}:")
+            print(file=out)
+            print(format_plan(plan, width), file=out)
             int4 = plan.entries["w_int4"]
             data = plan.read("w_int4")
-            print(f"\ne.g. w_int4 {plan.array('w_int4').tolist()} is {data.tobytes().hex(' ')} at offset "
-                  f"{int4.offset}: two nibbles per byte, low nibble first, padded to 4 bytes", file=out)
-        print("verified: the buffer file's SHA-256 matches the manifest and every converted constant reads back bit "
-              "for bit", file=out)
+            print(file=out)
+            say(f"e.g. w_int4 {plan.array('w_int4').tolist()} is {data.tobytes().hex(' ')} at offset "
+                f"{int4.offset}: two nibbles per byte, low nibble first, padded to 4 bytes")
+        say("verified: the buffer file's SHA-256 matches the manifest and every converted constant reads back bit "
+            "for bit")
         if keep is not None:
-            print(f"files kept in {folder}", file=out)
+            say(f"files kept in {folder}")
         else:
-            print("(the files were in a temporary folder, removed now; `dmlbridge demo --keep DIR` keeps them)",
-                  file=out)
+            say("(the files were in a temporary folder, removed now; `dmlbridge demo --keep DIR` keeps them)")
     return 0

@@ -176,7 +176,7 @@ def test_the_largest_limit_is_an_upload_buffers_and_alignment_bounds_it() -> Non
 def test_the_command_line_takes_the_limit_and_inspect_shows_the_buffers(tmp_path: Path) -> None:
     model, _ = mixed_model(64 * KIB)
     onnx.save(model, tmp_path / "m.onnx")
-    shown = run_cli("inspect", tmp_path / "m.onnx", "--max-buffer-bytes", "64KiB")
+    shown = run_cli("inspect", tmp_path / "m.onnx", "--max-buffer-bytes", "64KiB", "--wide")  # (one line each)
     planned = dmlbridge.plan_model(model, max_buffer_bytes=64 * KIB)
     lines = shown.stdout.splitlines()
     assert shown.returncode == 0 and lines[0].split()[6:8] == ["buffer", "offset"]

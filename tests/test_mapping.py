@@ -126,7 +126,7 @@ def test_readme_carries_the_default_table() -> None:
 
 
 def test_table_command_for_other_targets() -> None:
-    out = _cli("table", "--feature-level", "6.2", "--unsupported", "FLOAT16,INT64").stdout
+    out = _cli("table", "--feature-level", "6.2", "--unsupported", "FLOAT16,INT64", "--wide").stdout
     lines = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
     assert lines["INT4"][2:4] == ["INT8", "widen"]
     assert lines["FLOAT16"][2:4] == ["FLOAT32", "widen"]
