@@ -2,7 +2,7 @@
 
 Importing the package (numpy, onnx, protobuf) takes a noticeable moment, and a Ctrl-C during it would print
 Python's traceback. This module installs a handler before it imports anything (``_signal``, ``os`` and ``sys``
-are loaded before any program starts): until the command line takes over (``dmlbridge.cli.main``, which answers
+are loaded before any program starts): until the command line takes over (``dmlbridge.cli.commands.main``, which answers
 Ctrl-C itself and removes what it was writing), an interrupt prints one line and exits with 130. No file exists
 yet at that point, so leaving at once is safe.
 """
@@ -29,7 +29,7 @@ def main() -> None:
 
     Once the command has returned, a Ctrl-C is too late to stop anything: it is ignored while Python exits with
     the command's status. One that lands between the return and that line is answered like any other."""
-    from dmlbridge.cli import main as run  # the heavy imports, under the handler
+    from dmlbridge.cli.commands import main as run  # the heavy imports, under the handler
 
     try:
         status = run()

@@ -25,8 +25,8 @@ import onnx
 
 import dmlbridge
 from benchmarks import diy
-from dmlbridge.plan import read_plan
-from dmlbridge.verify import find_mismatches
+from dmlbridge.plan.upload_plan import read_plan
+from dmlbridge.plan.verify import find_mismatches
 
 try:
     import onnx_ir  # noqa: F401 - imported before the baseline when installed

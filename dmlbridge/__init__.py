@@ -6,16 +6,12 @@
     ('FLOAT32', (1, 1, 2, 3), 24)
 
 See README.md for the mapping table and the layout rules. Only the names exported here are the public API: the
-submodules (``dmlbridge.plan``, ``dmlbridge.convert``, ...) are the library's own layout and may change.
+packages and modules (``dmlbridge.plan``, ``dmlbridge.writing.convert``, ...) are the library's own layout
+and change between versions.
 """
 
 from __future__ import annotations
 
-from dmlbridge.bindings import binding_list
-from dmlbridge.convert import check_conversion, convert_model
-from dmlbridge.decode import decode
-from dmlbridge.descs import BufferTensorDesc, tensor_desc_array
-from dmlbridge.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.errors import (
     CleanupWarning,
     DestinationError,
@@ -29,19 +25,24 @@ from dmlbridge.errors import (
     UnsupportedTypeError,
     ValueRangeError,
 )
-from dmlbridge.layout import calc_buffer_tensor_size
-from dmlbridge.manifest import BufferFile
-from dmlbridge.mapping import MappingRow, dml_type_for, mapping_table
-from dmlbridge.onnx_tensor import TensorInfo, tensor_info, tensor_to_array
-from dmlbridge.options import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_TENSOR_BYTES, max_buffer_bytes_for
-from dmlbridge.output_folder import CleanReport, clean
-from dmlbridge.packing import pack_4bit, unpack_4bit
-from dmlbridge.plan import Binding, UploadPlan, load_plan, plan_model
-from dmlbridge.planning import ConvertedEntry, PlanEntry
-from dmlbridge.target import Target
-from dmlbridge.types import DmlDataType, FeatureLevel, OnnxDataType
+from dmlbridge.manifest.format import BufferFile
+from dmlbridge.onnx.tensor_proto import TensorInfo, tensor_info, tensor_to_array
+from dmlbridge.plan.bindings import binding_list
+from dmlbridge.plan.upload_plan import Binding, UploadPlan, load_plan, plan_model
+from dmlbridge.planning.options import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_TENSOR_BYTES, max_buffer_bytes_for
+from dmlbridge.planning.placement import ConvertedEntry, PlanEntry
+from dmlbridge.system.workers import available_cpus
+from dmlbridge.tensor.decode import decode
+from dmlbridge.tensor.descs import BufferTensorDesc, tensor_desc_array
+from dmlbridge.tensor.encode import PreparedTensor, prepare, prepare_into
+from dmlbridge.tensor.layout import calc_buffer_tensor_size
+from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType
+from dmlbridge.types.mapping import MappingRow, dml_type_for, mapping_table
+from dmlbridge.types.nibbles import pack_4bit, unpack_4bit
+from dmlbridge.types.target import Target
 from dmlbridge.version import __version__ as __version__
-from dmlbridge.workers import available_cpus
+from dmlbridge.writing.convert import check_conversion, convert_model
+from dmlbridge.writing.folder import CleanReport, clean
 
 __all__ = [
     "DEFAULT_MAX_BUFFER_BYTES",

@@ -2,6 +2,6 @@
 
 import sys
 
-from dmlbridge.cli import main
+from dmlbridge.cli.commands import main
 
 sys.exit(main())

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from dmlbridge.commit import Publication
-from dmlbridge.manifest import manifest_schema
+from dmlbridge.manifest.format import manifest_schema
+from dmlbridge.writing.publish import Publication
 
 # No test depends on the machine's speed: Hypothesis' per-example deadline is off everywhere.
 settings.register_profile("dmlbridge", deadline=None)

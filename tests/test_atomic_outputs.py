@@ -26,7 +26,7 @@ from models import (
 from onnx import external_data_helper, helper, numpy_helper
 
 import dmlbridge
-import dmlbridge.image_writer as image_writer
+import dmlbridge.writing.image as image_writer
 from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import (
     DestinationError,
@@ -34,7 +34,7 @@ from dmlbridge.errors import (
     TensorProtoError,
     ValueRangeError,
 )
-from dmlbridge.target import Target
+from dmlbridge.types.target import Target
 
 
 def _outputs(tmp_path: Path) -> dict[str, bytes]:

@@ -14,8 +14,8 @@ from models import buffer_paths
 from onnx import helper, numpy_helper
 
 import dmlbridge
-from dmlbridge.cli import main
-from dmlbridge.demo import build_sample_model
+from dmlbridge.cli.commands import main
+from dmlbridge.cli.demo import build_sample_model
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from dmlbridge import InvalidArgumentError, TensorTooLargeError, convert_model, load_plan, plan_model
-from dmlbridge.constants import find_constants
+from dmlbridge.model.constants import find_constants
 
 
 def _sparse_model(dense_elements: int) -> bytes:

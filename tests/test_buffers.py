@@ -21,7 +21,7 @@ from models import buffer_paths, check_independently
 from onnx import external_data_helper, helper, numpy_helper
 
 import dmlbridge
-import dmlbridge.cli
+import dmlbridge.cli.commands
 from dmlbridge import InvalidArgumentError, ManifestError, Target, TensorTooLargeError
 
 KIB = 1 << 10
@@ -39,7 +39,7 @@ def run_cli(*args: str | Path) -> Ran:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            status = dmlbridge.cli.main([str(a) for a in args])
+            status = dmlbridge.cli.commands.main([str(a) for a in args])
         except SystemExit as exc:  # (argparse's refusals)
             status = int(exc.code or 0)
     return Ran(status, out.getvalue(), err.getvalue())

@@ -1,4 +1,4 @@
-"""The byte scan (dmlbridge.byte_scan) against the parsed model (constants.find_constants).
+"""The byte scan (dmlbridge.model.byte_scan) against the parsed model (constants.find_constants).
 
 The byte scan reads the main graph's common constants from the protobuf wire format and leaves every other
 record to the parsed model. Either it gives up on a model (None), or it finds exactly what ``find_constants`` finds:
@@ -33,11 +33,11 @@ from hypothesis import strategies as st
 from models import TARGETS, build_model, check_independently, outputs, per_channel_model, small_model
 from onnx import TensorProto, helper, numpy_helper
 
-import dmlbridge.model_file as model_file
+import dmlbridge.model.onnx_file as model_file
 from dmlbridge import Target, byte_scan, convert_model, load_plan, plan_model
-from dmlbridge.constants import find_constants
 from dmlbridge.errors import DmlBridgeError, TensorProtoError
-from dmlbridge.model_file import read_model
+from dmlbridge.model.constants import find_constants
+from dmlbridge.model.onnx_file import read_model
 
 EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
 

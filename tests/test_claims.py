@@ -34,7 +34,7 @@ CHILD = ADDRESS_SPACE_LIMIT + textwrap.dedent(
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    from dmlbridge import cli
+    from dmlbridge.cli import commands as cli
     from dmlbridge.errors import DmlBridgeError
     from dmlbridge import convert_model
 
@@ -154,7 +154,7 @@ def test_whole_model_claims_fail_before_allocating_under_rlimit_as(tmp_path: Pat
 def test_max_tensor_bytes_is_checked_before_any_file_is_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dmlbridge.convert as convert_module
+    import dmlbridge.writing.convert as convert_module
 
     m = helper.make_model(helper.make_graph([], "g", [], [], [
         numpy_helper.from_array(np.ones(4, np.float32), "small"),

@@ -20,9 +20,9 @@ from models import buffer_path, output_names, outputs
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
-import dmlbridge.cli
 from dmlbridge import plan_model
-from dmlbridge.demo import build_sample_model
+from dmlbridge.cli import commands
+from dmlbridge.cli.demo import build_sample_model
 
 
 def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -91,7 +91,7 @@ def test_inspect_json_is_the_plan(sample: Path) -> None:
                              "tensor_bytes": sum(e["desc"]["TotalTensorSizeInBytes"] for e in doc["entries"]
                                                  if e["desc"]),
                              "total_size": doc["total_size"], "buffer_sizes": [doc["total_size"]]}
-    from dmlbridge.target import Target
+    from dmlbridge.types.target import Target
 
     expected = plan_model(sample, target=Target(feature_level="6.2"), min_dims=4, alignment=64).manifest()
     del doc["totals"]
@@ -192,7 +192,7 @@ def test_a_file_left_behind_is_one_line_on_stderr_and_clean_exits_1_when_it_cann
 ) -> None:
     """A previous buffer file that cannot be removed: convert succeeds (exit 0) with one warning line naming
     ``dmlbridge clean``; clean, meeting the same error, lists the file and exits 1."""
-    from dmlbridge.cli import main
+    from dmlbridge.cli.commands import main
 
     assert main(["convert", str(small), "-o", str(tmp_path / "w"), "--quiet"]) == 0
     old = buffer_path(tmp_path / "w")
@@ -323,9 +323,9 @@ def test_ctrl_c_after_the_command_returned(when: str) -> None:
     else:
         stub = "def main():\n    atexit.register(os.kill, os.getpid(), signal.SIGINT)\n    return 0\n"
     code = ("import atexit, os, signal, sys, types\nimport dmlbridge_entry\n"
-            "cli = types.ModuleType('dmlbridge.cli')\n" + "exec(" + repr(stub) + ", cli.__dict__)\n"
+            "cli = types.ModuleType('dmlbridge.cli.commands')\n" + "exec(" + repr(stub) + ", cli.__dict__)\n"
             "cli.__dict__.update(os=os, signal=signal, atexit=atexit)\n"
-            "sys.modules['dmlbridge.cli'] = cli\ndmlbridge_entry.main()\n")
+            "sys.modules['dmlbridge.cli.commands'] = cli\ndmlbridge_entry.main()\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert "Traceback" not in result.stderr, result.stderr
     if when == "as the command returns":
@@ -420,7 +420,7 @@ def test_plan_tables_stay_readable(tmp_path: Path) -> None:
     columns, and a terminal's width is honoured."""
     from models import build_model
 
-    from dmlbridge.report import _width, format_plan
+    from dmlbridge.cli.report import _width, format_plan
 
     path, _ = build_model(tmp_path)
     plan = dmlbridge.plan_model(path)
@@ -496,7 +496,7 @@ def test_messages_name_flags_but_never_rewrite_the_users_names(tmp_path: Path) -
 @pytest.mark.parametrize(("text", "value"), [("4096", 4096), ("0x1000", 4096), ("1KiB", 1024), ("512 MiB", 512 << 20),
                                              ("2GiB", 2 << 30), ("2gib", 2 << 30), ("1TiB", 1 << 40), ("7B", 7)])
 def test_byte_counts_take_binary_units(text: str, value: int) -> None:
-    from dmlbridge.options import parse_byte_count
+    from dmlbridge.planning.options import parse_byte_count
 
     assert parse_byte_count(text) == value
 
@@ -505,7 +505,7 @@ def test_byte_counts_take_binary_units(text: str, value: int) -> None:
                                              ("512M", ["write 512MiB"]), ("1.5GiB", ["not a byte count"]),
                                              ("-1", ["not a byte count"]), ("2 GiBs", ["not a byte count"])])
 def test_byte_counts_refuse_what_they_would_guess(small: Path, tmp_path: Path, text: str, words: list[str]) -> None:
-    from dmlbridge.options import parse_byte_count
+    from dmlbridge.planning.options import parse_byte_count
 
     with pytest.raises(dmlbridge.InvalidArgumentError, match="not a byte count"):
         parse_byte_count(text)
@@ -524,7 +524,7 @@ def test_every_byte_count_option_takes_units(small: Path, tmp_path: Path) -> Non
 def main_error(capsys: pytest.CaptureFixture[str], *args: str | Path) -> str:
     """Run the command line in this process: it must fail with exit 2 and one line on stderr; returns the line."""
     try:
-        status = dmlbridge.cli.main([str(a) for a in args])
+        status = commands.main([str(a) for a in args])
     except SystemExit as exc:  # (argparse's usage errors exit)
         status = exc.code
     out, err = capsys.readouterr()
@@ -550,7 +550,7 @@ def test_the_output_rule_is_written_once(capsys: pytest.CaptureFixture[str]) -> 
     paragraph = readme.split("**`-o PREFIX`.** ", 1)[1].split("\n\n", 1)[0]
     rule = " ".join(paragraph.replace("`", "").split())
     with pytest.raises(SystemExit):
-        dmlbridge.cli.main(["convert", "--help"])
+        commands.main(["convert", "--help"])
     assert rule in " ".join(capsys.readouterr().out.split())
     assert rule.startswith("PREFIX names the outputs") and "Refused: an empty -o;" in rule
 
@@ -571,7 +571,7 @@ def test_a_trailing_slash_names_a_folder_that_must_exist(small: Path, capsys: py
     folder.mkdir()
     written = []
     for given in (f"{folder}/", str(folder)):
-        assert dmlbridge.cli.main(["convert", str(small), "-o", given, "--quiet"]) == 0
+        assert commands.main(["convert", str(small), "-o", given, "--quiet"]) == 0
         written.append(output_names(folder))
     assert written[0] == written[1] == ["small.dml.ID.00000.bin", "small.dml.json", "small.dml.lock"]
     line = main_error(capsys, "convert", small, "-o", f"{small}/", "--quiet")
@@ -655,7 +655,7 @@ def test_a_value_past_32_bits_names_the_saturate_flags(tmp_path: Path, capsys: p
     line = main_error(capsys, "convert", model, "-o", tmp_path / "w", "--feature-level", "1.0", "--int64", "saturate")
     assert "--int64 saturate changes the values" in line and "pass --allow-lossy with it" in line, line
     assert "int64=" not in line, line
-    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "w"), "--feature-level", "1.0",
+    assert commands.main(["convert", str(model), "-o", str(tmp_path / "w"), "--feature-level", "1.0",
                                "--int64", "saturate", "--allow-lossy", "--quiet"]) == 0
 
 
@@ -676,9 +676,9 @@ def test_verify_says_which_values_were_clamped_not_bit_for_bit(tmp_path: Path,
     DOUBLE entries rounded); a conversion that changed nothing stays "bit for bit"."""
     model = sentinel_model(tmp_path / "m.onnx", double=True)
     target = ["--feature-level", "1.0", "--int64", "saturate", "--allow-lossy", "--quiet"]
-    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "w"), *target]) == 0
+    assert commands.main(["convert", str(model), "-o", str(tmp_path / "w"), *target]) == 0
     capsys.readouterr()
-    assert dmlbridge.cli.main(["verify", str(tmp_path / "w.json"), str(model), "--quiet"]) == 0
+    assert commands.main(["verify", str(tmp_path / "w.json"), str(model), "--quiet"]) == 0
     assert capsys.readouterr().out == (
         f"ok: 5 converted constants match {model} bit for bit but for 7 values of 3 entries clamped to the 32-bit "
         "range (--int64 saturate) and the values of 1 entry rounded from DOUBLE to FLOAT32 (--allow-lossy); "
@@ -687,11 +687,11 @@ def test_verify_says_which_values_were_clamped_not_bit_for_bit(tmp_path: Path,
     single = tmp_path / "one.onnx"
     onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
         numpy_helper.from_array(np.array([2**40, 3], np.int64), "big")])), single)
-    assert dmlbridge.cli.main(["convert", str(single), "-o", str(tmp_path / "one"), *target, "--checksum"]) == 0
-    assert dmlbridge.cli.main(["verify", str(tmp_path / "one.json"), str(single), "--quiet"]) == 0
+    assert commands.main(["convert", str(single), "-o", str(tmp_path / "one"), *target, "--checksum"]) == 0
+    assert commands.main(["verify", str(tmp_path / "one.json"), str(single), "--quiet"]) == 0
     assert capsys.readouterr().out == (
         f"ok: 1 converted constants match {single} bit for bit but for 1 value of 1 entry clamped to the 32-bit "
         "range (--int64 saturate); 0 skipped; the buffer file's SHA-256 matches\n")
-    assert dmlbridge.cli.main(["convert", str(model), "-o", str(tmp_path / "native"), "--quiet"]) == 0
-    assert dmlbridge.cli.main(["verify", str(tmp_path / "native.json"), str(model), "--quiet"]) == 0
+    assert commands.main(["convert", str(model), "-o", str(tmp_path / "native"), "--quiet"]) == 0
+    assert commands.main(["verify", str(tmp_path / "native.json"), str(model), "--quiet"]) == 0
     assert capsys.readouterr().out == f"ok: 5 converted constants match {model} bit for bit, 0 skipped\n"

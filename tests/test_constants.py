@@ -1,4 +1,4 @@
-"""Finding every constant of a model (dmlbridge.constants): where they live, their keys, their values, and the
+"""Finding every constant of a model (dmlbridge.model.constants): where they live, their keys, their values, and the
 sparse densifier, checked against onnx's own helpers and a naive per-element densifier written here."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
 
-from dmlbridge import sparse as sparse_module
-from dmlbridge.constants import densify_sparse, find_constants
 from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLargeError
-from dmlbridge.types import OnnxDataType as O
+from dmlbridge.model.constants import densify_sparse, find_constants
+from dmlbridge.onnx import sparse as sparse_module
+from dmlbridge.types.data_types import OnnxDataType as O
 
 # --- helpers ----------------------------------------------------------------------------------------------
 

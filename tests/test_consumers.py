@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
 from dmlbridge import ManifestError, Target
-from dmlbridge.consumers import Consumer, find_consumers
+from dmlbridge.model.consumers import Consumer, find_consumers
 
 C = 3
 

@@ -36,7 +36,7 @@ from dmlbridge.errors import (
     TensorTooLargeError,
     UnsupportedTypeError,
 )
-from dmlbridge.target import Target
+from dmlbridge.types.target import Target
 
 
 @pytest.mark.parametrize("name", list(TARGETS))

@@ -16,12 +16,12 @@ from models import buffer_path
 from onnx import helper, numpy_helper
 
 import dmlbridge
-import dmlbridge.buffer_files as buffer_files
-import dmlbridge.commit as commit
-import dmlbridge.external_data as external_data
+import dmlbridge.onnx.external_data as external_data
+import dmlbridge.plan.open_buffers as buffer_files
+import dmlbridge.writing.publish as commit
 from dmlbridge import DestinationError, InvalidArgumentError, ManifestError, TensorTooLargeError
-from dmlbridge.fingerprint import bin_fingerprint, fingerprint_problem
-from dmlbridge.options import MAX_KEY_LENGTH
+from dmlbridge.plan.fingerprint import bin_fingerprint, fingerprint_problem
+from dmlbridge.planning.options import MAX_KEY_LENGTH
 
 
 def small_model() -> onnx.ModelProto:
@@ -61,7 +61,7 @@ def test_no_memory_for_an_entry(written: Path, monkeypatch: pytest.MonkeyPatch) 
         def no_memory(*_: Any, **__: Any) -> Any:
             raise MemoryError
 
-        monkeypatch.setattr(dmlbridge.plan.np, "empty", no_memory)  # type: ignore[attr-defined]
+        monkeypatch.setattr(dmlbridge.plan.upload_plan.np, "empty", no_memory)  # type: ignore[attr-defined]
         with pytest.raises(TensorTooLargeError, match="the allocation failed; free memory"):
             plan.read("w")
 

@@ -25,10 +25,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from dmlbridge import external_data as ed
 from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError, TensorTooLargeError
-from dmlbridge.external_data import ExternalDataReader, check_location
-from dmlbridge.onnx_tensor import tensor_info, tensor_to_array
+from dmlbridge.onnx import external_data as ed
+from dmlbridge.onnx.external_data import ExternalDataReader, check_location
+from dmlbridge.onnx.tensor_proto import tensor_info, tensor_to_array
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX symlinks, FIFOs and /dev")
 VALUES = np.arange(4, dtype=np.float32) + 0.5  # 16 bytes
@@ -662,7 +662,7 @@ def test_conversion_and_verification_never_map_external_data(tmp_path: Path, mon
     position instead, so a shrinking file is an ExternalDataError (tensor_to_array may still map: see its
     ``use_mmap``)."""
     import dmlbridge
-    from dmlbridge.external_data import ExternalDataReader as Reader
+    from dmlbridge.onnx.external_data import ExternalDataReader as Reader
 
     values = np.arange(1 << 18, dtype=np.float32)
     tensor = numpy_helper.from_array(values, "w")
@@ -694,7 +694,7 @@ def test_the_models_directory_is_pinned_when_the_model_is_opened(tmp_path: Path,
     """An attacker who controls the parent of the model's folder swaps the folder for a symlink to another one
     after the model was read: external data is still read in the folder the model was read from."""
     import dmlbridge
-    import dmlbridge.plan as plan_module
+    import dmlbridge.plan.upload_plan as plan_module
 
     values = np.arange(16, dtype=np.float32)
     tensor = numpy_helper.from_array(values, "w")

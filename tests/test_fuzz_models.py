@@ -39,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from builders import EDITS, constant_nodes, loop_with_if, mutate_bytes
 from models import output_names
 
-from dmlbridge import cli, convert_model, load_plan, plan_model
-from dmlbridge.demo import build_sample_model
+from dmlbridge import convert_model, load_plan, plan_model
+from dmlbridge.cli import commands as cli
+from dmlbridge.cli.demo import build_sample_model
 from dmlbridge.errors import DmlBridgeError
 
 EXAMPLES = int(os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES", "200"))

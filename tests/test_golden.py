@@ -93,7 +93,7 @@ def test_outputs_are_the_golden_ones(case: str, checked_only: str, tmp_path: Pat
 def _write_models() -> None:
     from models import build_model, small_model
 
-    from dmlbridge.demo import build_sample_model
+    from dmlbridge.cli.demo import build_sample_model
 
     for folder in ("every_type", "demo", "small"):
         shutil.rmtree(GOLDEN / folder, ignore_errors=True)

@@ -47,9 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent(
     """
     import os, sys, threading
-    import dmlbridge.commit as commit
-    import dmlbridge.convert as convert
-    import dmlbridge.image_writer as image_writer
+    import dmlbridge.writing.publish as commit
+    import dmlbridge.writing.convert as convert
+    import dmlbridge.writing.image as image_writer
 
     model, prefix, mode, limit = sys.argv[1:5]
     previous_buffers = set(sys.argv[5:])  # the previous conversion's: removing them is a step of the protocol
@@ -394,7 +394,7 @@ def test_the_names_not_the_fingerprint_keep_a_manifest_with_its_buffer(versions:
 def test_fingerprint_reads_samples_not_the_whole_file(tmp_path: Path) -> None:
     """The always-on check costs a few reads whatever the size: a 64 GiB (sparse) file is fingerprinted at once,
     and a changed byte that no sample covers is left to the opt-in full SHA-256 (checksum=True, verify=True)."""
-    from dmlbridge.fingerprint import bin_fingerprint
+    from dmlbridge.plan.fingerprint import bin_fingerprint
 
     big = tmp_path / "big.bin"
     with open(big, "w+b") as file:

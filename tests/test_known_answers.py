@@ -492,7 +492,7 @@ def test_signalling_nans_in_float_attributes_and_typed_fields_decode_exactly() -
     Python floats would do to them (a float32 read through Python is quieted)."""
     from onnx import AttributeProto, NodeProto, TensorProto
 
-    from dmlbridge.constants import find_constants
+    from dmlbridge.model.constants import find_constants
 
     snan = struct.pack("<I", 0x7F8F5019)
     head = TensorProto(name="f", data_type=TensorProto.COMPLEX64, dims=[1]).SerializeToString()

@@ -364,8 +364,8 @@ def _quantized_doc(directory: Path) -> tuple[Any, dict[str, Any]]:
 def _repoint(doc: dict[str, Any], record: dict[str, Any], part: str, key: str) -> None:
     """Make ``record``'s ``part`` read entry ``key`` with the same sizes and strides, its desc right for that
     entry (so that only the part's role can tell)."""
-    from dmlbridge.layout import calc_buffer_tensor_size
-    from dmlbridge.types import DmlDataType
+    from dmlbridge.tensor.layout import calc_buffer_tensor_size
+    from dmlbridge.types.data_types import DmlDataType
 
     entry = next(e for e in doc["entries"] if e["key"] == key)
     desc = record[part]["desc"]

@@ -14,7 +14,7 @@ from models import older
 from onnx import helper, numpy_helper
 
 import dmlbridge
-from dmlbridge.manifest import MANIFEST_FORMAT_VERSION, READABLE_VERSIONS, manifest_schema
+from dmlbridge.manifest.format import MANIFEST_FORMAT_VERSION, READABLE_VERSIONS, manifest_schema
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ from models import check_independently, outputs, small_model
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from dmlbridge import Target, convert_model
-from dmlbridge.constants import find_constants
 from dmlbridge.errors import DmlBridgeError
-from dmlbridge.fingerprint import bin_fingerprint
+from dmlbridge.model.constants import find_constants
+from dmlbridge.plan.fingerprint import bin_fingerprint
 
 EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
 
@@ -199,7 +199,7 @@ def test_many_small_constants_convert_byte_exactly(tmp_path: Path, count: int, a
 
 
 def test_progress_counts_every_byte_of_small_constants(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dmlbridge.progress as progress
+    import dmlbridge.system.progress as progress
 
     seen = []
 

@@ -36,8 +36,8 @@ from dmlbridge.errors import (
     TensorTooLargeError,
     UnsupportedTypeError,
 )
-from dmlbridge.onnx_tensor import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
-from dmlbridge.types import OnnxDataType
+from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
+from dmlbridge.types.data_types import OnnxDataType
 
 T = OnnxDataType
 VALUED_TYPES = [t for t in OnnxDataType if t is not T.UNDEFINED]
@@ -460,7 +460,7 @@ def test_arguments():
     for limit in (-1, 1.5, True, "10"):
         with pytest.raises(InvalidArgumentError, match="max_tensor_bytes"):
             tensor_to_array(ok, max_tensor_bytes=limit)  # type: ignore[arg-type]
-    from dmlbridge.external_data import ExternalDataReader
+    from dmlbridge.onnx.external_data import ExternalDataReader
 
     with pytest.raises(InvalidArgumentError, match="reader"):
         tensor_to_array(ok, ".", reader=ExternalDataReader("."))
@@ -512,7 +512,7 @@ CHILD = ADDRESS_SPACE_LIMIT + textwrap.dedent(
     import numpy as np
     from onnx import TensorProto
     from dmlbridge.errors import TensorProtoError, TensorTooLargeError, ExternalDataError
-    from dmlbridge.onnx_tensor import tensor_to_array
+    from dmlbridge.onnx.tensor_proto import tensor_to_array
 
     base = sys.argv[1]
 

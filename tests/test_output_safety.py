@@ -281,8 +281,8 @@ def test_a_plan_loaded_while_another_conversion_publishes_is_one_whole_conversio
     or between its opening of two buffer files: no timing). The reader reads the new manifest and gets the new
     conversion, whole, never an error (before, "cannot open the buffer file ... No such file"); the descriptor it
     had opened is closed."""
-    import dmlbridge.buffer_files as buffer_files
-    import dmlbridge.plan as plan_module
+    import dmlbridge.plan.open_buffers as buffer_files
+    import dmlbridge.plan.upload_plan as plan_module
 
     convert_model(_layers(1.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
     reads: list[bytes] = []
@@ -317,7 +317,7 @@ def test_a_missing_buffer_file_is_a_clear_error_after_bounded_retries(
     """A buffer file that is missing while the manifest stays the same is truly missing: ManifestError, once the
     manifest was read again and found unchanged. A writer that publishes between every read of the manifest and
     the opening of its buffer files is outlasted a few times, then named."""
-    import dmlbridge.plan as plan_module
+    import dmlbridge.plan.upload_plan as plan_module
 
     written = convert_model(_layers(1.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
     Path(written.buffers[1].path).unlink()
@@ -463,8 +463,8 @@ def test_retired_files_are_removed_first_when_the_disk_is_short(
     monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((4096,) * 2 + (0,) * 8))
     events = _events(monkeypatch)
     created: list[int] = []
-    monkeypatch.setattr(dmlbridge.commit.Publication, "new_buffer", _recording(
-        dmlbridge.commit.Publication.new_buffer, lambda: created.append(len(events))))
+    monkeypatch.setattr(dmlbridge.writing.publish.Publication, "new_buffer", _recording(
+        dmlbridge.writing.publish.Publication.new_buffer, lambda: created.append(len(events))))
     convert_model(_model(3.0), tmp_path / "w", progress=False)
     assert events[0] == ("unlink", retired.name, "MainThread") and created == [1]
     assert not retired.exists() and retired_names(tmp_path) == []
@@ -580,7 +580,7 @@ def test_a_failed_reconversion_leaves_the_previous_conversion(
     def failing(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.EIO, "disk error")
 
-    monkeypatch.setattr(dmlbridge.convert, "write_image", failing)
+    monkeypatch.setattr(dmlbridge.writing.convert, "write_image", failing)
     with pytest.raises(DestinationError):
         convert_model(_model(3.0), tmp_path / "w", progress=False)
     assert (tmp_path / "w.json").read_bytes() == before and output_names(tmp_path) == names
@@ -620,7 +620,7 @@ def test_an_interrupt_during_cleanup_leaves_nothing(tmp_path: Path, monkeypatch:
     """A Ctrl-C that arrives while a failed conversion removes its files is held back until they are gone."""
     import signal
 
-    import dmlbridge.commit as commit
+    import dmlbridge.writing.publish as commit
 
     real_unlink = os.unlink
 

@@ -16,10 +16,10 @@ import pytest
 from onnx import helper, numpy_helper
 
 import dmlbridge
-import dmlbridge.cli
-from dmlbridge.demo import build_sample_model
-from dmlbridge.plan import plan_with_notes
-from dmlbridge.report import MARK, MIN_WIDTH, _elide_middle, _elide_shape, _width, format_plan, format_table
+import dmlbridge.cli.commands
+from dmlbridge.cli.demo import build_sample_model
+from dmlbridge.cli.report import MARK, MIN_WIDTH, _elide_middle, _elide_shape, _width, format_plan, format_table
+from dmlbridge.plan.upload_plan import plan_with_notes
 
 # Keys as long as real exports make them (and longer), on 8-D constants.
 LONG_KEYS = [f"model.decoder.transformer_blocks.{layer}.very_long_component_name_for_testing.{part}"
@@ -45,7 +45,7 @@ def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def output(capsys: pytest.CaptureFixture[str], *args: str | Path) -> str:
     """What the command line prints on stdout, run in this process (it must succeed)."""
-    assert dmlbridge.cli.main([str(a) for a in args]) == 0
+    assert dmlbridge.cli.commands.main([str(a) for a in args]) == 0
     return capsys.readouterr().out
 
 
@@ -170,7 +170,7 @@ def test_columns_give_way_in_order(sample: Path, capsys: pytest.CaptureFixture[s
 def test_help_names_the_width_the_marker_and_wide(capsys: pytest.CaptureFixture[str]) -> None:
     for command in ("inspect", "table", "demo"):
         with pytest.raises(SystemExit):
-            dmlbridge.cli.main([command, "--help"])
+            dmlbridge.cli.commands.main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert "--wide" in text and "COLUMNS" in text and "120 columns" in text and "at least 40" in text, command
         if command != "table":
@@ -181,7 +181,7 @@ def test_every_command_is_in_the_help_test() -> None:
     """test_cli.py's help test covers every subcommand (each has an example and its exit codes)."""
     source = (Path(__file__).parent / "test_cli.py").read_text(encoding="utf-8")
     listed = source.split('@pytest.mark.parametrize("command", ', 1)[1].split("]", 1)[0]
-    assert sorted(dmlbridge.cli.build_parser().commands) == sorted(json.loads(listed + "]"))
+    assert sorted(dmlbridge.cli.commands.build_parser().commands) == sorted(json.loads(listed + "]"))
 
 
 def test_the_cutting_rules() -> None:

@@ -18,9 +18,9 @@ from onnx import helper, numpy_helper
 
 import dmlbridge
 from dmlbridge import InvalidArgumentError, ManifestError
-from dmlbridge.constants import ConstantKind, find_constants
-from dmlbridge.selection import CONSTANT_KINDS, Selection
-from dmlbridge.verify import find_mismatches
+from dmlbridge.model.constants import ConstantKind, find_constants
+from dmlbridge.plan.verify import find_mismatches
+from dmlbridge.planning.selection import CONSTANT_KINDS, Selection
 
 
 def model_of_kinds() -> onnx.ModelProto:

@@ -14,8 +14,8 @@ CHILD = textwrap.dedent("""
     import resource, sys
     import numpy as np
     from onnx import AttributeProto, TensorProto
-    from dmlbridge.constants import find_constants
-    from dmlbridge.onnx_tensor import tensor_to_array
+    from dmlbridge.model.constants import find_constants
+    from dmlbridge.onnx.tensor_proto import tensor_to_array
     from onnx import helper
 
     field, n = sys.argv[1], int(sys.argv[2])

@@ -25,8 +25,8 @@ from dmlbridge import convert_model, load_plan, verify
 from dmlbridge.errors import (
     ManifestError,
 )
-from dmlbridge.fingerprint import FingerprintStream, bin_fingerprint
-from dmlbridge.plan import read_plan
+from dmlbridge.plan.fingerprint import FingerprintStream, bin_fingerprint
+from dmlbridge.plan.upload_plan import read_plan
 
 
 def test_verify_finds_a_changed_byte_and_a_changed_model(tmp_path: Path) -> None:
@@ -94,8 +94,8 @@ def test_verify_memory_stays_within_the_budget(tmp_path: Path) -> None:
     path = memory.memory_model(tmp_path / "m", "float32", mib=96, count=4)
     convert_model(path, tmp_path / "w", progress=False, fsync=False, checksum=True).close()
     growth = memory.peak_growth(f"""
-        from dmlbridge.plan import read_plan
-        from dmlbridge.verify import find_mismatches
+        from dmlbridge.plan.upload_plan import read_plan
+        from dmlbridge.plan.verify import find_mismatches
         for count in (1, 2, 8):
             for sha256 in (False, True):
                 with measured(f"workers={{count}}, sha256={{sha256}}"):

@@ -38,9 +38,9 @@ from dmlbridge import (
     verify,
     workers,
 )
-from dmlbridge.commit import Publication
-from dmlbridge.plan import read_plan
-from dmlbridge.workers import Prefetch, available_cpus, check_workers
+from dmlbridge.plan.upload_plan import read_plan
+from dmlbridge.system.workers import Prefetch, available_cpus, check_workers
+from dmlbridge.writing.publish import Publication
 
 # Larger constants of the types whose conversion is work (widening, narrowing, packing, densifying), each in a
 # form the byte scan does not take; at full size (1 MiB and more) each goes to a worker at the real POOL_MIN_BYTES.
@@ -324,7 +324,7 @@ def test_memory_with_eight_workers_stays_within_the_bound(tmp_path: Path) -> Non
     onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), folder / "m.onnx")
     code = textwrap.dedent(f"""
         import resource, dmlbridge
-        from dmlbridge import workers
+        from dmlbridge.system import workers
         workers.IN_FLIGHT_BYTES = 32 << 20
         dmlbridge.convert_model({str(folder / "m.onnx")!r}, {str(tmp_path / "w")!r}, fsync=False,
                                 progress=False, workers=1).close()  # (imports, onnx, first-use caches)
@@ -395,7 +395,7 @@ def test_ctrl_c_with_jobs_in_flight(tmp_path: Path) -> None:
     # The child's jobs say when they run and take a while, so that the signal lands with jobs in flight.
     code = textwrap.dedent(f"""
         import sys, time
-        from dmlbridge.constant_jobs import ConstantJobs
+        from dmlbridge.writing.jobs import ConstantJobs
         real = ConstantJobs.run
         def slow(*args, **kwargs):
             sys.stdout.write("job\\n"); sys.stdout.flush()

@@ -1,0 +1,5 @@
+"""The manifest format (``PREFIX.json``): its specification (``docs/manifest.md``), its schema, its one writer
+and its validating reader.
+
+May import: ``quantized``, ``planning`` and below.
+"""

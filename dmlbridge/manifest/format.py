@@ -1,0 +1,475 @@
+"""The manifest format (``PREFIX.json``): the spec, its one writer and its validating reader.
+
+A manifest describes an upload image (its buffer files): every constant of the model, which buffer file holds its
+bytes, where, and how DirectML sees them. This module turns a :class:`Manifest` (the plan's fields) into the
+manifest's text and reads that text back into one, trusting nothing (each part through
+:mod:`dmlbridge.manifest.sections`); :mod:`dmlbridge.plan.upload_plan` pairs it with its buffer files.
+
+Format ``dmlbridge-upload-plan``, version 5
+------------------------------------------
+- The file MUST be a UTF-8 JSON object (no duplicate keys, no NaN or Infinity) with exactly these fields:
+  ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (5), ``dmlbridge_version`` (a string),
+  ``conversion_id`` (16 lowercase hex digits, random per conversion), ``source`` (the model: ``{"name": string
+  or null, "size": integer or null, "sha256": 64 hex digits or null, "external_data": [{"file": string, "size":
+  integer}]}``, its file's name, size and SHA-256, and the external data files the conversion read, with their
+  sizes), ``target`` (``{"feature_level": "6.4", "supported": [DML type names, sorted], "int64": "emulate" or
+  "narrow" or "saturate" (only with allow_lossy), "allow_lossy": bool}``, in the
+  canonical form ``Target.describe()`` gives), ``alignment`` (a power of two from 16 to 2^31), ``min_dims`` (0 to
+  the target's most dimensions), ``total_size`` (the upload image's size in bytes: the sum of the buffers'
+  sizes), ``max_buffer_bytes`` (the largest a buffer file could be: a multiple of ``alignment``, at most
+  0xFFFF0000), ``buffers``, ``selection``, ``quantized`` and ``entries``.
+- ``selection`` MUST be ``{"include": [patterns] or null, "exclude": [patterns], "kinds": [kind names] or null,
+  "min_bytes": integer}``: which of the model's constants the entries are (:mod:`dmlbridge.planning.selection`; null
+  include and kinds, an empty exclude and 0 select every one). At most 1024 patterns per list, each a non-empty
+  string of at most 4096 characters; kinds from ``ModelConstant.kind``'s names.
+- ``buffers`` MUST be an array of 1 to 256 objects ``{"file", "size", "fingerprint", "sha256"}``, one per buffer
+  file, in order: its file name beside the manifest (no folder; buffer ``n`` ends in
+  ``.<conversion_id>.<n as 5 digits>.bin``), its size (at most ``max_buffer_bytes``), its fingerprint (64
+  lowercase hex digits, see :mod:`dmlbridge.plan.fingerprint`) and its SHA-256 (64 lowercase hex digits) or null when
+  the conversion did not compute it.
+- ``entries`` MUST be an array of objects, one per selected constant in model order, each with exactly ``key`` (a
+  non-empty string, unique), ``origin`` (a string), ``onnx_type`` (an ONNX type name), ``shape`` (an array of
+  at most 64 non-negative integers), ``conversion``, ``buffer``, ``offset``, ``dml_type``, ``desc`` and
+  ``skipped``; and
+  MAY have ``clamped`` (default null), ``padding`` (default ``"leading"``) and ``consumers`` (default ``[]``),
+  which the writer leaves out at their defaults.
+- ``consumers`` MUST be an array of ``{"node": string, "op_type": string, "input": integer}``, the node inputs
+  that read the constant (:mod:`dmlbridge.model.consumers`: node keys as constant keys are made, an op type of
+  another domain as ``domain:Op``), in graph order. A per-channel input (Conv and ConvTranspose input 2,
+  BatchNormalization inputs 1-4, InstanceNormalization inputs 1-2, of the ONNX domain) MUST also have ``dims``
+  and no other may: the dimension count DirectML reads its node's tensors at, 4 to 8. It is the node's rank,
+  raised to 4: the rank of the first of its values W, X, Y (Conv, ConvTranspose) or X, Y (BatchNormalization,
+  InstanceNormalization) that the model gives one of at most 8, by a constant's shape or by a graph input,
+  output or value_info (of the node's graph or one around it); 4 when there is none.
+- ``padding`` MUST be what the consumers give for the shape: ``"channel"`` for a 1-D constant that only
+  per-channel inputs read, all with the same ``dims``, whatever ``min_dims`` is; its sizes are then ``[1, C, 1,
+  ...]`` of ``dims`` dimensions, or of ``min_dims`` when that is more. ``"mixed"`` when some of its consumers
+  are such inputs and others not, or their ``dims`` differ (leading 1s); ``"leading"`` otherwise.
+- A skipped entry MUST have ``skipped`` (a non-empty string: why) and null ``conversion``, ``buffer``,
+  ``offset``, ``dml_type``, ``desc`` and ``clamped``.
+- ``clamped`` MUST be null, except in an entry of conversion ``"saturate"`` (INT64/UINT64 written as 4-byte
+  values clamped to the 32-bit range, a target with ``"int64": "saturate"``), where it MUST be how many of the
+  values were clamped (0 to the number of elements).
+- A converted entry MUST have null ``skipped``; ``dml_type`` and ``conversion`` MUST be what the target's
+  mapping gives for ``onnx_type``; ``buffer`` MUST be the index of the buffer file holding its bytes and
+  ``offset`` (in that file) a multiple of ``alignment``; ``desc``
+  MUST be the DML_BUFFER_TENSOR_DESC fields by their DirectML names (DataType, Flags, DimensionCount, Sizes,
+  Strides, TotalTensorSizeInBytes, GuaranteedBaseOffsetAlignment), equal to what the layout rules give for the
+  shape, ``padding``, ``min_dims`` and ``alignment``; Flags is 0 or 1 (DML_TENSOR_FLAG_OWNED_BY_DML, as the
+  conversion was asked).
+- The converted entries MUST fill the buffers in model order: buffer 0 first, each entry in the same buffer as
+  the one before or the next, none overlapping another in its buffer, each buffer ending exactly where its last
+  entry ends, and each buffer after the first begun by an entry that would end past ``max_buffer_bytes`` if
+  placed in the buffer before (at its end rounded up to ``alignment``): a tensor is never split, and a new
+  buffer starts only when the next tensor does not fit. A plan with no converted entry has one empty buffer.
+- ``quantized`` MUST be an array of records, one per MatMulNBits, DequantizeLinear (of the ONNX or the
+  ``com.microsoft`` domain) or GatherBlockQuantized node of the model whose weight the conversion described, each
+  with exactly ``key`` (the node key, unique), ``op``, ``operator``, ``origin``, ``bits`` (2, 4 or 8; 0 when skipped
+  before the width was known), ``signed``, ``granularity`` (``"tensor"``, ``"axis"`` or ``"block"``), ``axis`` (null per
+  tensor), ``block_size`` (0 unless blocked), ``shape`` (the logical weight), ``output_type`` (FLOAT, FLOAT16 or
+  BFLOAT16), ``sizes``, ``weight``, ``scales``, ``zero_points``, ``zero_scales`` (true, false or null when not read),
+  ``skipped`` (null, or why the weight has no descs, when ``sizes``, the parts and ``operator`` MUST be null) and
+  ``bias`` (an entry key or null).
+- A described record's fields MUST agree: ``bits`` 2, 4 or 8; per tensor a null ``axis`` and ``block_size`` 0, per
+  axis an ``axis`` and 0, blocked an ``axis`` and a ``block_size`` of at least 1; a MatMulNBits record unsigned and
+  blocked on axis 1 of an [N, K] ``shape``, a GatherBlockQuantized one blocked; ``bias`` only on MatMulNBits,
+  naming a converted entry of ``output_type`` and shape [N]. ``operator`` MUST be the DirectML operator the
+  target's feature level gives: ``"DEQUANTIZE"`` from 6.3, ``"ELEMENT_WISE_DEQUANTIZE_LINEAR"`` below; the parts
+  MUST be of DataTypes that operator's tensor-support table lists at that level (DEQUANTIZE: INT4, UINT4, INT8,
+  UINT8, scales FLOAT32 or FLOAT16; ELEMENT_WISE_DEQUANTIZE_LINEAR: no 4-bit type, UINT8 only below 2.1,
+  FLOAT16 scales only from 6.0).
+- A part is ``{"key", "buffer", "offset", "desc"}``: the key of a converted entry, that entry's buffer and
+  offset, and a desc whose DataType is the entry's (or UINT4 over a native UINT8 entry's bytes), whose Sizes are
+  ``sizes``, whose TotalTensorSizeInBytes is what the layout rules give for its sizes and strides and at most the
+  entry's, and whose Flags and GuaranteedBaseOffsetAlignment are the entry's. The weight's desc MUST have null
+  Strides (packed: its elements are its entry's bytes) and the DataType the target maps the ONNX type of its
+  values to (UINT2, INT2, UINT4, INT4, UINT8 or INT8 by ``bits`` and ``signed``); ``signed`` MUST be whether that
+  DataType is signed; the zero points' DataType MUST be the weight's; the scales' MUST be FLOAT32 or FLOAT16,
+  over an entry of ``output_type``, or for a FLOAT16 weight where the operator takes only FLOAT32 scales over
+  the FLOAT entry ``<key>/scales`` (its scales widened).
+- ``sizes`` MUST be ``shape`` with dimension ``axis`` split into (ceil(L / block_size), block_size) when blocked
+  with blocks longer than 1, after leading 1s: as many dimensions as that has, raised to ``min_dims``, or
+  exactly 4 where the operator takes exactly 4 (ELEMENT_WISE_DEQUANTIZE_LINEAR below feature level 3.0).
+- ``zero_scales`` MUST say whether a scale is 0; a reader that reads no values cannot check it, and one that reads
+  the scales (to dequantize) MUST refuse a record they contradict.
+- A reader MUST refuse a ``format`` or ``format_version`` it does not know, and any field that breaks a rule
+  above; it MUST NOT allocate memory on the manifest's word alone. It MUST read a manifest only with the buffer
+  files it lists, and check each one's size and fingerprint.
+- The writer puts one top-level field per line and one entry per line (readable, diffable, compact); a reader
+  MUST NOT depend on that.
+
+The JSON Schema of every version (each field's type and range) ships as ``dmlbridge/manifest/schema.json``
+(:func:`manifest_schema`).
+
+Versions 1 to 4 are read, no longer written; a reader checks each entry by the rules of its manifest's version.
+Version 4 had no ``operator`` in its quantized records (a reader reports none: null) and no rule that
+names one: its records are checked by the rules above but ``operator``, the operator's tensor-support tables and
+its 4 dimensions (their ``sizes`` have as many dimensions as the split shape, raised to ``min_dims``).
+Version 4 had no ``dims`` in ``consumers`` and another ``padding`` rule, which looked at ``min_dims`` and not at
+the consumers' dimension counts: ``"channel"`` for a 1-D constant that only per-channel inputs read when
+``min_dims`` was 2 or more, with sizes ``[1, C, 1, ...]`` of ``min_dims`` dimensions; ``"mixed"`` when some of
+its consumers were such inputs and others not, and ``min_dims`` was 2 or more; ``"leading"`` otherwise (at
+``min_dims`` 0 or 1, the default from feature level 3.0, every entry). Version 3 had the padding rule of version
+4, and no ``max_buffer_bytes`` and no entry ``buffer``: exactly one buffer file, of any size, whose size was
+``total_size``. Version 2 had no ``selection`` (every constant is an entry) and no ``clamped``, ``padding`` or
+``consumers`` (every entry padded with leading 1s).
+Version 1 had no ``conversion_id`` and no ``buffers`` either: its one buffer was ``PREFIX.bin`` beside
+``PREFIX.json``, described by the top-level fields ``bin_fingerprint`` and, optionally, ``bin_sha256``.
+
+    >>> import tempfile, os, numpy as np, dmlbridge
+    >>> from onnx import helper, numpy_helper
+    >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    >>> plan = dmlbridge.convert_model(helper.make_model(graph), os.path.join(tempfile.mkdtemp(), "w"),
+    ...                                progress=False)
+    >>> text = open(plan.manifest_path).read()
+    >>> parse_manifest(text.encode(), "w.json").entries["w"] == plan.entries["w"]
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from dmlbridge.errors import InvalidArgumentError, ManifestError
+from dmlbridge.manifest.json_fields import INT64_MAX, Fields, kind_of, parse_json, whole_number
+from dmlbridge.manifest.sections import (
+    BufferFile,
+    buffers_from_json,
+    check_buffers_filled,
+    entry_from_json,
+    external_from_json,
+    quantized_from_json,
+    selection_from_json,
+    sha256_field,
+    target_from_json,
+)
+from dmlbridge.model.consumers import Consumer
+from dmlbridge.planning.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
+from dmlbridge.planning.placement import PlanEntries, PlanEntry
+from dmlbridge.planning.selection import EVERY_CONSTANT, Selection
+from dmlbridge.quantized.records import QuantizedWeight
+from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
+from dmlbridge.tensor.descs import BufferTensorDesc
+from dmlbridge.types.target import Target
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_FORMAT_VERSION",
+    "READABLE_VERSIONS",
+    "BufferFile",
+    "Manifest",
+    "entry_lines",
+    "manifest_document",
+    "manifest_schema",
+    "manifest_text",
+    "parse_manifest",
+    "read_manifest_file",
+]
+
+MANIFEST_FORMAT = "dmlbridge-upload-plan"
+MANIFEST_FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
+_CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
+_CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_LINES_AT_ONCE = 4096
+_DESC_FIELDS = tuple(BufferTensorDesc(0, 0, (), None, 0, 0).as_dict())  # DataType, Flags, DimensionCount, ...
+
+
+@dataclass(frozen=True, eq=False)
+class Manifest:
+    """What a manifest holds: a plan without its open files (``UploadPlan`` adds them). ``buffers`` is empty for a
+    plan that was not written; ``conversion_id`` is None there and in format-1 manifests."""
+
+    entries: Mapping[str, PlanEntry]
+    target: Target
+    alignment: int
+    min_dims: int
+    total_size: int
+    source_name: str | None
+    source_size: int | None
+    dmlbridge_version: str
+    conversion_id: str | None = None
+    buffers: tuple[BufferFile, ...] = ()
+    format_version: int = MANIFEST_FORMAT_VERSION
+    """The format version whose rules the entries follow: the current one, or an older manifest's when read from
+    one (verification compares its layout with the model by that version's rules)."""
+    source_sha256: str | None = None
+    """The SHA-256 of the model's bytes (None in format-1 manifests)."""
+    source_external: tuple[tuple[str, int], ...] = ()
+    """The external data files the conversion read: (location, size), sorted."""
+    selection: Selection = EVERY_CONSTANT
+    """Which of the model's constants the plan holds (format 3; every one before)."""
+    max_buffer_bytes: int | None = None
+    """The largest buffer file the conversion could write (format 4; None before: one buffer of any size)."""
+    quantized_records: dict[str, QuantizedWeight] = field(default_factory=dict)
+    """The quantized weights, by node key (format 4; none before); ``UploadPlan.quantized`` gives them."""
+
+    @property
+    def bin_sha256(self) -> str | None:
+        """The SHA-256 of the buffer file, when there is one and it was computed (``buffers[0].sha256``)."""
+        return self.buffers[0].sha256 if len(self.buffers) == 1 else None
+
+    @property
+    def bin_fingerprint(self) -> str | None:
+        """The fingerprint of the buffer file, when there is one (``buffers[0].fingerprint``)."""
+        return self.buffers[0].fingerprint if len(self.buffers) == 1 else None
+
+
+# --- writing -------------------------------------------------------------------------------------------------
+
+
+def _head(manifest: Manifest) -> dict[str, Any]:
+    """The manifest's fields before ``entries``: those of the current format version, and the manifest's own
+    ``format_version`` (the current one, unless it was read from an older manifest: its entries follow that
+    version's layout rules)."""
+    return {
+        "format": MANIFEST_FORMAT,
+        "format_version": manifest.format_version,
+        "dmlbridge_version": manifest.dmlbridge_version,
+        "conversion_id": manifest.conversion_id,
+        "source": {
+            "name": manifest.source_name, "size": manifest.source_size, "sha256": manifest.source_sha256,
+            "external_data": [{"file": file, "size": size} for file, size in manifest.source_external],
+        },
+        "target": manifest.target.describe(),
+        "alignment": manifest.alignment,
+        "min_dims": manifest.min_dims,
+        "total_size": manifest.total_size,
+        "max_buffer_bytes": manifest.max_buffer_bytes,
+        "buffers": [
+            {"file": os.path.basename(b.path), "size": b.size, "fingerprint": b.fingerprint, "sha256": b.sha256}
+            for b in manifest.buffers
+        ],
+        "selection": manifest.selection.describe(),
+        "quantized": [record.to_json() for record in manifest.quantized_records.values()],
+    }
+
+
+def manifest_document(manifest: Manifest) -> dict[str, Any]:
+    """The manifest as a dict (what ``json.loads`` of :func:`manifest_text` gives)."""
+    doc = _head(manifest)
+    doc["entries"] = [entry.to_json() for entry in manifest.entries.values()]
+    return doc
+
+
+def manifest_text(manifest: Manifest, lines: list[str] | None = None) -> str:
+    """The manifest's text: ``json.dumps`` of each top-level field on a line of its own, and of each entry, made
+    without a dict and a json.dumps call per entry (a model can hold 100,000 constants). ``lines``: the entries'
+    lines, as :func:`entry_lines` made them."""
+    head = [f"  {_json(k)}: {_json(v)}" for k, v in _head(manifest).items()]
+    return _assemble(head, entry_lines(manifest.entries) if lines is None else lines)
+
+
+def entry_lines(entries: Mapping[str, PlanEntry], limit: int | None = None) -> list[str]:
+    """The manifest's entry lines; InvalidArgumentError, before more than about ``limit`` bytes are made, when
+    they would take more (each key is at most MAX_KEY_LENGTH characters, so a line is at most about 76 KiB)."""
+    if not isinstance(entries, PlanEntries):
+        lines = [_entry_json(entry) for entry in entries.values()]
+        _check_size(sum(map(len, lines)), len(lines), limit)
+        return lines
+    keys, origins, offsets, pairs = entries.columns()
+    consumers, buffers = entries.consumers, entries.buffers
+    several = any(buffers)  # (one buffer, the usual case: "buffer": 0 goes into each pair's shared text)
+    unique = {id(pair): pair for pair in pairs}
+    shared = {ident: _shared_json(pair.fields, None if several else 0)
+              for ident, pair in unique.items() if pair.total >= 0}
+    lines, size = [], 0
+    for first in range(0, len(keys), _LINES_AT_ONCE):  # made in pieces: a refused manifest is never all made
+        stop = min(first + _LINES_AT_ONCE, len(keys))
+        clamped = entries.clamped
+        texts = [None if i in clamped else shared.get(id(pairs[i])) for i in range(first, stop)]
+        if several:
+            texts = [None if text is None else (f"{text[0]}{buffer}, \"offset\": ", text[1])
+                     for text, buffer in zip(texts, buffers[first:stop], strict=True)]
+        piece = [
+            f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{offset}{text[1]}'
+            f'{_consumers_json(read_by) if read_by else "}"}'
+            if text is not None else _entry_json(entries[key])
+            for key, origin, offset, read_by, text in zip(
+                keys[first:stop], origins[first:stop], offsets[first:stop], consumers[first:stop], texts,
+                strict=True)
+        ]
+        size += sum(map(len, piece))
+        _check_size(size, len(keys), limit)
+        lines += piece
+    return lines
+
+
+def _check_size(size: int, count: int, limit: int | None) -> None:
+    if limit is not None and size > limit:
+        raise InvalidArgumentError(
+            f"the manifest of these {count} constants would take more than max_manifest_bytes={limit} bytes "
+            f"({limit / 2**20:.3g} MiB; --max-manifest-bytes on the command line), which load_plan also needs to "
+            "read it; raise the limit on both if you trust this model"
+        )
+
+
+def _assemble(head: list[str], entries: list[str]) -> str:
+    """The manifest text from its top-level field lines and entry lines, joined once (a large model's manifest
+    is megabytes: each extra copy costs)."""
+    if not entries:
+        return "{\n" + ",\n".join([*head, '  "entries": []']) + "\n}\n"
+    opening, closing = "".join(["{\n", *[line + ",\n" for line in head], '  "entries": [\n']), "\n  ]\n}\n"
+    if len(entries) == 1:
+        return opening + entries[0] + closing
+    return ",\n".join([opening + entries[0], *entries[1:-1], entries[-1] + closing])
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=True, allow_nan=False)
+
+
+_quote = json.encoder.encode_basestring_ascii  # what json.dumps(ensure_ascii=True) uses for every string
+
+
+_OFFSET_MARK = 2**62 + 12345  # an offset no plan has: where the entry's own offset goes in its pair's text
+
+
+def _shared_json(fields: Mapping[str, Any], buffer: int | None) -> tuple[str, str]:
+    """The text of a converted entry's manifest line around its offset (and its buffer, unless ``buffer`` is
+    given: then it is in the text), after its key and origin: json.dumps of an entry with the fields it shares
+    with the entries of its type and shape, cut there."""
+    text = _json(PlanEntry(**{**fields, "key": "", "origin": "", "offset": _OFFSET_MARK, "buffer": 0}).to_json())
+    head, tail = text.split(f'"buffer": 0, "offset": {_OFFSET_MARK}', 1)
+    head = head[len('{"key": "", "origin": "", ') :]
+    return (head + '"buffer": ' if buffer is None else f'{head}"buffer": {buffer}, "offset": '), tail[:-1]
+
+
+def _consumers_json(consumers: tuple[Consumer, ...]) -> str:
+    """The end of an entry's line: its consumers, when it has any, and the closing brace."""
+    return f', "consumers": {_json([consumer.to_json() for consumer in consumers])}}}' if consumers else "}"
+
+
+def _entry_json(entry: PlanEntry) -> str:
+    """``"    " + json.dumps(entry.to_json())``."""
+    return "    " + _json(entry.to_json())
+
+
+# --- reading -------------------------------------------------------------------------------------------------
+
+
+def manifest_schema() -> dict[str, Any]:
+    """The JSON Schema of every manifest format version this dmlbridge writes or reads (the package's
+    ``dmlbridge/manifest/schema.json``): each field's type and range; the rules between fields are
+    :func:`parse_manifest`'s.
+
+    Example:
+        >>> sorted(manifest_schema()["$defs"]["version3"]["properties"])[:3]
+        ['buffers', 'conversion_id', 'entries']
+    """
+    text = resources.files("dmlbridge.manifest").joinpath("schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def parse_manifest(raw: bytes, where: str, bin_name: str = "") -> Manifest:
+    """The manifest in ``raw`` (the bytes of a PREFIX.json), every rule of its format version checked;
+    ManifestError names ``where`` and what is wrong. ``bin_name``: the name a format-1 manifest's .bin has."""
+    return _manifest_from_json(parse_json(raw, where), f"manifest {where!r}", bin_name)
+
+
+def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
+    """``bin_name``: the name a format-1 manifest's .bin has (format 2 lists its buffer files)."""
+    if isinstance(document, dict) and document.get("format") == MANIFEST_FORMAT:
+        version = whole_number(document.get("format_version"), f"{where}.format_version", 0, INT64_MAX)
+        if version not in READABLE_VERSIONS:
+            raise ManifestError(
+                f"{where} has format_version {version}; this dmlbridge reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))} (a newer dmlbridge may read it)"
+            )
+    else:
+        version = MANIFEST_FORMAT_VERSION
+    if version == 1:
+        top = Fields(document, where, ("format", "format_version", "dmlbridge_version", "source", "target",
+                                         "alignment", "min_dims", "total_size", "bin_fingerprint", "entries"),
+                      ("bin_sha256",))
+    else:
+        top = Fields(document, where, ("format", "format_version", "dmlbridge_version", "conversion_id", "source",
+                                         "target", "alignment", "min_dims", "total_size", "buffers", "entries")
+                      + (("selection",) if version >= 3 else ())
+                      + (("max_buffer_bytes", "quantized") if version >= 4 else ()))
+    if top.get("format") != MANIFEST_FORMAT:
+        raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
+    dmlbridge_version = top.string("dmlbridge_version")
+    source = Fields(top.get("source"), top.at("source"),
+                     ("name", "size") if version == 1 else ("name", "size", "sha256", "external_data"))
+    source_name = source.string("name", nullable=True)
+    source_size = source.integer("size", nullable=True)
+    source_sha256 = None if version == 1 else sha256_field(source, "sha256", nullable=True)
+    source_external = () if version == 1 else external_from_json(source.get("external_data"),
+                                                                 source.at("external_data"))
+    target = target_from_json(top.get("target"), top.at("target"))
+    alignment = top.integer("alignment", 16, MAX_ALIGNMENT)
+    if alignment & (alignment - 1):
+        raise ManifestError(f"{top.at('alignment')} is {alignment}, not a power of two")
+    min_dims = top.integer("min_dims", 0, target.max_dimension_count)
+    total_size = top.integer("total_size")
+    max_buffer_bytes = None
+    if version >= 4:
+        max_buffer_bytes = top.integer("max_buffer_bytes", alignment, MAX_BUFFER_BYTES)
+        if max_buffer_bytes % alignment:
+            raise ManifestError(f"{top.at('max_buffer_bytes')} is {max_buffer_bytes}, not a multiple of the "
+                                f"alignment {alignment}")
+    conversion_id = None
+    buffers: tuple[BufferFile, ...]
+    if version == 1:
+        fingerprint = sha256_field(top, "bin_fingerprint", nullable=False)
+        buffers = (BufferFile(bin_name, total_size, fingerprint, sha256_field(top, "bin_sha256", nullable=True)),)
+    else:
+        conversion_id = top.string("conversion_id")
+        if not _CONVERSION_ID.match(conversion_id):
+            raise ManifestError(
+                f"{top.at('conversion_id')} must be 16 lowercase hex digits, got {conversion_id[:80]!r}"
+            )
+        buffers = buffers_from_json(top.get("buffers"), top.at("buffers"), conversion_id, total_size,
+                                     max_buffer_bytes)
+    selection = (EVERY_CONSTANT if version < 3 else
+                 selection_from_json(top.get("selection"), top.at("selection"), version))
+    raw_entries = top.get("entries")
+    if not isinstance(raw_entries, list):
+        raise ManifestError(f"{top.at('entries')} must be an array, got {kind_of(raw_entries)}")
+    entries: dict[str, PlanEntry] = {}
+    layouts: dict[tuple[Any, ...], Any] = {}  # (see _entry_from_json)
+    sizes = [buffer.size for buffer in buffers]
+    for index, raw in enumerate(raw_entries):
+        entry = entry_from_json(raw, f"{where}: entries[{index}]", target, alignment, min_dims, sizes,
+                                 layouts, version)
+        if entry.key in entries:
+            raise ManifestError(f"{where}: entries[{index}] repeats the key {entry.key!r}")
+        entries[entry.key] = entry
+    check_buffers_filled(entries, sizes, alignment, max_buffer_bytes, where)
+    quantized = {} if version < 4 else quantized_from_json(top.get("quantized"), top.at("quantized"), entries,
+                                                           target, alignment, min_dims, version)
+    return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
+                    source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
+                    selection, max_buffer_bytes, quantized)
+
+
+def read_manifest_file(path: str, limit: int) -> bytes:
+    """The manifest's bytes: a regular file of at most ``limit`` bytes, checked before anything is read (a FIFO,
+    a device or a huge sparse file is refused, never read)."""
+    try:
+        fd, size = open_regular(path)
+    except NotRegularFileError:
+        raise ManifestError(f"manifest {path!r} is not a regular file") from None
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
+    try:
+        if size > limit:
+            raise ManifestError(
+                f"manifest {path!r} holds {size} bytes, more than max_manifest_bytes={limit}; raise the "
+                "limit if you trust this file"
+            )
+        return read_at(fd, 0, size)
+    except OSError as exc:
+        raise ManifestError(f"cannot read manifest {path!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)

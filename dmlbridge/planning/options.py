@@ -1,0 +1,199 @@
+"""The options of whole-model conversion, checked once where a public function takes them.
+
+Each public function (``plan_model``, ``convert_model``, ``UploadPlan.verify``, ``tensor_to_array``) checks the
+keywords it was given with the helpers here and passes the result on as one record (:class:`PlanOptions`,
+:class:`ConvertOptions`), never as a dozen positional parameters.
+
+    >>> from dmlbridge.planning.options import PlanOptions
+    >>> PlanOptions.check(alignment=16).alignment
+    16
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, NamedTuple
+
+from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
+from dmlbridge.planning.selection import EVERY_CONSTANT, Selection
+from dmlbridge.system.workers import check_workers
+from dmlbridge.tensor.descs import check_flags
+from dmlbridge.types.target import Target
+
+__all__ = [
+    "DEFAULT_MAX_BUFFER_BYTES",
+    "DEFAULT_MAX_MANIFEST_BYTES",
+    "DEFAULT_MAX_TENSOR_BYTES",
+    "DEFAULT_TARGET",
+    "MAX_ALIGNMENT",
+    "MAX_BUFFER_BYTES",
+    "MAX_BUFFER_COUNT",
+    "MAX_KEY_LENGTH",
+    "ConvertOptions",
+    "PlanOptions",
+    "check_flag",
+    "check_max_buffer_bytes",
+    "check_max_tensor_bytes",
+    "max_buffer_bytes_for",
+    "parse_byte_count",
+]
+
+DEFAULT_MAX_MANIFEST_BYTES = 256 << 20
+"""The largest manifest written or read unless the caller raises the limit."""
+MAX_KEY_LENGTH = 4096
+"""The longest key (in characters) a constant may have; its origin may be twice as long. A model whose names are
+longer is refused: every key is written into the manifest, whose size this bounds."""
+
+MAX_ALIGNMENT = 2**31  # GuaranteedBaseOffsetAlignment is a UINT: the largest power of two it holds
+DEFAULT_MAX_BUFFER_BYTES = 2048 << 20
+"""The largest buffer file a conversion writes unless told otherwise: the size Direct3D 12 guarantees a resource
+on a GPU with 8 GiB or more of dedicated memory, min(max(128 MiB, VRAM / 4), 2048 MiB)."""
+MAX_BUFFER_BYTES = 0xFFFF0000
+"""The largest ``max_buffer_bytes``: a CPU-visible (upload) buffer stops there (the Agility SDK's limit)."""
+MAX_BUFFER_COUNT = 256
+"""The most buffer files one conversion writes: a written plan holds each open, and a conversion twice that many
+while it writes (a process may open about 1,000 files by default); real models need a few (14 GB in 2 GiB
+buffers: 7; 256 of them hold 512 GiB)."""
+_MIN_GUARANTEED = 128 << 20  # D3D12_REQ_RESOURCE_SIZE_IN_MEGABYTES_EXPRESSION_A_TERM (MB meaning 2^20 bytes)
+DEFAULT_TARGET = Target()
+
+
+_BYTE_COUNT = re.compile(r"\s*(0[xX][0-9a-fA-F]+|\d+)\s*([A-Za-z]*)\s*")
+_BINARY_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_DECIMAL_UNITS = {"k": "KiB", "kb": "KiB", "m": "MiB", "mb": "MiB", "g": "GiB", "gb": "GiB", "t": "TiB", "tb": "TiB"}
+
+
+def parse_byte_count(text: str) -> int:
+    """A byte count as a person writes it: a whole number (``4096``, ``0x1000``) or one with a binary unit
+    (``512KiB``, ``512MiB``, ``2GiB``, ``1TiB``; any case). Decimal units (``MB``, ``G``) are refused with a
+    hint rather than guessed (2 GB is 2,000,000,000 bytes, 2 GiB 2,147,483,648). InvalidArgumentError otherwise.
+
+    Example:
+        >>> parse_byte_count("512MiB"), parse_byte_count("2 GiB"), parse_byte_count("4096")
+        (536870912, 2147483648, 4096)
+    """
+    match = _BYTE_COUNT.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _BINARY_UNITS:
+        if match and unit in _DECIMAL_UNITS:
+            binary = f"{match.group(1)}{_DECIMAL_UNITS[unit]}"
+            raise InvalidArgumentError(
+                f"not a byte count: {text!r} (decimal units are not guessed: {text.strip()} could mean 10^n or 2^n "
+                f"bytes); write {binary} for {match.group(1)} x 2^{10 * (1 + 'kmgt'.index(unit[0]))} bytes"
+            )
+        raise InvalidArgumentError(
+            f"not a byte count: {text!r}; write a whole number of bytes or one with KiB, MiB, GiB or TiB (2GiB)"
+        )
+    return int(match.group(1), 0) * _BINARY_UNITS[unit]
+
+
+def check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, not {value!r}")
+    return value
+
+
+def max_buffer_bytes_for(vram_bytes: int, alignment: int = 256) -> int:
+    """The largest buffer Direct3D 12 guarantees on a GPU with ``vram_bytes`` of dedicated memory,
+    min(max(128 MiB, VRAM / 4), 2048 MiB) (``D3D12_REQ_RESOURCE_SIZE_IN_MEGABYTES_EXPRESSION_A/B/C_TERM``), rounded
+    down to a multiple of ``alignment``: a ``max_buffer_bytes`` every such device takes. (DXGI_ADAPTER_DESC's
+    DedicatedVideoMemory gives the VRAM size.)
+
+    Example:
+        >>> max_buffer_bytes_for(4 << 30) == 1 << 30, max_buffer_bytes_for(16 << 30) == 2 << 30
+        (True, True)
+        >>> max_buffer_bytes_for(256 << 20) == 128 << 20
+        True
+    """
+    if isinstance(vram_bytes, bool) or not isinstance(vram_bytes, int) or vram_bytes < 0:
+        raise InvalidArgumentError(f"vram_bytes must be a non-negative integer, got {vram_bytes!r}")
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 16 or alignment & (alignment - 1):
+        raise InvalidArgumentError(f"alignment must be a power of two from 16, got {alignment!r}")
+    guaranteed = min(max(_MIN_GUARANTEED, vram_bytes // 4), DEFAULT_MAX_BUFFER_BYTES)
+    return max(guaranteed // alignment * alignment, alignment)
+
+
+def check_max_buffer_bytes(value: Any, alignment: int) -> int:
+    """``max_buffer_bytes`` checked: an integer, a multiple of ``alignment``, from it to 0xFFFF0000."""
+    if (
+        isinstance(value, bool) or not isinstance(value, int) or value < alignment or value > MAX_BUFFER_BYTES
+        or value % alignment
+    ):
+        raise InvalidArgumentError(
+            f"max_buffer_bytes must be a multiple of the alignment ({alignment}) from {alignment} to 0xFFFF0000 "
+            f"(4 GiB - 64 KiB, the largest upload buffer Direct3D 12 makes), got {value!r}; the default, 2 GiB, is "
+            "what every GPU with 8 GiB of memory guarantees (dmlbridge.max_buffer_bytes_for gives it for others)"
+        )
+    return value
+
+
+class PlanOptions(NamedTuple):
+    """How constants are laid out: the target, every offset's alignment, the least number of dimensions, the
+    flags of every desc and the largest buffer file."""
+
+    target: Target
+    alignment: int
+    min_dims: int
+    flags: int = 0
+    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES
+
+    @classmethod
+    def check(
+        cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = None, flags: Any = 0,
+        max_buffer_bytes: Any = DEFAULT_MAX_BUFFER_BYTES,
+    ) -> PlanOptions:
+        """The options, each checked (InvalidArgumentError names the keyword)."""
+        if not isinstance(target, Target):
+            raise InvalidArgumentError(f"target must be a dmlbridge.Target, got {type(target).__name__}")
+        if (
+            isinstance(alignment, bool)
+            or not isinstance(alignment, int)
+            or alignment < 16
+            or alignment > MAX_ALIGNMENT
+            or alignment & (alignment - 1)
+        ):
+            raise InvalidArgumentError(
+                f"alignment must be a power of two from 16 (DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT) to 2^31, got "
+                f"{alignment!r}; 256 suits most uses"
+            )
+        return cls(target, alignment, target.check_min_dims(min_dims), check_flags(flags),
+                   check_max_buffer_bytes(max_buffer_bytes, alignment))
+
+
+class ConvertOptions(NamedTuple):
+    """What ``convert_model`` does besides the layout (see its docstring for each)."""
+
+    layout: PlanOptions
+    progress: bool | None
+    strict: bool
+    external_data_root: str | os.PathLike[str] | None
+    checksum: bool
+    max_tensor_bytes: int
+    fsync: bool
+    max_output_bytes: int | None = None  # None: the default bound, from the model's size
+    max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES
+    selection: Selection = EVERY_CONSTANT
+    workers: int = 1  # threads converting constants (dmlbridge.system.workers); 1: all in the calling thread
+
+    @classmethod
+    def check(
+        cls, layout: PlanOptions, *, progress: Any, strict: Any, external_data_root: Any, checksum: Any,
+        max_tensor_bytes: Any, fsync: Any, max_output_bytes: Any = None,
+        max_manifest_bytes: Any = DEFAULT_MAX_MANIFEST_BYTES, selection: Selection = EVERY_CONSTANT,
+        workers: Any = 1,
+    ) -> ConvertOptions:
+        """The options, each checked (InvalidArgumentError names the keyword)."""
+        strict, checksum = check_flag("strict", strict), check_flag("checksum", checksum)
+        fsync = check_flag("fsync", fsync)
+        if progress is not None and not isinstance(progress, bool):
+            raise InvalidArgumentError(f"progress must be None, True or False, not {progress!r}")
+        max_tensor_bytes = check_max_tensor_bytes(max_tensor_bytes)
+        for name, value in (("max_output_bytes", max_output_bytes), ("max_manifest_bytes", max_manifest_bytes)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidArgumentError(f"{name} must be a non-negative integer, got {value!r}")
+        if max_manifest_bytes is None:
+            raise InvalidArgumentError("max_manifest_bytes must be a non-negative integer, got None")
+        return cls(layout, progress, strict, external_data_root, checksum, max_tensor_bytes, fsync, max_output_bytes,
+                   max_manifest_bytes, selection, check_workers(workers))

@@ -1,0 +1,493 @@
+"""Planning: where each constant of a model goes in the upload image and how DirectML sees it.
+
+:func:`plan_constants` gives every constant a :class:`PlanEntry`: its DirectML type and conversion (the target's
+mapping), its DML_BUFFER_TENSOR_DESC (the layout rules) and its offset (the end of the previous converted entry,
+rounded up to the alignment). A constant DirectML cannot hold (an empty tensor, a string, a type the target
+lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has no bytes. Entries of one
+(ONNX type, shape) share everything but key, origin and offset, so each pair is planned once (:class:`Pair`).
+
+    >>> from dmlbridge.model.constants import find_constants
+    >>> from dmlbridge.planning.options import PlanOptions
+    >>> from onnx import helper, numpy_helper
+    >>> import numpy as np
+    >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3, np.float32), "w")])
+    >>> planned = plan_constants(find_constants(helper.make_model(graph)), PlanOptions.check())
+    >>> planned.entries["w"].desc()["Sizes"], planned.total
+    ([3], 12)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol, cast
+
+from dmlbridge.errors import (
+    DmlBridgeError,
+    InvalidArgumentError,
+    LayoutError,
+    TensorTooLargeError,
+    UnsupportedTypeError,
+)
+from dmlbridge.model.constants import ModelConstant
+from dmlbridge.model.consumers import Consumer, Padding, channel_dims, padded_sizes, padding_of
+from dmlbridge.planning.options import MAX_BUFFER_BYTES, MAX_BUFFER_COUNT, MAX_KEY_LENGTH, PlanOptions
+from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
+from dmlbridge.tensor.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
+from dmlbridge.types.data_types import DmlDataType, OnnxDataType
+from dmlbridge.types.mapping import Conversion, MappingRow, resolve
+
+__all__ = [
+    "FOUR_BIT", "ConvertedEntry", "Pair", "PlanEntries", "PlanEntry", "Planned", "entry_layout", "plan_constants",
+    "refuse_oversized",
+]
+
+FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
+
+
+def entry_layout(
+    onnx_type: OnnxDataType, shape: tuple[int, ...], dml: DmlDataType, conversion: str, min_dims: int, max_dims: int,
+    padding: Padding = "leading", dims: int = 0,
+) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
+    """(sizes, desc strides, TotalTensorSizeInBytes) of a packed entry; LayoutError when DirectML cannot hold it.
+    ``padding``: "channel" puts a 1-D constant's axis on axis 1 of ``dims`` dimensions (at least ``min_dims``;
+    :func:`dmlbridge.model.consumers.channel_dims`)."""
+    if padding == "channel":
+        shape = padded_sizes(shape, padding, max(min_dims, dims))
+    layout = plan_layout(shape, None, min_dims, max_dims)
+    if conversion == "emulate":
+        # INT64 emulated as INT32 pairs (docs/directml-facts.md): 8-byte elements read through doubled strides.
+        strides = check_strides([2 * s for s in packed_strides(layout.sizes)], layout.sizes)
+        return layout.sizes, strides, 8 * layout.span
+    return layout.sizes, None, calc_buffer_tensor_size(dml, layout.sizes)
+
+
+class ConvertedEntry(Protocol):
+    """A :class:`PlanEntry` that has bytes (``UploadPlan.converted`` gives these), typed with its fields filled:
+    no ``None`` to test before using ``offset``, ``sizes`` or the DML type.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> w = numpy_helper.from_array(np.ones(3, np.float32), "w")
+        >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], [w])))
+        >>> entry: dmlbridge.ConvertedEntry = plan.converted[0]
+        >>> entry.offset + entry.total_tensor_size_in_bytes, entry.dml_type.name
+        (12, 'FLOAT32')
+    """
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def origin(self) -> str: ...
+    @property
+    def onnx_type(self) -> OnnxDataType: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def conversion(self) -> Conversion: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def dml_type(self) -> DmlDataType: ...
+    @property
+    def sizes(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...] | None: ...
+    @property
+    def total_tensor_size_in_bytes(self) -> int: ...
+    @property
+    def guaranteed_base_offset_alignment(self) -> int: ...
+    @property
+    def skipped(self) -> None: ...
+    @property
+    def flags(self) -> int: ...
+    @property
+    def clamped(self) -> int | None: ...
+    @property
+    def padding(self) -> Padding: ...
+    @property
+    def consumers(self) -> tuple[Consumer, ...]: ...
+    @property
+    def buffer(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def buffer_desc(self) -> BufferTensorDesc: ...
+    def desc(self) -> dict[str, Any]: ...
+    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC: ...
+    def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC: ...
+    def as_ctypes_binding(self, resource: int) -> DML_BUFFER_BINDING: ...
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One constant of an upload plan.
+
+    Converted entries have a ``buffer`` (the index of their buffer file) and an ``offset`` in it, a ``dml_type``
+    and the DML_BUFFER_TENSOR_DESC fields (``sizes``, ``strides`` — None when packed —,
+    ``total_tensor_size_in_bytes``, ``guaranteed_base_offset_alignment``, ``flags``). Skipped entries (empty
+    tensors, strings, complex, types the target cannot hold) have all of those None and say why in ``skipped``.
+
+    Example:
+        >>> import dmlbridge
+        >>> entry = dmlbridge.PlanEntry("w", "initializer", dmlbridge.OnnxDataType.FLOAT, (2,), "native", 0,
+        ...                             dmlbridge.DmlDataType.FLOAT32, (2,), None, 8, 256, None)
+        >>> entry.end, entry.desc()["TotalTensorSizeInBytes"]
+        (8, 8)
+    """
+
+    key: str
+    origin: str
+    onnx_type: OnnxDataType
+    shape: tuple[int, ...]
+    conversion: Conversion | None
+    offset: int | None
+    dml_type: DmlDataType | None
+    sizes: tuple[int, ...] | None
+    strides: tuple[int, ...] | None
+    total_tensor_size_in_bytes: int | None
+    guaranteed_base_offset_alignment: int | None
+    skipped: str | None
+    flags: int = 0
+    """DML_TENSOR_FLAGS: 0, or 1 (DML_TENSOR_FLAG_OWNED_BY_DML) when the conversion asked for it."""
+    clamped: int | None = None
+    """For a ``"saturate"`` entry of a written plan: how many of its values were clamped to the 32-bit range
+    (None before the values are read, as in ``plan_model``, and for every other conversion)."""
+    padding: Padding = "leading"
+    """Where the padding 1s went: "leading" (before the shape), "channel" (a 1-D constant's axis on axis 1: every
+    consumer is a per-channel input of one dimension count) or "mixed" (leading: its consumers want different
+    layouts); see :mod:`dmlbridge.model.consumers`."""
+    consumers: tuple[Consumer, ...] = ()
+    """The node inputs that read the constant: (node key, op type, input index, and for a per-channel input its
+    node's dimension count) each."""
+    buffer: int | None = None
+    """The index of the buffer file holding the entry's bytes (``UploadPlan.buffers``; ``offset`` is in that
+    file). None when skipped."""
+
+    @property
+    def end(self) -> int | None:
+        """The offset just past this entry's bytes (None when skipped)."""
+        if self.offset is None or self.total_tensor_size_in_bytes is None:
+            return None
+        return self.offset + self.total_tensor_size_in_bytes
+
+    @property
+    def buffer_desc(self) -> BufferTensorDesc | None:
+        """The DML_BUFFER_TENSOR_DESC fields as one value (None when skipped)."""
+        if self.dml_type is None or self.sizes is None:
+            return None
+        assert self.total_tensor_size_in_bytes is not None and self.guaranteed_base_offset_alignment is not None
+        return BufferTensorDesc(self.dml_type, self.flags, self.sizes, self.strides, self.total_tensor_size_in_bytes,
+                                self.guaranteed_base_offset_alignment)
+
+    def desc(self) -> dict[str, Any] | None:
+        """The DML_BUFFER_TENSOR_DESC fields by their DirectML names (as PreparedTensor.desc()), None if skipped."""
+        desc = self.buffer_desc
+        return None if desc is None else desc.as_dict()
+
+    def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC:
+        """A ctypes DML_BUFFER_TENSOR_DESC for this entry (InvalidArgumentError when it was skipped)."""
+        desc = self.buffer_desc
+        if desc is None:
+            raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no desc")
+        return desc.as_ctypes()
+
+    def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC:
+        """A ctypes DML_TENSOR_DESC (type BUFFER) pointing at a fresh ``as_ctypes()`` struct it keeps alive (as
+        ``PreparedTensor.as_ctypes_tensor_desc``); for an array of them, use ``dmlbridge.tensor_desc_array``."""
+        return DML_TENSOR_DESC.pointing_at(self.as_ctypes())
+
+    def as_ctypes_binding(self, resource: int) -> DML_BUFFER_BINDING:
+        """The DML_BUFFER_BINDING of this entry in the buffer ``resource`` (an ``ID3D12Resource*`` as an integer,
+        holding the uploaded buffer file number ``buffer``): its offset and its TotalTensorSizeInBytes."""
+        if self.offset is None or self.total_tensor_size_in_bytes is None:
+            raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no bytes to bind")
+        return DML_BUFFER_BINDING(resource, self.offset, self.total_tensor_size_in_bytes)
+
+    def as_converted(self) -> ConvertedEntry:
+        """This entry typed as converted (its fields filled); InvalidArgumentError when it was skipped.
+
+        Example:
+            >>> import dmlbridge
+            >>> entry = dmlbridge.PlanEntry("w", "initializer", dmlbridge.OnnxDataType.FLOAT, (2,), "native", 0,
+            ...                             dmlbridge.DmlDataType.FLOAT32, (2,), None, 8, 256, None)
+            >>> entry.as_converted().end
+            8
+        """
+        if self.skipped is not None:
+            raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no bytes")
+        return cast(ConvertedEntry, self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest form of this entry."""
+        return {
+            "key": self.key,
+            "origin": self.origin,
+            "onnx_type": self.onnx_type.name,
+            "shape": list(self.shape),
+            "conversion": self.conversion,
+            "buffer": self.buffer,
+            "offset": self.offset,
+            "dml_type": None if self.dml_type is None else self.dml_type.name,
+            "desc": self.desc(),
+            "skipped": self.skipped,
+            # (Left out at their defaults: a model may have 100,000 entries, most with none of these.)
+            **({} if self.clamped is None else {"clamped": self.clamped}),
+            **({} if self.padding == "leading" else {"padding": self.padding}),
+            **({"consumers": [consumer.to_json() for consumer in self.consumers]} if self.consumers else {}),
+        }
+
+
+class PlanEntries(Mapping[str, PlanEntry]):
+    """A plan's entries by key, in model order, each made on first access from the fields it shares with the
+    entries of its (type, shape) and its own key, origin and offset: a model can hold 100,000 constants and a
+    caller usually reads a few. Read-only, like the MappingProxyType of a plan read by load_plan."""
+
+    def __init__(
+        self, keys: list[str], origins: list[str], offsets: list[int | None], pairs: list[Pair],
+        clamped: dict[int, int] | None = None, consumers: list[tuple[Consumer, ...]] | None = None,
+        buffers: list[int | None] | None = None,
+    ) -> None:
+        self._keys, self._origins, self._offsets, self._pairs = keys, origins, offsets, pairs
+        # Each entry's buffer index (None when skipped); without a list, every converted entry is in buffer 0.
+        self._buffers = [None if o is None else 0 for o in offsets] if buffers is None else buffers
+        self._clamped = {} if clamped is None else clamped  # position -> values clamped ("saturate")
+        no_consumers: tuple[Consumer, ...] = ()
+        self._consumers = [no_consumers] * len(keys) if consumers is None else consumers
+        self._positions: dict[str, int] | None = None  # made on first lookup
+        self._made: list[PlanEntry | None] = [None] * len(keys)
+
+    def with_clamped(self, clamped: dict[int, int]) -> PlanEntries:
+        """These entries, with how many values each ``"saturate"`` one (by position) had clamped."""
+        return PlanEntries(self._keys, self._origins, self._offsets, self._pairs, {**self._clamped, **clamped},
+                           self._consumers, self._buffers)
+
+    @property
+    def _index(self) -> dict[str, int]:
+        if self._positions is None:
+            self._positions = {key: i for i, key in enumerate(self._keys)}
+        return self._positions
+
+    def __getitem__(self, key: str) -> PlanEntry:
+        return self.at(self._index[key])
+
+    def at(self, i: int) -> PlanEntry:
+        """The entry of the ``i``-th constant (no lookup by key: the image writer goes through them in order)."""
+        entry = self._made[i]
+        if entry is None:
+            entry = self._made[i] = PlanEntry(
+                **{**self._pairs[i].fields, "key": self._keys[i], "origin": self._origins[i],
+                   "offset": self._offsets[i], "clamped": self._clamped.get(i), "consumers": self._consumers[i],
+                   "buffer": self._buffers[i]}
+            )
+        return entry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} plan entries>"
+
+    def columns(self) -> tuple[list[str], list[str], list[int | None], list[Pair]]:
+        """Every entry's key, origin, offset and pair, without making the entries (the manifest writer's input)."""
+        return self._keys, self._origins, self._offsets, self._pairs
+
+    @property
+    def consumers(self) -> list[tuple[Consumer, ...]]:
+        """Every entry's consumers, in order (the manifest writer's input)."""
+        return self._consumers
+
+    @property
+    def buffers(self) -> list[int | None]:
+        """Every entry's buffer index (None when skipped), in order (the manifest writer's input)."""
+        return self._buffers
+
+    @property
+    def clamped(self) -> dict[int, int]:
+        """The positions of the entries with a count of clamped values, and the counts."""
+        return self._clamped
+
+
+_ENTRY_FIELDS = (
+    "key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "sizes", "strides",
+    "total_tensor_size_in_bytes", "guaranteed_base_offset_alignment", "skipped", "flags",
+)
+
+
+class Pair(NamedTuple):
+    """What the entries of one (ONNX type, shape) share: a model repeats both, so each pair is planned once.
+
+    ``fields``: a PlanEntry's fields with key, origin and offset None; ``total``: TotalTensorSizeInBytes, -1 when
+    the pair is skipped; ``error``: the error class a skip raises under strict=True; ``as_is``: its stored bytes
+    are its DirectML bytes (a "native" conversion; 4-bit types aside: their spare nibble must be zeroed).
+    """
+
+    fields: dict[str, Any]
+    total: int
+    error: type[DmlBridgeError]
+    conversion: Conversion | None
+    dml_type: DmlDataType | None
+    as_is: bool
+
+
+class Planned(NamedTuple):
+    """The plan of a model's constants: the entries, each constant's offset in its buffer (None when skipped) and
+    pair, in the constants' order, the size of the image (every buffer's bytes), and per buffer its size and the
+    position of its first constant."""
+
+    entries: PlanEntries
+    offsets: list[int | None]
+    pairs: list[Pair]
+    total: int
+    buffer_sizes: tuple[int, ...] = (0,)
+    buffer_starts: tuple[int, ...] = (0,)
+    oversized: int | None = None
+    """The position of the first constant larger than ``max_buffer_bytes`` (alone in its buffer), if any."""
+
+    def buffer_range(self, buffer: int) -> slice:
+        """The positions of the constants in buffer ``buffer`` (skipped ones between them included)."""
+        stop = self.buffer_starts[buffer + 1] if buffer + 1 < len(self.buffer_starts) else len(self.offsets)
+        return slice(self.buffer_starts[buffer], stop)
+
+
+def plan_constants(
+    constants: list[ModelConstant], options: PlanOptions, consumers: dict[str, tuple[Consumer, ...]] | None = None,
+    version: int | None = None,
+) -> Planned:
+    """Plan every constant, in order (see the module docstring); ``consumers``: the nodes that read each, by key
+    (:func:`dmlbridge.model.consumers.find_consumers`), which decide where a 1-D constant's padding goes, by the rule of
+    manifest format ``version`` (None: the current one; verification plans by a manifest's own).
+
+    Buffers: a new buffer starts where the next converted constant would end past ``options.max_buffer_bytes``.
+    A constant larger than that is planned alone in a buffer and noted in ``oversized``: :func:`refuse_oversized`
+    refuses it once the checks that come first (``max_tensor_bytes``) have been made."""
+    readers = {} if consumers is None else consumers
+    # Only a constant some per-channel input reads can be padded otherwise than with leading 1s: the others (all
+    # but a few) are looked up by (type, shape) alone.
+    per_channel = {key for key, read_by in readers.items() if any(c.per_channel for c in read_by)}
+    alignment = options.alignment
+    keys: list[str] = []
+    origins: list[str] = []
+    offsets: list[int | None] = []
+    pairs: list[Pair] = []
+    buffers: list[int | None] = []
+    buffer_sizes: list[int] = []
+    buffer_starts = [0]
+    limit = options.max_buffer_bytes
+    oversized: int | None = None
+    end = 0
+    planned: dict[tuple[Any, ...], Pair] = {}
+    rows: dict[OnnxDataType, MappingRow] = {}
+    get_pair, add_key, add_origin, add_pair = planned.get, keys.append, origins.append, pairs.append
+    add_offset, add_buffer = offsets.append, buffers.append
+    buffer = 0
+    for constant in constants:  # (a model may hold 100,000 constants: the usual path does as little as it can)
+        key, onnx_type, shape = constant.key, constant.onnx_type, constant.shape
+        add_key(key)
+        add_origin(constant.origin)
+        padding: Padding = "leading"
+        dims = 0  # the dimension count of a channel-padded constant
+        if per_channel and key in per_channel:
+            padding = padding_of(shape, readers[key], options.min_dims, version)
+            if padding == "channel":
+                dims = channel_dims(readers[key], options.min_dims, version)
+        pair_key = (onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding, dims)
+        pair = get_pair(pair_key)
+        if pair is None:
+            row = rows.get(onnx_type)
+            if row is None:
+                row = rows[onnx_type] = resolve(onnx_type, options.target)
+            pair = planned[pair_key] = _plan_pair(onnx_type, shape, row, options, padding, dims)
+        add_pair(pair)
+        total = pair.total
+        if total < 0:
+            add_offset(None)
+            add_buffer(None)
+            continue
+        offset = -(-end // alignment) * alignment
+        if offset + total > limit:  # (rare: the next buffer, or a constant no buffer holds)
+            if total > limit and oversized is None:
+                oversized = len(keys) - 1  # (refused by refuse_oversized, after the checks that come first)
+            if end > 0:
+                buffer_sizes.append(end)  # the next buffer starts here
+                buffer_starts.append(len(keys) - 1)
+                buffer, offset = buffer + 1, 0
+                if len(buffer_starts) > MAX_BUFFER_COUNT:
+                    raise InvalidArgumentError(
+                        f"max_buffer_bytes={limit} splits this model's constants into more than "
+                        f"{MAX_BUFFER_COUNT} buffers, the most a conversion writes; raise max_buffer_bytes "
+                        "(--max-buffer-bytes on the command line)"
+                    )
+        add_offset(offset)
+        add_buffer(buffer)
+        end = offset + total
+    _check_names(keys, origins)
+    buffer_sizes.append(end)
+    each = [readers.get(key, ()) for key in keys] if readers else None
+    entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers)
+    return Planned(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized)
+
+
+def _check_names(keys: list[str], origins: list[str]) -> None:
+    """InvalidArgumentError when a key or an origin is longer than dmlbridge takes (checked once for all)."""
+    if keys and (max(map(len, keys)) > MAX_KEY_LENGTH or max(map(len, origins)) > 2 * MAX_KEY_LENGTH):
+        key, origin = next((k, o) for k, o in zip(keys, origins, strict=True)
+                           if len(k) > MAX_KEY_LENGTH or len(o) > 2 * MAX_KEY_LENGTH)
+        raise InvalidArgumentError(
+            f"constant {key[:100]!r}... has a key of {len(key)} characters (origin {len(origin)}); dmlbridge takes "
+            f"keys of at most {MAX_KEY_LENGTH} (origins twice that), which every real model's names fit: this "
+            "model's names or subgraph paths are unreasonably long"
+        )
+
+
+def refuse_oversized(constants: list[ModelConstant], planned: Planned, limit: int) -> None:
+    """TensorTooLargeError for the first constant larger than ``max_buffer_bytes`` (a tensor is never split):
+    an image without its largest tensors would be of no use."""
+    if planned.oversized is not None:
+        raise _too_large_for_a_buffer(constants[planned.oversized], planned.pairs[planned.oversized].total, limit)
+
+
+def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int) -> TensorTooLargeError:
+    over = (" It is larger than any upload buffer Direct3D 12 makes (0xFFFF0000 bytes), so it cannot be uploaded "
+            "in one piece: leave it out (exclude)." if total > MAX_BUFFER_BYTES else
+            f" Raise max_buffer_bytes (--max-buffer-bytes on the command line) to at least {total} rounded up to "
+            "the alignment, up to 0xFFFF0000; buffers over 2 GiB are not guaranteed by Direct3D 12 (the default "
+            "limit is 2 GiB, so a constant over 2 GiB always needs the option).")
+    return TensorTooLargeError(
+        f"constant {constant.key!r} ({constant.origin}) takes {total} bytes ({constant.onnx_type.name} "
+        f"{list(constant.shape)}), more than max_buffer_bytes={limit}: a tensor is never split across buffers."
+        + over
+    )
+
+
+def _plan_pair(
+    onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions, padding: Padding,
+    dims: int = 0,
+) -> Pair:
+    fields: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
+    fields["onnx_type"], fields["shape"], fields["flags"], fields["padding"] = onnx_type, shape, 0, padding
+    if row.dml_type is None:
+        fields["skipped"] = f"{onnx_type.name}: {row.reason}"
+        return Pair(fields, -1, UnsupportedTypeError, None, None, False)
+    if 0 in shape:
+        fields["skipped"] = f"empty tensor (shape {list(shape)}): DirectML has no empty tensors"
+        return Pair(fields, -1, LayoutError, None, None, False)
+    try:
+        sizes, strides, total = entry_layout(onnx_type, shape, row.dml_type, row.conversion, options.min_dims,
+                                             options.target.max_dimension_count, padding, dims)
+    except LayoutError as exc:
+        fields["skipped"] = str(exc)
+        return Pair(fields, -1, LayoutError, None, None, False)
+    fields.update(conversion=row.conversion, dml_type=row.dml_type, sizes=sizes, strides=strides,
+                  total_tensor_size_in_bytes=total, guaranteed_base_offset_alignment=options.alignment,
+                  flags=options.flags)
+    as_is = row.conversion == "native" and row.dml_type not in FOUR_BIT
+    return Pair(fields, total, DmlBridgeError, row.conversion, row.dml_type, as_is)

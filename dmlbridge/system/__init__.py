@@ -1,0 +1,5 @@
+"""What the machine gives: reading files by position, threads, a progress bar, and any bytes-like object seen
+as flat bytes.
+
+May import: ``dmlbridge.errors``. Nothing here knows of tensors or models.
+"""

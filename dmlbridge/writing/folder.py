@@ -1,0 +1,373 @@
+"""The folder of an output prefix: the names of the prefix's files, its lock, and removing what no conversion needs.
+
+A prefix ``PREFIX`` (the last component ``NAME``) in its folder has these files (``ID`` a conversion id of 16 hex
+digits, ``N`` a buffer index of 5 digits), and no other name is ever taken for one of them:
+
+- ``NAME.json``, the manifest, and ``NAME.lock``, the lock (see :mod:`dmlbridge.writing.publish`);
+- ``NAME.ID.N.bin``, buffer files: the ones the manifest lists are the current conversion's; any other is a
+  previous conversion's, or one a failed or killed conversion left;
+- ``.NAME.json.ID.dmlbridge-tmp``, a temporary manifest (a conversion's, until its commit point);
+- ``.NAME.ID.N.bin.dmlbridge-old``, a retired buffer file (earlier versions renamed the previous conversion's
+  buffer files so and removed them one conversion later).
+
+Every name is used relative to the folder, opened once. A file is removed only when no live writer holds it: a
+writer holds a ``flock`` on each file it writes, so a file whose ``flock`` can be taken has none, whatever
+process namespace it ran in. :func:`clean` removes what conversions leave behind (see its docstring).
+
+    >>> import os, tempfile
+    >>> folder = OutputFolder(os.path.join(tempfile.mkdtemp(), "w"))
+    >>> [folder.kind(name) for name in ("w.0123456789abcdef.00000.bin", ".w.json.0123456789abcdef.dmlbridge-tmp",
+    ...                                 "w.json", "w.x.0123456789abcdef.00000.bin")]
+    ['buffer', 'temporary', None, None]
+    >>> folder.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import socket
+import stat
+from typing import NamedTuple
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; see the README for what that means
+    fcntl = None  # type: ignore[assignment]
+
+from dmlbridge.errors import DestinationError, InvalidArgumentError, ManifestError
+from dmlbridge.manifest.format import parse_manifest, read_manifest_file
+from dmlbridge.planning.options import DEFAULT_MAX_MANIFEST_BYTES
+from dmlbridge.system.workers import sigint_deferred
+
+__all__ = ["LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "CleanReport", "OutputFolder", "Removals", "clean",
+           "output_prefix"]
+
+TEMP_SUFFIX = ".dmlbridge-tmp"
+RETIRED_SUFFIX = ".dmlbridge-old"
+LOCK_SUFFIX = ".lock"
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_BINARY = getattr(os, "O_BINARY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
+_DIR_FD = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd  # (os.replace takes the same)
+_BUFFER_TAIL = re.compile(r"[0-9a-f]{16}\.[0-9]{5}\.bin")  # after "NAME."
+_TEMP_TAIL = re.compile(r"json\.[0-9a-f]{16}" + re.escape(TEMP_SUFFIX))  # after ".NAME."
+_LOCK_TEXT_MAX = 512  # bytes: the most a lock file of dmlbridge holds ("pid N on HOST\n", or nothing)
+_LOCK_TEXT = re.compile(rb"(?:pid [0-9]+ on [^\n]*\n)?")
+_WAIT = "wait for it to finish, or choose another output prefix"
+
+
+def umask_mode() -> int:
+    """The ordinary mode of a new file: 0666 less the umask."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def output_prefix(prefix: object, what: str = "out_prefix") -> str:
+    """``prefix`` as a string, checked: a path naming a file (no extension) in a folder that exists."""
+    if not isinstance(prefix, (str, os.PathLike)):
+        raise InvalidArgumentError(f"{what} must be a path, not {type(prefix).__name__}")
+    text = os.fspath(prefix)
+    text = text if isinstance(text, str) else os.fsdecode(text)
+    if not text or text.endswith(("/", os.sep)) or "\x00" in text:
+        raise InvalidArgumentError(f"{what} {text!r} must name a file (without extension), e.g. 'out/model'")
+    directory = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(directory):
+        if os.path.lexists(directory):
+            raise DestinationError(f"{directory!r} is a file, not a folder: the prefix {text!r} cannot be under it")
+        raise DestinationError(f"the output directory {directory!r} does not exist")
+    return text
+
+
+class Removals(NamedTuple):
+    """What :meth:`OutputFolder.remove_leftovers` did: the names it ``removed`` with the bytes each held, the
+    names a live writer ``held`` (left alone) and the names it ``failed`` to remove, each with the reason."""
+
+    removed: list[tuple[str, int]]
+    held: list[str]
+    failed: list[tuple[str, str]]
+
+
+class OutputFolder:
+    """The folder of ``prefix``, opened once (see the module docstring); :meth:`close` it."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.directory = os.path.dirname(os.path.abspath(prefix))
+        self.base = os.path.basename(prefix)
+        self.lock_fd: int | None = None
+        try:
+            flags = os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC
+            self.dir_fd: int | None = os.open(self.directory, flags) if _DIR_FD else None
+        except OSError as exc:
+            raise DestinationError(f"cannot open the output directory {self.directory!r}: {exc.strerror}") from None
+
+    # --- names relative to the pinned directory -------------------------------------------------------------
+
+    def path(self, name: str) -> str:
+        """What to give a system call (with ``dir_fd=self.dir_fd``) for ``name``."""
+        return name if self.dir_fd is not None else os.path.join(self.directory, name)
+
+    def where(self, name: str) -> str:
+        """``name``'s full path, for messages."""
+        return os.path.join(self.directory, name)
+
+    def open_name(self, name: str, flags: int, mode: int = 0o600) -> int:
+        return os.open(self.path(name), flags, mode, dir_fd=self.dir_fd)
+
+    def unlink(self, name: str) -> None:
+        """Remove ``name`` if it can be (a file that cannot be removed is harmless where this is used)."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.path(name), dir_fd=self.dir_fd)
+
+    def names(self) -> list[str]:
+        """The names in the folder (none when it cannot be listed)."""
+        try:
+            return os.listdir(self.dir_fd if self.dir_fd is not None else self.directory)
+        except OSError:
+            return []
+
+    def kind(self, name: str) -> str | None:
+        """``"buffer"``, ``"temporary"`` or ``"retired"`` for a file name of this prefix that a conversion makes
+        besides its manifest and lock (see the module docstring), else None (another prefix's, or no one's)."""
+        if name.startswith(f".{self.base}."):
+            tail = name[len(self.base) + 2 :]
+            if _TEMP_TAIL.fullmatch(tail):
+                return "temporary"
+            if tail.endswith(RETIRED_SUFFIX) and _BUFFER_TAIL.fullmatch(tail[: -len(RETIRED_SUFFIX)]):
+                return "retired"
+        elif name.startswith(f"{self.base}.") and _BUFFER_TAIL.fullmatch(name[len(self.base) + 1 :]):
+            return "buffer"
+        return None
+
+    # --- the lock ------------------------------------------------------------------------------------------------
+
+    def take_lock(self, wait: str = _WAIT) -> None:
+        """Open and lock PREFIX.lock (:mod:`dmlbridge.writing.publish`, step 1): created when missing, used only when it
+        is a regular file of one name that holds nothing but a holder's name. DestinationError names it when it
+        cannot be, with what to do (``wait``: what to say when another process holds it). No descriptor is left
+        open on any error."""
+        name = self.base + LOCK_SUFFIX
+        where = self.where(name)
+        fd = self._open_lock(name, where)
+        if fcntl is not None:
+            try:
+                _lock(fd, self.prefix, where, wait)
+            except BaseException:
+                os.close(fd)
+                raise
+        self.lock_fd = fd
+
+    def _open_lock(self, name: str, where: str) -> int:
+        """A read-write descriptor of the lock file: created (``O_EXCL``) when there is none, else the regular
+        file of one name that is there, never followed through a symlink nor opened when it is anything else (a
+        FIFO, a device, a folder) or a file with other names (a hard link: the lock's text would change it)."""
+        for _ in range(3):  # (a lock removed between two steps is created again)
+            try:
+                seen = os.lstat(self.path(name), dir_fd=self.dir_fd)
+            except FileNotFoundError:
+                try:
+                    return self.open_name(name, _CREATE, umask_mode())
+                except FileExistsError:
+                    continue
+                except OSError as exc:
+                    raise DestinationError(f"cannot create the lock {where!r}: {exc.strerror or exc}") from None
+            except OSError as exc:
+                raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
+            _refuse_as_lock(seen, where)
+            try:
+                fd = self.open_name(name, os.O_RDWR | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC | _O_BINARY)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
+            try:
+                info = os.fstat(fd)
+                if (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino):
+                    raise DestinationError(f"the lock {where!r} was replaced while it was opened; try again")
+                _refuse_as_lock(info, where)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        raise DestinationError(f"the lock {where!r} was removed three times while it was opened; try again")
+
+    def release_lock(self) -> None:
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # releases the flock; the lock file stays
+            self.lock_fd = None
+
+    # --- removing what no conversion needs ---------------------------------------------------------------------
+
+    def remove_leftovers(self, kinds: tuple[str, ...], keep: set[str], *, without_flock: bool = False) -> Removals:
+        """Remove the files of this prefix of the given kinds (:meth:`kind`) but those in ``keep`` and those a
+        live writer holds (see the module docstring); Ctrl-C is held back until they are removed. Where there is
+        no flock (Windows), nothing tells a live writer's file from an abandoned one: nothing is removed unless
+        ``without_flock`` (:func:`clean`, which the user runs)."""
+        removals = Removals([], [], [])
+        if fcntl is None and not without_flock:
+            return removals
+        with sigint_deferred():
+            for name in sorted(self.names()):
+                if name not in keep and self.kind(name) in kinds:
+                    self._remove_unheld(name, removals)
+        return removals
+
+    def _remove_unheld(self, name: str, removals: Removals) -> None:
+        try:
+            fd = self.open_name(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+        except FileNotFoundError:
+            return  # (gone already)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return  # a symlink: no conversion makes one
+            removals.failed.append((name, exc.strerror or str(exc)))
+            return
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return  # (a folder or a FIFO by that name: no conversion made it)
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    removals.held.append(name)  # a live writer holds it
+                    return
+        finally:
+            os.close(fd)
+        try:
+            os.unlink(self.path(name), dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            removals.failed.append((name, exc.strerror or str(exc)))
+            return
+        removals.removed.append((name, info.st_size))
+
+    def close(self) -> None:
+        """Release the lock and close the folder."""
+        self.release_lock()
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+            self.dir_fd = None
+
+
+def _lock(fd: int, prefix: str, where: str, wait: str) -> None:
+    """Take the flock of the lock file ``fd`` without waiting, check that it is a lock file of dmlbridge and write
+    the holder's name into it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+            raise DestinationError(f"cannot lock {where!r}: {exc.strerror or exc}") from None
+        text = os.pread(fd, _LOCK_TEXT_MAX + 1, 0)
+        holder = text.decode("utf-8", "replace").strip() if _LOCK_TEXT.fullmatch(text) else ""
+        raise DestinationError(
+            f"another conversion into {prefix!r} is running: it holds the lock {where!r} "
+            f"({holder or 'holder unknown'}); {wait}"
+        ) from None
+    if not _LOCK_TEXT.fullmatch(os.pread(fd, _LOCK_TEXT_MAX + 1, 0)):
+        raise DestinationError(
+            f"the lock {where!r} is not a lock file: it holds something else, which the lock's text would "
+            "overwrite; move it away (the next conversion creates a new lock), or choose another output prefix"
+        )
+    with contextlib.suppress(OSError):  # who holds it, for the message above (the file stays in place)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+
+def _refuse_as_lock(info: os.stat_result, where: str) -> None:
+    """DestinationError unless ``info`` is a regular file of one name (what a lock file of dmlbridge is)."""
+    kind = stat.S_IFMT(info.st_mode)
+    what = {stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a folder", stat.S_IFIFO: "a FIFO (named pipe)",
+            stat.S_IFREG: None}.get(kind, "a device or a socket")
+    if what is None and info.st_nlink > 1:
+        what = f"a file with {info.st_nlink} names (a hard link: writing the lock would change the file of the others)"
+    if what is None and info.st_size > _LOCK_TEXT_MAX:
+        what = f"a file of {info.st_size} bytes (a lock file of dmlbridge holds at most {_LOCK_TEXT_MAX})"
+    if what is not None:
+        raise DestinationError(
+            f"the lock {where!r} is {what}, not a lock file: dmlbridge locks only a regular file of its own (it "
+            "never opens one through a link nor writes into another file); remove it (the next conversion creates "
+            "a new lock), or choose another output prefix"
+        )
+
+
+class CleanReport(NamedTuple):
+    """What :func:`clean` did: the paths of the files it ``removed`` and the bytes they held (``freed``); the
+    leftovers it left: those a live writer ``held``, and those whose removal ``failed``, each as (path, why).
+
+    Example:
+        >>> CleanReport(("out/.w.json.0123456789abcdef.dmlbridge-tmp",), 120, (), ()).freed
+        120
+    """
+
+    removed: tuple[str, ...]
+    freed: int
+    held: tuple[str, ...]
+    failed: tuple[tuple[str, str], ...]
+
+
+def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> CleanReport:
+    """Remove what conversions into ``prefix`` (the ``out_prefix`` given to ``convert_model``) left behind: buffer
+    files that ``PREFIX.json`` does not list (a killed conversion's, or a previous conversion's that could not be
+    removed when the next one published), temporary manifests and retired buffer files of earlier versions.
+
+    Never the current conversion's files (the manifest, the buffer files it lists, the lock), never a file of
+    another prefix, never a file a live writer holds (its ``flock``). It takes the prefix's lock first, so it
+    fails at once (DestinationError naming the lock) while a conversion into the prefix runs; a manifest it cannot
+    read is a ManifestError, and then nothing is removed. A folder with no buffer, temporary or retired file of the
+    prefix is left as it is (no lock is created). Returns a :class:`CleanReport`; ``dmlbridge clean PREFIX`` on
+    the command line. On Windows, where no flock tells a live writer's file from an abandoned one, run it only
+    when no conversion into the prefix runs.
+
+    Example:
+        >>> import dmlbridge, numpy as np, os, shutil, tempfile
+        >>> from onnx import helper, numpy_helper
+        >>> folder = tempfile.mkdtemp()
+        >>> w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+        >>> plan = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
+        ...                                os.path.join(folder, "m"), progress=False)
+        >>> killed = os.path.join(folder, "m.0123456789abcdef.00000.bin")  # as a killed conversion leaves it
+        >>> open(killed, "wb").write(bytes(256))
+        256
+        >>> report = dmlbridge.clean(os.path.join(folder, "m"))
+        >>> report.removed == (killed,), report.freed, os.path.exists(plan.bin_path)
+        (True, 256, True)
+        >>> shutil.rmtree(folder)
+    """
+    folder = OutputFolder(output_prefix(prefix, "prefix"))
+    try:
+        kinds = ("buffer", "temporary", "retired")
+        if not any(folder.kind(name) in kinds for name in folder.names()):
+            return CleanReport((), 0, (), ())
+        folder.take_lock("wait for it to finish, then clean again (a conversion removes what it replaces itself)")
+        removals = folder.remove_leftovers(kinds, _listed(folder, max_manifest_bytes), without_flock=True)
+    finally:
+        folder.close()
+    return CleanReport(
+        tuple(folder.where(name) for name, _ in removals.removed), sum(size for _, size in removals.removed),
+        tuple(folder.where(name) for name in removals.held),
+        tuple((folder.where(name), why) for name, why in removals.failed),
+    )
+
+
+def _listed(folder: OutputFolder, limit: int) -> set[str]:
+    """The names of the buffer files the prefix's manifest lists (none without a manifest)."""
+    path = folder.where(folder.base + ".json")
+    if not os.path.lexists(path):
+        return set()
+    try:
+        manifest = parse_manifest(read_manifest_file(path, limit), path, folder.base + ".bin")
+    except ManifestError as exc:
+        raise ManifestError(
+            f"cannot tell which buffer files of {folder.prefix!r} are in use, so nothing was removed: {exc}; repair "
+            f"or remove {path!r} (without a manifest, clean removes every buffer file of the prefix)"
+        ) from None
+    return {buffer.path for buffer in manifest.buffers}
