@@ -34,8 +34,9 @@ from models import TARGETS, build_model, check_independently, outputs, per_chann
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge.model.onnx_file as model_file
-from dmlbridge import Target, byte_scan, convert_model, load_plan, plan_model
+from dmlbridge import Target, convert_model, load_plan, plan_model
 from dmlbridge.errors import DmlBridgeError, TensorProtoError
+from dmlbridge.model import byte_scan
 from dmlbridge.model.constants import find_constants
 from dmlbridge.model.onnx_file import read_model
 

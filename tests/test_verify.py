@@ -21,10 +21,11 @@ from models import (
 )
 from onnx import helper, numpy_helper
 
-from dmlbridge import convert_model, load_plan, verify
+from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import (
     ManifestError,
 )
+from dmlbridge.plan import verify
 from dmlbridge.plan.fingerprint import FingerprintStream, bin_fingerprint
 from dmlbridge.plan.upload_plan import read_plan
 

@@ -29,17 +29,13 @@ from models import TARGETS, buffer_paths, build_model, check_independently, no_t
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import dmlbridge
-from dmlbridge import (
-    DmlBridgeError,
-    InvalidArgumentError,
-    ValueRangeError,
-    constant_jobs,
-    image_writer,
-    verify,
-    workers,
-)
+from dmlbridge import DmlBridgeError, InvalidArgumentError, ValueRangeError
+from dmlbridge.plan import verify
 from dmlbridge.plan.upload_plan import read_plan
+from dmlbridge.system import workers
 from dmlbridge.system.workers import Prefetch, available_cpus, check_workers
+from dmlbridge.writing import image as image_writer
+from dmlbridge.writing import jobs as constant_jobs
 from dmlbridge.writing.publish import Publication
 
 # Larger constants of the types whose conversion is work (widening, narrowing, packing, densifying), each in a
