@@ -5,9 +5,11 @@
     >>> t.dml_type.name, t.sizes, t.total_tensor_size_in_bytes
     ('FLOAT32', (1, 1, 2, 3), 24)
 
-See README.md for the mapping table and the layout rules. Only the names exported here are the public API: the
-packages and modules (``dmlbridge.plan``, ``dmlbridge.writing.convert``, ...) are the library's own layout
-and change between versions.
+The public API is the names of ``__all__`` below, grouped by what they are for, and their keyword arguments;
+``dmlbridge.errors`` holds the errors too. The packages and modules (``dmlbridge.plan``,
+``dmlbridge.writing.convert``, ...) are the library's own layout and change between versions, and so does a
+pickled object: plans and entries are not meant to be pickled across versions. Public classes say ``dmlbridge``
+as their module.
 """
 
 from __future__ import annotations
@@ -25,15 +27,24 @@ from dmlbridge.errors import (
     UnsupportedTypeError,
     ValueRangeError,
 )
-from dmlbridge.manifest.format import BufferFile
-from dmlbridge.onnx.tensor_proto import TensorInfo, tensor_info, tensor_to_array
+from dmlbridge.manifest.format import MANIFEST_FORMAT_VERSION, BufferFile, manifest_schema
+from dmlbridge.model.consumers import Consumer
+from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
 from dmlbridge.plan.bindings import binding_list
 from dmlbridge.plan.upload_plan import Binding, UploadPlan, load_plan, plan_model
-from dmlbridge.planning.options import DEFAULT_MAX_BUFFER_BYTES, DEFAULT_MAX_TENSOR_BYTES, max_buffer_bytes_for
+from dmlbridge.planning.options import DEFAULT_MAX_BUFFER_BYTES, max_buffer_bytes_for
 from dmlbridge.planning.placement import ConvertedEntry, PlanEntry
+from dmlbridge.planning.selection import CONSTANT_KINDS
+from dmlbridge.quantized.records import QuantizedPart, QuantizedWeight
 from dmlbridge.system.workers import available_cpus
 from dmlbridge.tensor.decode import decode
-from dmlbridge.tensor.descs import BufferTensorDesc, tensor_desc_array
+from dmlbridge.tensor.descs import (
+    DML_BUFFER_BINDING,
+    DML_BUFFER_TENSOR_DESC,
+    DML_TENSOR_DESC,
+    BufferTensorDesc,
+    tensor_desc_array,
+)
 from dmlbridge.tensor.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.tensor.layout import calc_buffer_tensor_size
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType
@@ -44,51 +55,73 @@ from dmlbridge.version import __version__ as __version__
 from dmlbridge.writing.convert import check_conversion, convert_model
 from dmlbridge.writing.folder import CleanReport, clean
 
-__all__ = [
-    "DEFAULT_MAX_BUFFER_BYTES",
-    "DEFAULT_MAX_TENSOR_BYTES",
-    "Binding",
-    "BufferFile",
-    "BufferTensorDesc",
-    "CleanReport",
-    "CleanupWarning",
-    "ConvertedEntry",
-    "DestinationError",
-    "DmlBridgeError",
-    "DmlDataType",
-    "ExternalDataError",
-    "FeatureLevel",
-    "InvalidArgumentError",
-    "LayoutError",
-    "ManifestError",
-    "MappingRow",
-    "OnnxDataType",
-    "PlanEntry",
-    "PreparedTensor",
-    "Target",
-    "TensorInfo",
-    "TensorProtoError",
-    "TensorTooLargeError",
-    "UnsupportedTypeError",
-    "UploadPlan",
-    "ValueRangeError",
-    "available_cpus",
-    "binding_list",
-    "calc_buffer_tensor_size",
-    "check_conversion",
-    "clean",
-    "convert_model",
-    "decode",
-    "dml_type_for",
-    "load_plan",
-    "mapping_table",
-    "max_buffer_bytes_for",
-    "pack_4bit",
-    "plan_model",
+__all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
+    # One tensor: an array or TensorProto as a DirectML buffer tensor, and back
     "prepare",
     "prepare_into",
+    "PreparedTensor",
+    "BufferTensorDesc",
     "tensor_desc_array",
-    "tensor_info",
-    "tensor_to_array",
+    "calc_buffer_tensor_size",
+    "decode",
+    "pack_4bit",
     "unpack_4bit",
+    # DirectML's structs as ctypes (what the as_ctypes methods return)
+    "DML_BUFFER_TENSOR_DESC",
+    "DML_TENSOR_DESC",
+    "DML_BUFFER_BINDING",
+    # Data types, devices and the mapping between ONNX and DirectML
+    "DmlDataType",
+    "OnnxDataType",
+    "FeatureLevel",
+    "Target",
+    "dml_type_for",
+    "mapping_table",
+    "MappingRow",
+    # ONNX tensors as stored
+    "tensor_to_array",
+    "tensor_info",
+    "TensorInfo",
+    "DEFAULT_MAX_TENSOR_BYTES",
+    # Whole models: plan, convert, load, verify (UploadPlan.verify), bind, clean
+    "plan_model",
+    "convert_model",
+    "check_conversion",
+    "load_plan",
+    "UploadPlan",
+    "PlanEntry",
+    "ConvertedEntry",
+    "Consumer",
+    "BufferFile",
+    "Binding",
+    "binding_list",
+    "QuantizedWeight",
+    "QuantizedPart",
+    "CONSTANT_KINDS",
+    "DEFAULT_MAX_BUFFER_BYTES",
+    "max_buffer_bytes_for",
+    "available_cpus",
+    "clean",
+    "CleanReport",
+    # The manifest format (docs/manifest.md)
+    "MANIFEST_FORMAT_VERSION",
+    "manifest_schema",
+    # Errors (every one a DmlBridgeError) and the one warning
+    "DmlBridgeError",
+    "InvalidArgumentError",
+    "UnsupportedTypeError",
+    "ValueRangeError",
+    "LayoutError",
+    "TensorProtoError",
+    "TensorTooLargeError",
+    "ExternalDataError",
+    "ManifestError",
+    "DestinationError",
+    "CleanupWarning",
 ]
+
+for _name in __all__:  # public classes show the name users import them by (as onnx-ir does)
+    _value = globals()[_name]
+    if isinstance(_value, type) and _value.__module__.startswith("dmlbridge."):
+        _value.__module__ = "dmlbridge"
+del _name, _value

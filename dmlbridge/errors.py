@@ -43,7 +43,7 @@ class InvalidArgumentError(DmlBridgeError, ValueError):
         >>> dmlbridge.Target(int64="wrap")
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.InvalidArgumentError: int64 must be 'emulate', 'narrow' or 'saturate', not 'wrap'
+        dmlbridge.InvalidArgumentError: int64 must be 'emulate', 'narrow' or 'saturate', not 'wrap'
     """
 
 
@@ -55,7 +55,7 @@ class UnsupportedTypeError(DmlBridgeError, TypeError):
         >>> dmlbridge.dml_type_for("STRING")
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.UnsupportedTypeError: ONNX STRING cannot be a DirectML tensor: DirectML has no string tensors
+        dmlbridge.UnsupportedTypeError: ONNX STRING cannot be a DirectML tensor: DirectML has no string tensors
     """
 
 
@@ -67,7 +67,7 @@ class LayoutError(DmlBridgeError, ValueError):
         >>> dmlbridge.prepare(np.zeros((0, 3), dtype=np.float32))
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.LayoutError: the array has shape (0, 3) and no elements; DirectML has no empty tensors, ...
+        dmlbridge.LayoutError: the array has shape (0, 3) and no elements; DirectML has no empty tensors, ...
     """
 
 
@@ -79,7 +79,7 @@ class ValueRangeError(DmlBridgeError, ValueError):
         >>> dmlbridge.pack_4bit(np.array([1, 9], dtype=np.int8))
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.ValueRangeError: value 9 at flat index 1 does not fit INT4 (-8..7); 4-bit values are never ...
+        dmlbridge.ValueRangeError: value 9 at flat index 1 does not fit INT4 (-8..7); 4-bit values are never ...
     """
 
 
@@ -91,7 +91,7 @@ class DestinationError(DmlBridgeError, ValueError):
         >>> dmlbridge.prepare_into(bytearray(4), 0, np.zeros(2, dtype=np.float32))
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.DestinationError: the destination holds 4 bytes; this tensor needs 8 at offset 0 (up to byte 8)
+        dmlbridge.DestinationError: the destination holds 4 bytes; this tensor needs 8 at offset 0 (up to byte 8)
     """
 
 
@@ -104,7 +104,7 @@ class TensorProtoError(DmlBridgeError, ValueError):
         >>> dmlbridge.tensor_info(tensor)
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.TensorProtoError: tensor 't' has 2 bytes of raw_data but its type FLOAT and dims [2] need ...
+        dmlbridge.TensorProtoError: tensor 't' has 2 bytes of raw_data but its type FLOAT and dims [2] need ...
     """
 
 
@@ -117,7 +117,7 @@ class ExternalDataError(TensorProtoError):
         >>> dmlbridge.prepare(tensor)
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.ExternalDataError: tensor 'w' keeps its values in external data; read it with ...
+        dmlbridge.ExternalDataError: tensor 'w' keeps its values in external data; read it with ...
     """
 
 
@@ -130,7 +130,7 @@ class TensorTooLargeError(DmlBridgeError, ValueError):
         >>> dmlbridge.tensor_to_array(numpy_helper.from_array(np.zeros(4, dtype=np.float32), "w"), max_tensor_bytes=8)
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.TensorTooLargeError: tensor 'w' needs 16 bytes (FLOAT [4]), more than max_tensor_bytes=8 ...
+        dmlbridge.TensorTooLargeError: tensor 'w' needs 16 bytes (FLOAT [4]), more than max_tensor_bytes=8 ...
     """
 
 
@@ -142,7 +142,7 @@ class ManifestError(DmlBridgeError, ValueError):
         >>> dmlbridge.load_plan("no-such-plan.json")
         Traceback (most recent call last):
         ...
-        dmlbridge.errors.ManifestError: cannot read manifest 'no-such-plan.json': No such file or directory
+        dmlbridge.ManifestError: cannot read manifest 'no-such-plan.json': No such file or directory
     """
 
 

@@ -133,6 +133,50 @@ def test_the_module_map_is_drawn_from_the_contract_and_the_docstrings() -> None:
     assert found.group(0) == module_map(), "run: python tests/test_architecture.py --write"
 
 
+def _public_classes_returned() -> dict[str, set[str]]:
+    """For every public function, and every public method and property of a public class, the dmlbridge classes
+    its return annotation names (a container's items included)."""
+    import inspect
+    import typing
+
+    import dmlbridge
+
+    def named(hint: object) -> set[type]:
+        found = {hint} if isinstance(hint, type) and hint.__module__.startswith("dmlbridge") else set()
+        for argument in typing.get_args(hint):
+            found |= named(argument)
+        return found
+
+    returned: dict[str, set[str]] = {}
+    for name in dmlbridge.__all__:
+        value = getattr(dmlbridge, name)
+        members = [(name, value)] if inspect.isfunction(value) else []
+        if isinstance(value, type):
+            for attribute, member in vars(value).items():
+                if attribute.startswith("_"):
+                    continue
+                member = member.fget if isinstance(member, property) else member
+                if inspect.isfunction(member):
+                    members.append((f"{name}.{attribute}", member))
+        for where, function in members:
+            try:
+                hints = typing.get_type_hints(function, vars(sys.modules[function.__module__]))
+            except (NameError, TypeError):
+                continue
+            classes = named(hints.get("return"))
+            if classes:
+                returned[where] = {f"{c.__module__}.{c.__qualname__}" for c in classes}
+    return returned
+
+
+def test_every_class_a_public_call_returns_is_public_and_shows_dmlbridge_as_its_module() -> None:
+    returned = _public_classes_returned()
+    assert "UploadPlan.quantized" in returned and "dmlbridge.QuantizedWeight" in returned["UploadPlan.quantized"]
+    hidden = {where: classes for where, classes in returned.items()
+              if any(not name.startswith("dmlbridge.") or name.count(".") > 1 for name in classes)}
+    assert not hidden, hidden
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     text = ARCHITECTURE.read_text(encoding="utf-8")
     found = re.search(re.escape(_MAP_START) + ".*?" + re.escape(_MAP_END), text, re.S)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-MODULES = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "dmlbridge").glob("*.py")
-                 if p.stem != "__main__")
+_PACKAGE = Path(__file__).resolve().parents[1] / "dmlbridge"
+MODULES = sorted(str(p.relative_to(_PACKAGE).with_suffix("")).replace("/", ".").removesuffix(".__init__")
+                 for p in _PACKAGE.rglob("*.py") if p.stem != "__main__")
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -19,3 +20,12 @@ def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.M
     module = importlib.import_module("dmlbridge" if name == "__init__" else f"dmlbridge.{name}")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+def test_every_public_name_has_an_example() -> None:
+    """Every name of ``dmlbridge.__all__`` that has a docstring shows an example in it."""
+    import dmlbridge
+
+    missing = [name for name in dmlbridge.__all__ if callable(getattr(dmlbridge, name))
+               and ">>>" not in (getattr(dmlbridge, name).__doc__ or "")]
+    assert not missing, missing

@@ -162,7 +162,7 @@ def test_verify_reads_each_buffer_byte_once(tmp_path: Path, monkeypatch: pytest.
     assert len(plan.buffers) == 3, plan.buffer_sizes
     assert verify.find_mismatches(plan, path, sha256=checksum, workers=workers) == []
     for index, buffer in enumerate(plan.buffers):
-        times = _times_read(reads, plan.files.fd(index), buffer.size)
+        times = _times_read(reads, plan._open_files().fd(index), buffer.size)
         assert times.max() == 1, (index, int(np.argmax(times > 1)))
         entries = [e for e in plan.converted if e.buffer == index]
         for entry in entries:

@@ -8,7 +8,7 @@ access to each object's fields with messages that say where the problem is (the 
     >>> Fields(document, "m.json", ("size",))
     Traceback (most recent call last):
     ...
-    dmlbridge.errors.ManifestError: m.json has unknown field(s) 'name'
+    dmlbridge.ManifestError: m.json has unknown field(s) 'name'
 """
 
 from __future__ import annotations

@@ -73,7 +73,17 @@ _ONNX_DOMAINS = ("", "ai.onnx")
 class Consumer(NamedTuple):
     """One node input that reads a constant. ``dims``: for a per-channel input (PER_CHANNEL_INPUTS), the
     dimension count DirectML reads its node's tensors at (:func:`node_dims`); None for any other input, and in
-    plans read from manifests before format 5."""
+    plans read from manifests before format 5.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> node = helper.make_node("Add", ["x", "w"], ["y"], name="add")
+        >>> w = numpy_helper.from_array(np.ones(3, np.float32), "w")
+        >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([node], "g", [], [], [w])))
+        >>> plan.entries["w"].consumers
+        (Consumer(node='add', op_type='Add', input=1, dims=None),)
+    """
 
     node: str
     op_type: str

@@ -159,12 +159,9 @@ class UploadPlan(Manifest):
             raise InvalidArgumentError(f"entry {key!r} was skipped ({entry.skipped}); it has no bytes")
         return entry
 
-    @property
-    def files(self) -> OpenBuffers:
-        """The buffer files, held open (InvalidArgumentError for a plan that was not written)."""
-        return self._open_files()
-
     def _open_files(self) -> OpenBuffers:
+        """The buffer files, held open (InvalidArgumentError for a plan that was not written): verification's
+        own access to them."""
         if self._files is None:
             raise InvalidArgumentError("this plan was not written (plan_model); it has no buffer file to read")
         return self._files
@@ -387,7 +384,14 @@ def plan_with_notes(
 
 class Binding(NamedTuple):
     """Where one converted entry is bound: its ``key``, the index of its ``buffer`` file, its ``offset`` in it
-    and its ``size`` in bytes (what a DML_BUFFER_BINDING holds, but the resource)."""
+    and its ``size`` in bytes (what a DML_BUFFER_BINDING holds, but the resource).
+
+    Example:
+        >>> import dmlbridge
+        >>> binding = dmlbridge.Binding("w", buffer=0, offset=256, size=12)
+        >>> binding.offset + binding.size
+        268
+    """
 
     key: str
     buffer: int

@@ -58,13 +58,28 @@ def check_flags(flags: Any) -> int:
 
 class DML_BUFFER_BINDING(ctypes.Structure):  # noqa: N801 - the DirectML name
     """``DML_BUFFER_BINDING`` (DirectML.h): the ``ID3D12Resource*`` holding a buffer, and the offset and size in
-    bytes of one tensor in it (24 bytes on 64-bit)."""
+    bytes of one tensor in it (24 bytes on 64-bit).
+
+    Example:
+        >>> import ctypes, dmlbridge
+        >>> binding = dmlbridge.DML_BUFFER_BINDING(None, 256, 12)
+        >>> binding.Offset, binding.SizeInBytes, ctypes.sizeof(binding) == 8 + 2 * 8
+        (256, 12, True)
+    """
 
     _fields_ = [("Buffer", ctypes.c_void_p), ("Offset", ctypes.c_uint64), ("SizeInBytes", ctypes.c_uint64)]
 
 
 class DML_BUFFER_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    """``DML_BUFFER_TENSOR_DESC`` (DirectML.h)."""
+    """``DML_BUFFER_TENSOR_DESC`` (DirectML.h), as ``BufferTensorDesc.as_ctypes()`` and the entries' ``as_ctypes()``
+    make it (its Sizes and Strides arrays kept alive with it).
+
+    Example:
+        >>> import numpy as np, dmlbridge
+        >>> desc = dmlbridge.prepare(np.zeros((2, 3), np.float32)).as_ctypes()
+        >>> desc.DimensionCount, list(desc.Sizes[:2]), desc.TotalTensorSizeInBytes
+        (2, [2, 3], 24)
+    """
 
     _fields_ = [
         ("DataType", ctypes.c_int32),
@@ -79,7 +94,14 @@ class DML_BUFFER_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML nam
 
 class DML_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
     """``DML_TENSOR_DESC`` (DirectML.h): ``Type`` = DML_TENSOR_TYPE_BUFFER and ``Desc`` pointing at the buffer
-    desc, which this object keeps alive (``.buffer_desc``)."""
+    desc, which this object keeps alive (``.buffer_desc``).
+
+    Example:
+        >>> import numpy as np, dmlbridge
+        >>> tensor_desc = dmlbridge.prepare(np.zeros(3, np.float32)).as_ctypes_tensor_desc()
+        >>> tensor_desc.Type, tensor_desc.buffer_desc.TotalTensorSizeInBytes
+        (1, 12)
+    """
 
     _fields_ = [("Type", ctypes.c_int32), ("Desc", ctypes.c_void_p)]
 
