@@ -92,8 +92,8 @@ def test_an_image_split_into_buffers_is_exact(tmp_path: Path, limit: int, paths:
         assert back.dtype == expected.dtype and back.tobytes() == expected.tobytes(), key
     loaded.verify(model)
     # plan_model says the same before anything is written.
-    planned = dmlbridge.plan_model(model, alignment=ALIGNMENT, max_buffer_bytes=limit)
-    assert planned.buffer_sizes == plan.buffer_sizes and planned.bindings() == plan.bindings()
+    placement = dmlbridge.plan_model(model, alignment=ALIGNMENT, max_buffer_bytes=limit)
+    assert placement.buffer_sizes == plan.buffer_sizes and placement.bindings() == plan.bindings()
 
 
 def test_external_data_is_copied_into_each_buffer(tmp_path: Path) -> None:
@@ -177,17 +177,17 @@ def test_the_command_line_takes_the_limit_and_inspect_shows_the_buffers(tmp_path
     model, _ = mixed_model(64 * KIB)
     onnx.save(model, tmp_path / "m.onnx")
     shown = run_cli("inspect", tmp_path / "m.onnx", "--max-buffer-bytes", "64KiB", "--wide")  # (one line each)
-    planned = dmlbridge.plan_model(model, max_buffer_bytes=64 * KIB)
+    placement = dmlbridge.plan_model(model, max_buffer_bytes=64 * KIB)
     lines = shown.stdout.splitlines()
     assert shown.returncode == 0 and lines[0].split()[6:8] == ["buffer", "offset"]
     buffer_lines = [line for line in lines if line.startswith("buffer ")]
-    assert len(buffer_lines) == len(planned.buffer_sizes) > 10 and buffer_lines[0].startswith("buffer 0: ")
-    assert f"in {len(planned.buffer_sizes)} buffers, " in lines[-1] and "(at most 65,536 bytes each)" in lines[-1]
+    assert len(buffer_lines) == len(placement.buffer_sizes) > 10 and buffer_lines[0].startswith("buffer 0: ")
+    assert f"in {len(placement.buffer_sizes)} buffers, " in lines[-1] and "(at most 65,536 bytes each)" in lines[-1]
     as_json = json.loads(run_cli("inspect", tmp_path / "m.onnx", "--max-buffer-bytes", "65536", "--json").stdout)
-    assert as_json["totals"]["buffer_sizes"] == list(planned.buffer_sizes)
+    assert as_json["totals"]["buffer_sizes"] == list(placement.buffer_sizes)
     assert as_json["max_buffer_bytes"] == 64 * KIB
     result = run_cli("convert", tmp_path / "m.onnx", "-o", tmp_path / "w", "--max-buffer-bytes", "64KiB", "--checksum")
-    assert result.returncode == 0 and f"wrote {len(planned.buffer_sizes)} buffer files" in result.stdout
+    assert result.returncode == 0 and f"wrote {len(placement.buffer_sizes)} buffer files" in result.stdout
     verified = run_cli("verify", tmp_path / "w.json", tmp_path / "m.onnx")
     assert verified.returncode == 0 and "each of the" in verified.stdout, verified.stderr
     for bad in ("64KB", "64k", "0x100000000"):

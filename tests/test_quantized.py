@@ -543,10 +543,10 @@ def test_a_block_longer_than_its_axis_is_one_block_in_plan_and_conversion(tmp_pa
     (no padding to 2^40 elements), and the values are ONNX Runtime's."""
     x = np.arange(8, dtype=np.int8).reshape(2, 4)
     model, node = dq_model(x, np.array([[0.5], [2.0]], np.float32), None, axis=1, block_size=2**40)
-    planned = dmlbridge.plan_model(model).quantized["dq"]
+    placement = dmlbridge.plan_model(model).quantized["dq"]
     converted = dmlbridge.convert_model(model, tmp_path / "w", progress=False).quantized["dq"]
-    assert planned.skipped is None and converted.skipped is None
-    assert planned.to_json() == converted.to_json() and converted.block_size == 4 and converted.sizes == (2, 1, 4)
+    assert placement.skipped is None and converted.skipped is None
+    assert placement.to_json() == converted.to_json() and converted.block_size == 4 and converted.sizes == (2, 1, 4)
     assert same_bits(converted.dequantize(), node_output(model, node))
 
 

@@ -35,7 +35,7 @@ from dmlbridge.planning.options import (
     check_flag,
     check_max_tensor_bytes,
 )
-from dmlbridge.planning.placement import ConvertedEntry, Pair, PlanEntry, Planned, plan_constants, refuse_oversized
+from dmlbridge.planning.placement import ConvertedEntry, Pair, Placement, PlanEntry, place_constants, refuse_oversized
 from dmlbridge.planning.selection import EVERY_CONSTANT, Selection
 from dmlbridge.quantized.nodes import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
@@ -46,7 +46,7 @@ from dmlbridge.types.target import Target
 from dmlbridge.version import __version__
 
 __all__ = [
-    "Binding", "PlannedModel", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes",
+    "Binding", "ModelAndPlan", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes",
     "raise_if_skipped", "read_plan",
 ]
 
@@ -368,18 +368,18 @@ def plan_with_notes(
     strict = check_flag("strict", strict)
     selection = Selection.check(include, exclude, kinds, min_bytes, drop_quantized_sources)
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
-        planned = plan_loaded(loaded, options, strict, selection)
-    refuse_oversized(planned.constants, planned.planned, options.max_buffer_bytes)
+        model_plan = plan_loaded(loaded, options, strict, selection)
+    refuse_oversized(model_plan.constants, model_plan.placement, options.max_buffer_bytes)
     notes: dict[str, list[str]] = {}
-    for constant in planned.constants:
+    for constant in model_plan.constants:
         if next(iter_external_tensors([constant]), None) is not None:
             notes.setdefault(constant.key, []).append("external data")
-    for entry in planned.plan.converted:
+    for entry in model_plan.plan.converted:
         if entry.conversion in ("narrow", "emulate"):
             notes.setdefault(entry.key, []).append("values must fit 32 bits")
         elif entry.conversion == "saturate":
             notes.setdefault(entry.key, []).append("values clamped to 32 bits not counted")
-    return planned.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
+    return model_plan.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
 
 
 class Binding(NamedTuple):
@@ -413,13 +413,13 @@ class Binding(NamedTuple):
         return DML_BUFFER_BINDING(resources[self.buffer], self.offset, self.size)
 
 
-class PlannedModel(NamedTuple):
+class ModelAndPlan(NamedTuple):
     """A model's constants and their plan: what plan_model, ``inspect --check`` and convert_model share."""
 
     constants: list[ModelConstant]
     scan: BytesScan | None
     """The byte scan that found ``constants``, if one did (the image writer reads their bytes from it)."""
-    planned: Planned
+    placement: Placement
     plan: UploadPlan
     """The plan (not written: no buffer file)."""
 
@@ -434,7 +434,7 @@ class PlannedModel(NamedTuple):
 
 def plan_loaded(
     loaded: LoadedModel, options: PlanOptions, strict: bool, selection: Selection = EVERY_CONSTANT
-) -> PlannedModel:
+) -> ModelAndPlan:
     """Find, select and plan the constants of a read model; ``strict``: the first selected one that would be
     skipped is an error."""
     constants, scan = model_constants(loaded)
@@ -451,14 +451,14 @@ def plan_loaded(
                 if selection.selects(c.key, c.kind, c.nbytes) and c.key not in dropped]
         constants = [constants[i] for i in keep]
         scan = None if scan is None else scan.subset(keep)
-    planned = plan_constants(constants, options, consumers)
+    placement = place_constants(constants, options, consumers)
     if strict:
-        raise_if_skipped(constants, planned.pairs)
-    records = quantized_views(specs, planned.entries, options.min_dims, options.target, options.alignment)
-    plan = UploadPlan(planned.entries, options.target, options.alignment, options.min_dims, planned.total,
+        raise_if_skipped(constants, placement.pairs)
+    records = quantized_views(specs, placement.entries, options.min_dims, options.target, options.alignment)
+    plan = UploadPlan(placement.entries, options.target, options.alignment, options.min_dims, placement.total,
                       loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection,
                       max_buffer_bytes=options.max_buffer_bytes, quantized_records=records)
-    return PlannedModel(constants, scan, planned, plan)
+    return ModelAndPlan(constants, scan, placement, plan)
 
 
 def raise_if_skipped(constants: list[ModelConstant], pairs: list[Pair]) -> None:

@@ -41,7 +41,7 @@ from dmlbridge.plan.buffer_pass import BufferReads
 from dmlbridge.plan.fingerprint import FingerprintStream, fingerprint_problem
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.planning.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
-from dmlbridge.planning.placement import PlanEntry, plan_constants
+from dmlbridge.planning.placement import PlanEntry, place_constants
 from dmlbridge.planning.selection import Selection
 from dmlbridge.quantized.nodes import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
@@ -211,7 +211,7 @@ def _find(
     # A fresh plan of every constant at once (flags change no size: each entry's own are used below), by the
     # layout rules of the plan's format version, with the consumers as that version records them.
     version = plan.format_version
-    fresh = plan_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0), consumers,
+    fresh = place_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0), consumers,
                            version).pairs
     found: dict[int, str | None] = {}  # model index -> what differs (None: nothing)
     streamed: list[tuple[int, PlanEntry, list[_Chunk], ConstantSlices | None]] = []

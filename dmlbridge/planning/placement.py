@@ -1,6 +1,6 @@
 """Planning: where each constant of a model goes in the upload image and how DirectML sees it.
 
-:func:`plan_constants` gives every constant a :class:`PlanEntry`: its DirectML type and conversion (the target's
+:func:`place_constants` gives every constant a :class:`PlanEntry`: its DirectML type and conversion (the target's
 mapping), its DML_BUFFER_TENSOR_DESC (the layout rules) and its offset (the end of the previous converted entry,
 rounded up to the alignment). A constant DirectML cannot hold (an empty tensor, a string, a type the target
 lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has no bytes. Entries of one
@@ -11,8 +11,8 @@ lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has
     >>> from onnx import helper, numpy_helper
     >>> import numpy as np
     >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3, np.float32), "w")])
-    >>> planned = plan_constants(find_constants(helper.make_model(graph)), PlanOptions.check())
-    >>> planned.entries["w"].desc()["Sizes"], planned.total
+    >>> placement = place_constants(find_constants(helper.make_model(graph)), PlanOptions.check())
+    >>> placement.entries["w"].desc()["Sizes"], placement.total
     ([3], 12)
 """
 
@@ -33,12 +33,19 @@ from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.consumers import Consumer, Padding, channel_dims, padded_sizes, padding_of
 from dmlbridge.planning.options import MAX_BUFFER_BYTES, MAX_BUFFER_COUNT, MAX_KEY_LENGTH, PlanOptions
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
-from dmlbridge.tensor.layout import calc_buffer_tensor_size, check_strides, packed_strides, plan_layout
+from dmlbridge.tensor.layout import calc_buffer_tensor_size, check_strides, make_layout, packed_strides
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType
 from dmlbridge.types.mapping import Conversion, MappingRow, resolve
 
 __all__ = [
-    "FOUR_BIT", "ConvertedEntry", "Pair", "PlanEntries", "PlanEntry", "Planned", "entry_layout", "plan_constants",
+    "FOUR_BIT",
+    "ConvertedEntry",
+    "Pair",
+    "Placement",
+    "PlanEntries",
+    "PlanEntry",
+    "entry_layout",
+    "place_constants",
     "refuse_oversized",
 ]
 
@@ -54,7 +61,7 @@ def entry_layout(
     :func:`dmlbridge.model.consumers.channel_dims`)."""
     if padding == "channel":
         shape = padded_sizes(shape, padding, max(min_dims, dims))
-    layout = plan_layout(shape, None, min_dims, max_dims)
+    layout = make_layout(shape, None, min_dims, max_dims)
     if conversion == "emulate":
         # INT64 emulated as INT32 pairs (docs/directml-facts.md): 8-byte elements read through doubled strides.
         strides = check_strides([2 * s for s in packed_strides(layout.sizes)], layout.sizes)
@@ -338,7 +345,7 @@ class Pair(NamedTuple):
     as_is: bool
 
 
-class Planned(NamedTuple):
+class Placement(NamedTuple):
     """The plan of a model's constants: the entries, each constant's offset in its buffer (None when skipped) and
     pair, in the constants' order, the size of the image (every buffer's bytes), and per buffer its size and the
     position of its first constant."""
@@ -358,10 +365,10 @@ class Planned(NamedTuple):
         return slice(self.buffer_starts[buffer], stop)
 
 
-def plan_constants(
+def place_constants(
     constants: list[ModelConstant], options: PlanOptions, consumers: dict[str, tuple[Consumer, ...]] | None = None,
     version: int | None = None,
-) -> Planned:
+) -> Placement:
     """Plan every constant, in order (see the module docstring); ``consumers``: the nodes that read each, by key
     (:func:`dmlbridge.model.consumers.find_consumers`), which decide where a 1-D constant's padding goes, by the rule of
     manifest format ``version`` (None: the current one; verification plans by a manifest's own).
@@ -384,9 +391,9 @@ def plan_constants(
     limit = options.max_buffer_bytes
     oversized: int | None = None
     end = 0
-    planned: dict[tuple[Any, ...], Pair] = {}
+    pair_of: dict[tuple[Any, ...], Pair] = {}
     rows: dict[OnnxDataType, MappingRow] = {}
-    get_pair, add_key, add_origin, add_pair = planned.get, keys.append, origins.append, pairs.append
+    get_pair, add_key, add_origin, add_pair = pair_of.get, keys.append, origins.append, pairs.append
     add_offset, add_buffer = offsets.append, buffers.append
     buffer = 0
     for constant in constants:  # (a model may hold 100,000 constants: the usual path does as little as it can)
@@ -405,7 +412,7 @@ def plan_constants(
             row = rows.get(onnx_type)
             if row is None:
                 row = rows[onnx_type] = resolve(onnx_type, options.target)
-            pair = planned[pair_key] = _plan_pair(onnx_type, shape, row, options, padding, dims)
+            pair = pair_of[pair_key] = _plan_pair(onnx_type, shape, row, options, padding, dims)
         add_pair(pair)
         total = pair.total
         if total < 0:
@@ -433,7 +440,7 @@ def plan_constants(
     buffer_sizes.append(end)
     each = [readers.get(key, ()) for key in keys] if readers else None
     entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers)
-    return Planned(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized)
+    return Placement(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized)
 
 
 def _check_names(keys: list[str], origins: list[str]) -> None:
@@ -448,11 +455,11 @@ def _check_names(keys: list[str], origins: list[str]) -> None:
         )
 
 
-def refuse_oversized(constants: list[ModelConstant], planned: Planned, limit: int) -> None:
+def refuse_oversized(constants: list[ModelConstant], placement: Placement, limit: int) -> None:
     """TensorTooLargeError for the first constant larger than ``max_buffer_bytes`` (a tensor is never split):
     an image without its largest tensors would be of no use."""
-    if planned.oversized is not None:
-        raise _too_large_for_a_buffer(constants[planned.oversized], planned.pairs[planned.oversized].total, limit)
+    if placement.oversized is not None:
+        raise _too_large_for_a_buffer(constants[placement.oversized], placement.pairs[placement.oversized].total, limit)
 
 
 def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int) -> TensorTooLargeError:

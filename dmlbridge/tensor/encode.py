@@ -26,7 +26,7 @@ from dmlbridge.onnx.tensor_proto import tensor_to_array
 from dmlbridge.system.bytes_view import as_writable_bytes
 from dmlbridge.tensor.decode import decode, read_elements, restore_values
 from dmlbridge.tensor.descs import BufferDescMethods, BufferTensorDesc, check_flags
-from dmlbridge.tensor.layout import Layout, check_strides, plan_layout
+from dmlbridge.tensor.layout import Layout, check_strides, make_layout
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType, onnx_type_of_dtype
 from dmlbridge.types.mapping import Conversion, resolve
 from dmlbridge.types.nibbles import pack_nibbles_into, to_nibbles
@@ -90,7 +90,7 @@ class PreparedTensor(BufferDescMethods):
 
 
 @dataclass(frozen=True)
-class _Plan:
+class _Encoding:
     """Everything decided before a byte is written."""
 
     source: np.ndarray  # the source with the layout's leading 1s added (a view)
@@ -150,7 +150,7 @@ def _plan(
     min_dims: int | None,
     flags: int,
     guaranteed_base_offset_alignment: int,
-) -> _Plan:
+) -> _Encoding:
     if not isinstance(target, Target):
         raise InvalidArgumentError(f"target must be a dmlbridge.Target, got {type(target).__name__}")
     source = _as_array(array)
@@ -166,7 +166,7 @@ def _plan(
             f"the array has shape {source.shape} and no elements; DirectML has no empty tensors, leave it out"
         )
     min_dims = target.check_min_dims(min_dims, LayoutError)
-    layout = plan_layout(source.shape, strides, min_dims, target.max_dimension_count)
+    layout = make_layout(source.shape, strides, min_dims, target.max_dimension_count)
     flags = check_flags(flags)
     alignment = guaranteed_base_offset_alignment
     if (
@@ -193,13 +193,13 @@ def _plan(
         element = None if dml.bitwidth == 4 else dml.numpy()
     padded = source.reshape(1) if source.ndim == 0 else source
     padded = padded[(np.newaxis,) * (len(layout.sizes) - padded.ndim)]
-    return _Plan(
+    return _Encoding(
         padded, onnx_type, dml, row.conversion, layout, element, desc_strides, total, int(flags), int(alignment),
         source.dtype, source.shape,
     )
 
 
-def _can_share(plan: _Plan) -> bool:
+def _can_share(plan: _Encoding) -> bool:
     """True when the source's bytes are already the buffer: no conversion, no gaps, no padding, no swap."""
     source = plan.source
     return (
@@ -306,7 +306,7 @@ def _overlaps(region: np.ndarray, source: np.ndarray) -> bool:
         return True
 
 
-def _write(plan: _Plan, out: np.ndarray) -> None:
+def _write(plan: _Encoding, out: np.ndarray) -> None:
     """Write the tensor's bytes into ``out`` (uint8, exactly ``plan.total`` long): values, gaps and padding."""
     layout = plan.layout
     if plan.element is None:
@@ -330,7 +330,7 @@ def _write(plan: _Plan, out: np.ndarray) -> None:
     _check_no_conflicts(dest, values)
 
 
-def _write_4bit(plan: _Plan, out: np.ndarray) -> None:
+def _write_4bit(plan: _Encoding, out: np.ndarray) -> None:
     layout = plan.layout
     signed = plan.dml_type is DmlDataType.INT4
     used = (layout.span + 1) // 2
@@ -360,14 +360,14 @@ def _check_no_conflicts(dest: np.ndarray, values: np.ndarray) -> None:
         )
 
 
-def _convert(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
+def _convert(plan: _Encoding, source: np.ndarray, dest: np.ndarray) -> None:
     """Write the DML values of ``source`` into ``dest`` (same shape, the plan's element dtype)."""
     # NaN and overflow casts are defined behaviour here (signalling NaNs quieted, lossy overflow to inf).
     with np.errstate(all="ignore"):
         _convert_values(plan, source, dest)
 
 
-def _convert_values(plan: _Plan, source: np.ndarray, dest: np.ndarray) -> None:
+def _convert_values(plan: _Encoding, source: np.ndarray, dest: np.ndarray) -> None:
     conversion = plan.conversion
     if conversion in ("native", "emulate"):
         if conversion == "emulate":

@@ -22,8 +22,8 @@ __all__ = [
     "check_sizes",
     "check_strides",
     "is_injective",
+    "make_layout",
     "packed_strides",
-    "plan_layout",
     "span_of",
 ]
 
@@ -162,7 +162,7 @@ class Layout:
         return self.strides if self.strides is not None else packed_strides(self.sizes)
 
 
-def plan_layout(
+def make_layout(
     shape: Sequence[int], strides: Sequence[int] | None, min_dims: int, max_dims: int
 ) -> Layout:
     """Build the layout of an array of ``shape``: 0-d becomes [1], leading 1s pad to ``min_dims``; strides may be

@@ -29,7 +29,7 @@ from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, need_re
 from dmlbridge.onnx.external_data import ExternalDataReader, check_location
 from dmlbridge.plan.fingerprint import bin_fingerprint
 from dmlbridge.plan.open_buffers import OpenBuffers
-from dmlbridge.plan.upload_plan import PlannedModel, UploadPlan, plan_loaded
+from dmlbridge.plan.upload_plan import ModelAndPlan, UploadPlan, plan_loaded
 from dmlbridge.planning.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
@@ -38,7 +38,7 @@ from dmlbridge.planning.options import (
     ConvertOptions,
     PlanOptions,
 )
-from dmlbridge.planning.placement import Planned, refuse_oversized
+from dmlbridge.planning.placement import Placement, refuse_oversized
 from dmlbridge.planning.selection import Selection
 from dmlbridge.system.progress import Progress
 from dmlbridge.types.target import Target
@@ -221,8 +221,8 @@ def check_conversion(
         clamped: dict[int, int] = {}
         try:
             with open(os.devnull, "wb", buffering=0) as sink:  # every value passes through; nothing is kept
-                for index in range(len(model_plan.planned.buffer_sizes)):
-                    clamped.update(write_image(sink, model_plan.constants, model_plan.planned, model_plan.scan,
+                for index in range(len(model_plan.placement.buffer_sizes)):
+                    clamped.update(write_image(sink, model_plan.constants, model_plan.placement, model_plan.scan,
                                                reader, options, Progress(False, 0, ""), kernel_copy=False,
                                                buffer=index).clamped)
         finally:
@@ -230,21 +230,21 @@ def check_conversion(
                 reader.close()
         if not clamped:
             return model_plan.plan
-        return replace(model_plan.plan, entries=model_plan.planned.entries.with_clamped(clamped))
+        return replace(model_plan.plan, entries=model_plan.placement.entries.with_clamped(clamped))
 
 
-def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[PlannedModel, ExternalDataReader | None, list[str]]:
-    """The model planned, its external-data reader and its manifest's entry lines, after every refusal that
+def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan, ExternalDataReader | None, list[str]]:
+    """The model placement, its external-data reader and its manifest's entry lines, after every refusal that
     comes before any output exists (convert_model and check_conversion make the same ones)."""
     model_plan = plan_loaded(loaded, options.layout, options.strict, options.selection)
-    constants, planned = model_plan.constants, model_plan.planned
+    constants, placement = model_plan.constants, model_plan.placement
     reader = external_data_reader(loaded, options.external_data_root)
     try:
         need_reader(model_plan.not_in_the_bytes(), reader)
-        _refuse_too_large(constants, planned, options.max_tensor_bytes)
-        _refuse_large_output(loaded, constants, planned, options)
-        refuse_oversized(constants, planned, options.layout.max_buffer_bytes)
-        lines = entry_lines(planned.entries, options.max_manifest_bytes)
+        _refuse_too_large(constants, placement, options.max_tensor_bytes)
+        _refuse_large_output(loaded, constants, placement, options)
+        refuse_oversized(constants, placement, options.layout.max_buffer_bytes)
+        lines = entry_lines(placement.entries, options.max_manifest_bytes)
     except BaseException:
         if reader is not None:
             reader.close()
@@ -263,11 +263,11 @@ def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> Uploa
             reader.close()
 
 
-def _refuse_too_large(constants: list[ModelConstant], planned: Planned, max_tensor_bytes: int) -> None:
+def _refuse_too_large(constants: list[ModelConstant], placement: Placement, max_tensor_bytes: int) -> None:
     """Refuse, before any output exists, a model with a constant whose decoded array or DirectML bytes would
     exceed the limit (even one that would be skipped: a claim that large is a broken or hostile model, e.g. a
     sparse tensor of 2^40 elements)."""
-    for constant, pair in zip(constants, planned.pairs, strict=True):
+    for constant, pair in zip(constants, placement.pairs, strict=True):
         size = max(constant.nbytes, pair.total)
         if size > max_tensor_bytes:
             raise TensorTooLargeError(
@@ -279,7 +279,7 @@ def _refuse_too_large(constants: list[ModelConstant], planned: Planned, max_tens
 
 
 def _refuse_large_output(
-    loaded: LoadedModel, constants: list[ModelConstant], planned: Planned, options: ConvertOptions
+    loaded: LoadedModel, constants: list[ModelConstant], placement: Placement, options: ConvertOptions
 ) -> None:
     """Refuse, before any output exists, an upload image larger than ``max_output_bytes`` (see convert_model)."""
     limit = options.max_output_bytes
@@ -289,9 +289,9 @@ def _refuse_large_output(
         how = "8 times the model's bytes, plus one alignment per constant and 64 MiB"
     else:
         how = "max_output_bytes"
-    if planned.total > limit:
+    if placement.total > limit:
         raise TensorTooLargeError(
-            f"the upload image would take {planned.total} bytes, more than {limit} ({how}); a model this small "
+            f"the upload image would take {placement.total} bytes, more than {limit} ({how}); a model this small "
             "that claims this much is broken or hostile (densified sparse tensors, say): pass max_output_bytes= "
             "(--max-output-bytes on the command line) if you trust it"
         )
@@ -427,32 +427,32 @@ def _refuse_overwriting_inputs(
 
 
 def _write_outputs(
-    model_plan: PlannedModel, prefix: str, reader: ExternalDataReader | None, options: ConvertOptions,
+    model_plan: ModelAndPlan, prefix: str, reader: ExternalDataReader | None, options: ConvertOptions,
     lines: list[str],
 ) -> UploadPlan:
     """Write the buffer file and the manifest, and publish them together (dmlbridge.writing.publish); returns the
     written plan, which holds its buffer file open."""
-    constants, scan, planned, plan = model_plan
+    constants, scan, placement, plan = model_plan
     bar = Progress(options.progress, plan.total_size, os.path.basename(prefix))
     kept: list[int] = []  # the plan's own descriptors of the files it wrote
     try:
         with Publication(prefix, fsync=options.fsync) as publication:
             try:
                 buffers, clamped = [], {}
-                for index, size in enumerate(planned.buffer_sizes):  # one file per buffer, in order
+                for index, size in enumerate(placement.buffer_sizes):  # one file per buffer, in order
                     with publication.new_buffer(index) as file:
-                        image = write_image(file, constants, planned, scan, reader, options, bar, buffer=index)
-                        within = planned.buffer_range(index)
+                        image = write_image(file, constants, placement, scan, reader, options, bar, buffer=index)
+                        within = placement.buffer_range(index)
                         fingerprint = bin_fingerprint(
-                            file.fileno(), size, [o for o in planned.offsets[within] if o is not None],
-                            [pair.total for pair in planned.pairs[within] if pair.total >= 0])
+                            file.fileno(), size, [o for o in placement.offsets[within] if o is not None],
+                            [pair.total for pair in placement.pairs[within] if pair.total >= 0])
                         kept.append(os.dup(file.fileno()))
                     path = os.path.join(publication.directory, publication.buffer_names[index])
                     buffers.append(BufferFile(path, size, fingerprint, image.sha256))
                     clamped.update(image.clamped)
                 external = () if reader is None else tuple(sorted(reader.files.items()))
                 if clamped:  # ("saturate" entries: their counts go into the manifest)
-                    plan = replace(plan, entries=planned.entries.with_clamped(clamped))
+                    plan = replace(plan, entries=placement.entries.with_clamped(clamped))
                     lines = entry_lines(plan.entries)
                 written = replace(plan, conversion_id=publication.conversion_id, source_external=external,
                                   buffers=tuple(buffers),

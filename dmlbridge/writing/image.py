@@ -13,14 +13,14 @@ DMLBRIDGE_CHECKED_PATH_ONLY makes every constant go.
     >>> from onnx import helper, numpy_helper
     >>> from dmlbridge.model.constants import find_constants
     >>> from dmlbridge.planning.options import ConvertOptions, PlanOptions
-    >>> from dmlbridge.planning.placement import plan_constants
+    >>> from dmlbridge.planning.placement import place_constants
     >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(2, np.float32))]))
     >>> layout = PlanOptions.check(alignment=16)
     >>> options = ConvertOptions.check(layout, progress=False, strict=False, external_data_root=None,
     ...                                checksum=False, max_tensor_bytes=1 << 20, fsync=False)
     >>> constants = find_constants(model)
-    >>> planned, out = plan_constants(constants, layout), io.BytesIO()
-    >>> written = write_image(out, constants, planned, None, None, options, Progress(False, 0, ""))
+    >>> placement, out = place_constants(constants, layout), io.BytesIO()
+    >>> written = write_image(out, constants, placement, None, None, options, Progress(False, 0, ""))
     >>> out.getvalue().hex()
     '0000803f0000803f'
 """
@@ -47,7 +47,7 @@ from dmlbridge.model.onnx_file import checked_path_only
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.onnx.wire import float_field
 from dmlbridge.planning.options import ConvertOptions
-from dmlbridge.planning.placement import FOUR_BIT, Pair, PlanEntry, Planned
+from dmlbridge.planning.placement import FOUR_BIT, Pair, Placement, PlanEntry
 from dmlbridge.system.progress import Progress
 from dmlbridge.system.workers import Prefetch, sigint_deferred
 from dmlbridge.types.data_types import OnnxDataType
@@ -210,34 +210,34 @@ class WrittenImage(NamedTuple):
 
 
 def write_image(
-    file: BinaryIO, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
+    file: BinaryIO, constants: list[ModelConstant], placement: Placement, scan: BytesScan | None,
     reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress, *, kernel_copy: bool = True,
     buffer: int = 0,
 ) -> WrittenImage:
-    """Write buffer ``buffer`` of the image of ``planned`` into ``file`` (unbuffered, empty). ``scan``: the byte
+    """Write buffer ``buffer`` of the image of ``placement`` into ``file`` (unbuffered, empty). ``scan``: the byte
     scan that found ``constants``, if one did. ``kernel_copy=False``: external data passes through this process
     (and its checks) even where the kernel could copy it. The large constants that need converting are jobs
     (whole, or in chunks: dmlbridge.writing.jobs); with ``options.workers`` above 1 that many threads convert
     them, a few ahead of the writer (dmlbridge.system.workers), else the writer does, one at a time."""
-    within = planned.buffer_range(buffer)
-    size = planned.buffer_sizes[buffer]
+    within = placement.buffer_range(buffer)
+    size = placement.buffer_sizes[buffer]
     with contextlib.ExitStack() as stack:
         hasher = None
         if options.checksum and options.workers > 1:
             hasher = _HashThread()
             stack.callback(hasher.close)
         writer = ImageWriter(file, options.checksum, kernel_copy, hasher)
-        ahead, work = None, ConstantJobs(constants, planned, scan, reader, options)
+        ahead, work = None, ConstantJobs(constants, placement, scan, reader, options)
         items = work.items(within.start, within.stop)
         first_item = next(items, None)
         if first_item is not None:  # (workers=1: the jobs run in this thread, one at a time)
             ahead = stack.enter_context(Prefetch(work.run, itertools.chain([first_item], items),
                                                  workers=options.workers))
-        for first, stop, as_is in _runs(constants, planned.pairs, scan, within.start, within.stop):
+        for first, stop, as_is in _runs(constants, placement.pairs, scan, within.start, within.stop):
             if as_is:
-                _place_spans(writer, planned.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
+                _place_spans(writer, placement.offsets, first, stop, scan, bar)  # type: ignore[arg-type]
             else:
-                _write_each(writer, work, planned, first, stop, reader, options, bar, ahead)
+                _write_each(writer, work, placement, first, stop, reader, options, bar, ahead)
         bar.update(size - writer.position)
         writer.zeros(size - writer.position)  # the last constant's padding
         writer.flush()
@@ -306,7 +306,7 @@ def _place_spans(
 
 
 def _write_each(
-    writer: ImageWriter, work: ConstantJobs, planned: Planned, first: int, stop: int,
+    writer: ImageWriter, work: ConstantJobs, placement: Placement, first: int, stop: int,
     reader: ExternalDataReader | None, options: ConvertOptions, bar: Progress,
     ahead: Prefetch[Item, tuple[np.ndarray, int, np.ndarray]] | None = None,
 ) -> None:
@@ -316,7 +316,7 @@ def _write_each(
     stored = not checked_path_only()
     constants, scan = work.constants, work.scan
     for position in range(first, stop):
-        offset = planned.offsets[position]
+        offset = placement.offsets[position]
         if offset is None:
             continue  # skipped
         constant = constants[position]
@@ -324,7 +324,7 @@ def _write_each(
             constant = scan.with_tensor(position)  # type: ignore[union-attr]
         before = writer.position
         writer.zeros(offset - before)
-        entry = planned.entries.at(position)
+        entry = placement.entries.at(position)
         if ahead is not None and ahead.next_item is not None and ahead.next_item[0] == position:
             clamped = _write_jobs(writer, ahead, work, position, entry, reader, options)
         elif stored and _write_stored(writer, constant, entry, reader, options.max_tensor_bytes):

@@ -14,13 +14,13 @@ the error is the one the whole tensor gives (the index of a value out of range i
     >>> from onnx import helper, numpy_helper
     >>> from dmlbridge.model.constants import find_constants
     >>> from dmlbridge.planning.options import ConvertOptions, PlanOptions
-    >>> from dmlbridge.planning.placement import plan_constants
+    >>> from dmlbridge.planning.placement import place_constants
     >>> values = np.arange(6).astype(ml_dtypes.bfloat16)  # widened to FLOAT32
     >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(values, "b")]))
     >>> constants = find_constants(model)
     >>> options = ConvertOptions.check(PlanOptions.check(), progress=False, strict=False, external_data_root=None,
     ...                                checksum=False, max_tensor_bytes=1 << 20, fsync=False, workers=2)
-    >>> work = ConstantJobs(constants, plan_constants(constants, options.layout), None, None, options)
+    >>> work = ConstantJobs(constants, place_constants(constants, options.layout), None, None, options)
     >>> [item for item, cost, shared in work.items(0, 1, min_bytes=0, chunk_bytes=8)]
     [(0, 0), (0, 1), (0, 2)]
     >>> data, clamped, _ = work.run((0, 1))
@@ -42,7 +42,7 @@ from dmlbridge.model.onnx_file import checked_path_only
 from dmlbridge.model.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, sparse_direct, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.planning.options import ConvertOptions, PlanOptions
-from dmlbridge.planning.placement import PlanEntry, Planned
+from dmlbridge.planning.placement import Placement, PlanEntry
 from dmlbridge.system.workers import POOL_MIN_BYTES
 from dmlbridge.tensor.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.types.data_types import OnnxDataType
@@ -107,10 +107,10 @@ class ConstantJobs:
     """The jobs of one conversion's constants: :meth:`items` lists them (for ``workers.Prefetch``), :meth:`run`
     does one (in a worker thread: it only reads), giving the bytes to write and the values clamped."""
 
-    def __init__(self, constants: list[ModelConstant], planned: Planned, scan: BytesScan | None,
+    def __init__(self, constants: list[ModelConstant], placement: Placement, scan: BytesScan | None,
                  reader: ExternalDataReader | None, options: ConvertOptions) -> None:
         self.constants = constants
-        self._planned = planned
+        self._placement = placement
         self.scan = scan
         self._reader = reader
         self._options = options
@@ -133,16 +133,16 @@ class ConstantJobs:
         least = POOL_MIN_BYTES if min_bytes is None else min_bytes  # (read here: tests lower them)
         chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         stored = not checked_path_only()
-        planned = self._planned
+        placement = self._placement
         positions: Iterable[int] = range(start, stop)
         # The constants the byte scan read are small (at most 8 x its data limit decoded): skipped all at once.
         if self.scan is not None and least > 8 * SCANNED_MAX_BYTES:
             positions = (np.flatnonzero(self.scan.starts[start:stop] < 0) + start).tolist()
         for position in positions:
             constant = self.constants[position]
-            if constant.nbytes < least or planned.offsets[position] is None:
+            if constant.nbytes < least or placement.offsets[position] is None:
                 continue
-            entry = planned.entries.at(position)
+            entry = placement.entries.at(position)
             if stored and constant.kind in STORED_KINDS and entry.conversion == "native":
                 continue  # copied as stored, by the writer
             constant = self.constant(position)
@@ -200,7 +200,7 @@ class ConstantJobs:
         """Job ``item``: (the bytes to write, how many values "saturate" clamped, the buffer that holds them, for
         :meth:`give_back` once written)."""
         position, chunk = item
-        entry = self._planned.entries.at(position)
+        entry = self._placement.entries.at(position)
         layout = self._options.layout
         assert entry.total_tensor_size_in_bytes is not None and entry.dml_type is not None
         constant = self.constant(position)
