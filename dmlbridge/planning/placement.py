@@ -33,7 +33,11 @@ from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.consumers import Consumer, Padding, channel_dims, padded_sizes, padding_of
 from dmlbridge.planning.options import MAX_BUFFER_BYTES, MAX_BUFFER_COUNT, MAX_KEY_LENGTH, PlanOptions
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
-from dmlbridge.tensor.layout import calc_buffer_tensor_size, check_strides, make_layout, packed_strides
+from dmlbridge.tensor.layout import (
+    buffer_bytes,
+    emulated_int64,
+    make_layout,
+)
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType
 from dmlbridge.types.mapping import Conversion, MappingRow, resolve
 
@@ -63,10 +67,9 @@ def entry_layout(
         shape = padded_sizes(shape, padding, max(min_dims, dims))
     layout = make_layout(shape, None, min_dims, max_dims)
     if conversion == "emulate":
-        # INT64 emulated as INT32 pairs (docs/directml-facts.md): 8-byte elements read through doubled strides.
-        strides = check_strides([2 * s for s in packed_strides(layout.sizes)], layout.sizes)
-        return layout.sizes, strides, 8 * layout.span
-    return layout.sizes, None, calc_buffer_tensor_size(dml, layout.sizes)
+        strides, total = emulated_int64(layout)
+        return layout.sizes, strides, total
+    return layout.sizes, None, buffer_bytes(dml, layout.span)
 
 
 class ConvertedEntry(Protocol):

@@ -26,7 +26,7 @@ from dmlbridge.onnx.tensor_proto import tensor_to_array
 from dmlbridge.system.bytes_view import as_writable_bytes
 from dmlbridge.tensor.decode import decode, read_elements, restore_values
 from dmlbridge.tensor.descs import BufferDescMethods, BufferTensorDesc, check_flags
-from dmlbridge.tensor.layout import Layout, check_strides, make_layout
+from dmlbridge.tensor.layout import Layout, buffer_bytes, emulated_int64, make_layout
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType, onnx_type_of_dtype
 from dmlbridge.types.mapping import Conversion, resolve
 from dmlbridge.types.nibbles import pack_nibbles_into, to_nibbles
@@ -180,16 +180,12 @@ def _plan(
             f"guaranteed_base_offset_alignment must be 0 or a power of two >= the {dml.name} element size "
             f"({dml.itemsize} bytes), got {alignment!r}; DirectML recommends 32 or more"
         )
+    desc_strides: tuple[int, ...] | None
     if row.conversion == "emulate":
-        # ONNX Runtime's int64 emulation: 8-byte elements read as their low 32 bits through doubled strides.
-        desc_strides: tuple[int, ...] | None = check_strides(
-            [2 * s for s in layout.element_strides], layout.sizes
-        )
-        total = 8 * layout.span
+        desc_strides, total = emulated_int64(layout)
         element: np.dtype | None = np.dtype("<i8" if onnx_type is OnnxDataType.INT64 else "<u8")
     else:
-        desc_strides = layout.strides
-        total = ((layout.span * dml.bitwidth + 7) // 8 + 3) // 4 * 4
+        desc_strides, total = layout.strides, buffer_bytes(dml, layout.span)
         element = None if dml.bitwidth == 4 else dml.numpy()
     padded = source.reshape(1) if source.ndim == 0 else source
     padded = padded[(np.newaxis,) * (len(layout.sizes) - padded.ndim)]

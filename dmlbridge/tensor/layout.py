@@ -18,9 +18,11 @@ from dmlbridge.types.data_types import DmlDataType
 
 __all__ = [
     "Layout",
+    "buffer_bytes",
     "calc_buffer_tensor_size",
     "check_sizes",
     "check_strides",
+    "emulated_int64",
     "is_injective",
     "make_layout",
     "packed_strides",
@@ -123,8 +125,13 @@ def calc_buffer_tensor_size(
     dtype = DmlDataType.parse(dml_type)
     checked = check_sizes(sizes)
     strides_checked = None if strides is None else check_strides(strides, checked)
-    bits = span_of(checked, strides_checked) * dtype.bitwidth
-    return ((bits + 7) // 8 + 3) // 4 * 4
+    return buffer_bytes(dtype, span_of(checked, strides_checked))
+
+
+def buffer_bytes(dml_type: DmlDataType, span: int) -> int:
+    """DirectML's buffer-size rule, the one place it is written: ``span`` elements of ``dml_type`` need
+    ceil(span * bit width / 8) bytes, rounded up to a multiple of 4."""
+    return ((span * dml_type.bitwidth + 7) // 8 + 3) // 4 * 4
 
 
 def is_injective(sizes: Sequence[int], strides: Sequence[int]) -> bool:
@@ -192,3 +199,9 @@ def make_layout(
         )
     packed = full == packed_strides(sizes)
     return Layout(sizes, full, span_of(sizes, full), packed, packed or is_injective(sizes, full))
+
+
+def emulated_int64(layout: Layout) -> tuple[tuple[int, ...], int]:
+    """The desc strides and TotalTensorSizeInBytes of an INT64 tensor emulated as INT32 (ONNX Runtime's
+    emulation, docs/directml-facts.md): its 8-byte elements read as their low 32 bits through doubled strides."""
+    return check_strides([2 * s for s in layout.element_strides], layout.sizes), 8 * layout.span
