@@ -21,10 +21,10 @@ from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLarge
 from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, parse_manifest, read_manifest_file
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
-from dmlbridge.model.consumers import find_consumers
 from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
 from dmlbridge.plan.fingerprint import fingerprint_problem
 from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
+from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
 from dmlbridge.planning.options import (
     DEFAULT_MAX_BUFFER_BYTES,
@@ -37,7 +37,6 @@ from dmlbridge.planning.options import (
 )
 from dmlbridge.planning.placement import ConvertedEntry, Pair, Placement, PlanEntry, place_constants, refuse_oversized
 from dmlbridge.planning.selection import EVERY_CONSTANT, Selection
-from dmlbridge.quantized.nodes import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
 from dmlbridge.tensor.decode import decode
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
@@ -437,20 +436,13 @@ def plan_loaded(
 ) -> ModelAndPlan:
     """Find, select and plan the constants of a read model; ``strict``: the first selected one that would be
     skipped is an error."""
-    constants, scan = model_constants(loaded)
-    nodes: dict[str, Any] = {}
-    consumers = find_consumers(loaded.proto, constants, nodes, QUANTIZED_NODES)  # (the selection reads none)
-    specs, derived = find_quantized(constants, consumers, nodes, options.target,
-                                    None if scan is None else scan.with_tensor)
-    if derived:  # (the derived constants' entries come after the model's own)
-        constants = [*constants, *derived]
-        scan = None if scan is None else scan.extended(derived)
-    if not selection.everything:
-        dropped = replaced_sources(consumers, specs) if selection.drop_quantized_sources else set()
-        keep = [i for i, c in enumerate(constants)
-                if selection.selects(c.key, c.kind, c.nbytes) and c.key not in dropped]
-        constants = [constants[i] for i in keep]
-        scan = None if scan is None else scan.subset(keep)
+    found, scan = model_constants(loaded)
+    constants, keep, consumers, specs, derived = select_constants(
+        loaded.proto, found, options.target, selection, None if scan is None else scan.with_tensor)
+    if scan is not None and derived:
+        scan = scan.extended(derived)
+    if scan is not None and keep is not None:
+        scan = scan.subset(keep)
     placement = place_constants(constants, options, consumers)
     if strict:
         raise_if_skipped(constants, placement.pairs)

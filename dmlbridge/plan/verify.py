@@ -33,17 +33,17 @@ from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentE
 from dmlbridge.manifest.format import BufferFile
 from dmlbridge.manifest.sections import OPERATOR_VERSION
 from dmlbridge.model.constants import ModelConstant, find_constants
-from dmlbridge.model.consumers import Consumer, find_consumers, recorded
+from dmlbridge.model.consumers import Consumer, recorded
 from dmlbridge.model.onnx_file import external_data_reader, need_reader, read_model
 from dmlbridge.model.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.plan.buffer_pass import BufferReads
 from dmlbridge.plan.fingerprint import FingerprintStream, fingerprint_problem
 from dmlbridge.plan.open_buffers import OpenBuffers
+from dmlbridge.plan.selected import select_constants
 from dmlbridge.planning.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
 from dmlbridge.planning.placement import PlanEntry, place_constants
 from dmlbridge.planning.selection import Selection
-from dmlbridge.quantized.nodes import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
 from dmlbridge.system.progress import Progress
 from dmlbridge.system.workers import POOL_MIN_BYTES, Prefetch, check_workers
@@ -124,14 +124,8 @@ def find_mismatches(
         raise InvalidArgumentError("this plan was not written (plan_model); there is no buffer file to verify")
     with read_model(model, base_dir) as loaded:
         reader = external_data_reader(loaded, external_data_root)
-        selection = plan.selection
-        every = find_constants(loaded.proto)
-        nodes: dict[str, Any] = {}
-        consumers = find_consumers(loaded.proto, every, nodes, QUANTIZED_NODES)
-        specs, derived = find_quantized(every, consumers, nodes, plan.target)
-        dropped = replaced_sources(consumers, specs) if selection.drop_quantized_sources else set()
-        constants = [c for c in [*every, *derived] if selection.selects(c.key, c.kind, c.nbytes)
-                     and c.key not in dropped]
+        constants, _, consumers, specs, _ = select_constants(
+            loaded.proto, find_constants(loaded.proto), plan.target, plan.selection)
         need_reader(constants, reader)
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")
