@@ -20,6 +20,8 @@ import dmlbridge.cli.commands
 from dmlbridge.cli.demo import build_sample_model
 from dmlbridge.cli.report import MARK, MIN_WIDTH, _elide_middle, _elide_shape, _width, format_plan, format_table
 from dmlbridge.plan.upload_plan import plan_with_notes
+from dmlbridge.planning.options import PlanOptions
+from dmlbridge.planning.selection import EVERY_CONSTANT
 
 # Keys as long as real exports make them (and longer), on 8-D constants.
 LONG_KEYS = [f"model.decoder.transformer_blocks.{layer}.very_long_component_name_for_testing.{part}"
@@ -99,7 +101,7 @@ def test_wide_prints_todays_full_output(sample: Path, long_model: Path, capsys: 
     monkeypatch.setenv("COLUMNS", "40")
     for model in (sample, long_model):
         wide = output(capsys, "inspect", model, "--wide")
-        plan, notes = plan_with_notes(model)
+        plan, notes = plan_with_notes(model, PlanOptions.check(), EVERY_CONSTANT, strict=False)
         assert wide == format_plan(plan, None, notes) + "\n"
         assert MARK not in wide
     assert all(key in wide.split() for key in [*LONG_KEYS, HUGE_KEY])

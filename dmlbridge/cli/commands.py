@@ -30,10 +30,11 @@ from dmlbridge.planning.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
+    PlanOptions,
     parse_byte_count,
 )
 from dmlbridge.planning.placement import ConvertedEntry
-from dmlbridge.planning.selection import CONSTANT_KINDS
+from dmlbridge.planning.selection import CONSTANT_KINDS, Selection
 from dmlbridge.system.workers import MAX_WORKERS, check_workers
 from dmlbridge.tensor.descs import DML_TENSOR_FLAG_OWNED_BY_DML
 from dmlbridge.types.data_types import DmlDataType
@@ -138,7 +139,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             flags=_FLAG_VALUES[args.flags], workers=args.workers,
         )
     else:
-        plan, notes = plan_with_notes(args.model, **options)
+        layout = PlanOptions.check(options["target"], args.alignment, args.min_dims, 0, args.max_buffer_bytes)
+        plan, notes = plan_with_notes(args.model, layout, Selection.check(**_selection_from(args)), args.strict)
     if args.json:
         document = plan.manifest()
         converted = plan.converted

@@ -158,6 +158,13 @@ class ModelConstant(NamedTuple):
     size: int
     packed_nbytes: int
 
+    @property
+    def info(self) -> TensorInfo:
+        """What ``tensor_info`` said of the constant's TensorProto when it was found (its fields are this tuple's,
+        from ``tensor_name`` on): decoding takes it instead of examining the proto again."""
+        return TensorInfo(self.tensor_name, self.onnx_type, self.shape, self.nbytes,
+                          self.storage, self.size, self.packed_nbytes)  # type: ignore[arg-type]  # (a TensorProto's storage)
+
     def tensors(self) -> list[Any]:
         """The TensorProtos holding this constant's data (two for a sparse tensor, none for scalar attributes)."""
         if self.kind in ("initializer", "value"):
@@ -179,7 +186,7 @@ class ModelConstant(NamedTuple):
         """
         kind = self.kind
         if kind in ("initializer", "value"):
-            info = TensorInfo(*self[6:])  # type: ignore[arg-type]  # (storage: one of the TensorProto forms)
+            info = self.info
             return decode_examined(self.proto, info, reader=reader, max_tensor_bytes=max_tensor_bytes)
         if kind == "derived":  # made from other constants (dmlbridge.quantized.records): proto computes the values
             return self.proto.values(reader, max_tensor_bytes)

@@ -62,7 +62,7 @@ def decode_bytes(constant: ModelConstant) -> int:
     """The most decoding the whole constant (``to_array``) allocates at once."""
     kind = constant.kind
     if kind in ("initializer", "value"):
-        return _stored_peak(TensorInfo(*constant[6:]))  # type: ignore[arg-type]
+        return _stored_peak(constant.info)
     if kind in SPARSE_KINDS:
         return _sparse_stored(constant) + constant.nbytes
     if kind == "derived":  # made from its sources' values
@@ -95,7 +95,7 @@ class ConstantSlices:
         self.sparse = constant.kind in SPARSE_KINDS
         self._info: TensorInfo | None = None
         if constant.kind in ("initializer", "value") and constant.storage == "external" and reader is not None:
-            self._info = TensorInfo(*constant[6:])  # type: ignore[arg-type]  # read by range: nothing kept
+            self._info = constant.info  # read by range: nothing kept
         self._lock = threading.Lock()
         self._values: np.ndarray | None = None
         self._indices: SparseIndices | None = None

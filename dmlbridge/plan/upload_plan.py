@@ -341,31 +341,18 @@ def plan_model(
         >>> plan.entries["w"].sizes
         (1, 1, 2, 3)
     """
-    return plan_with_notes(model, target=target, alignment=alignment, min_dims=min_dims, strict=strict,
-                           base_dir=base_dir, include=include, exclude=exclude, kinds=kinds, min_bytes=min_bytes,
-                           max_buffer_bytes=max_buffer_bytes, drop_quantized_sources=drop_quantized_sources)[0]
-
-
-def plan_with_notes(
-    model: Any,
-    *,
-    target: Target = DEFAULT_TARGET,
-    alignment: int = 256,
-    min_dims: int | None = None,
-    strict: bool = False,
-    base_dir: str | os.PathLike[str] | None = None,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] | None = None,
-    kinds: Sequence[str] | None = None,
-    min_bytes: int = 0,
-    drop_quantized_sources: bool = False,
-    max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
-) -> tuple[UploadPlan, dict[str, str]]:
-    """:func:`plan_model`, and per key what it did not check (``dmlbridge inspect``'s note column):
-    "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
     options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes)
     strict = check_flag("strict", strict)
     selection = Selection.check(include, exclude, kinds, min_bytes, drop_quantized_sources)
+    return plan_with_notes(model, options, selection, strict, base_dir)[0]
+
+
+def plan_with_notes(
+    model: Any, options: PlanOptions, selection: Selection, strict: bool,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> tuple[UploadPlan, dict[str, str]]:
+    """:func:`plan_model` of checked options, and per key what it did not check (``dmlbridge inspect``'s note
+    column): "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
         model_plan = plan_loaded(loaded, options, strict, selection)
     refuse_oversized(model_plan.constants, model_plan.placement, options.max_buffer_bytes)
