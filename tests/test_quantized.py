@@ -454,7 +454,8 @@ def test_a_record_claiming_more_than_its_image_is_refused_before_allocating(tmp_
         plan = dmlbridge.load_plan({str(tmp_path / "v.json")!r})
         q = plan.quantized["dq"]
         sizes = (65535, 65537 * 4)
-        parts = [dataclasses.replace(p, sizes=sizes, strides=(0, 0)) for p in q.parts()]
+        parts = [dataclasses.replace(p, buffer_desc=p.buffer_desc._replace(sizes=sizes, strides=(0, 0)))
+                 for p in q.parts()]
         huge = dataclasses.replace(q, shape=sizes, sizes=sizes, weight=parts[0], scales=parts[1],
                                    zero_points=parts[2])
         try:

@@ -238,7 +238,7 @@ def target_from_json(value: Any, where: str) -> Target:
 def _demanded(
     fields: Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
     padding: Padding, dims: int, target: Target, alignment: int, min_dims: int,
-) -> tuple[DmlDataType, tuple[int, ...], tuple[int, ...] | None, int, dict[str, Any]]:
+) -> tuple[dict[str, Any], BufferTensorDesc]:
     """What the target's mapping and the layout rules demand of a converted entry of this type and shape: its
     DML type, sizes, strides, total and desc (ManifestError when the entry's type or conversion is not theirs)."""
     if conversion not in _CONVERSIONS:
@@ -258,8 +258,8 @@ def _demanded(
                                              target.max_dimension_count, padding, dims)
     except LayoutError as exc:
         raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
-    desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment).as_dict()
-    return dml_type, sizes, strides, total, desc
+    desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment)  # (shared by the entries alike)
+    return desc.as_dict(), desc
 
 
 _ENTRY_FIELDS = ("key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "desc", "skipped")
@@ -303,8 +303,8 @@ def entry_from_json(
         for name in ("conversion", "buffer", "offset", "dml_type", "desc", "clamped"):
             if fields.get(name) is not None:
                 raise ManifestError(f"{where} is skipped but has a {name}; a skipped entry has no bytes")
-        return PlanEntry(key, origin, onnx_type, shape, None, None, None, None, None, None, None, skipped,
-                         padding=padding, consumers=consumers)
+        return PlanEntry(key, origin, onnx_type, shape, None, None, None, skipped, padding=padding,
+                         consumers=consumers)
 
     conversion = fields.string("conversion")
     dml_name = fields.string("dml_type")
@@ -322,7 +322,8 @@ def entry_from_json(
         demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, padding, dims, target,
                              alignment, min_dims)
         layouts[cache_key] = demanded
-    dml_type, sizes, strides, total, expected_desc = demanded
+    expected_desc, buffer_desc = demanded
+    dml_type, total = DmlDataType(buffer_desc.data_type), buffer_desc.total_tensor_size_in_bytes
     for name, want in expected_desc.items():
         have = desc.get(name)
         if have != want or type(have) is not type(want):  # (type: JSON's true is not the number 1)
@@ -338,8 +339,8 @@ def entry_from_json(
         clamped = fields.integer("clamped", 0, math.prod(shape))
     elif fields.get("clamped") is not None:
         raise ManifestError(f"{fields.at('clamped')} must be null: only a saturate entry counts clamped values")
-    return PlanEntry(key, origin, onnx_type, shape, conversion, offset, dml_type, sizes, strides, total,
-                     alignment, None, flags, clamped, padding, consumers, buffer)
+    return PlanEntry(key, origin, onnx_type, shape, conversion, offset, buffer_desc, None, clamped, padding,
+                     consumers, buffer)
 
 
 
@@ -517,4 +518,5 @@ def _quantized_part(fields: Fields, name: str, sizes: tuple[int, ...], entries: 
     if desc.value != expected or total > (entry.total_tensor_size_in_bytes or 0):
         raise ManifestError(f"{desc.where} is not a desc of sizes {list(sizes)} within its entry {key[:80]!r} "
                             f"(expected {json.dumps(expected)})")
-    return QuantizedPart(key, entry.buffer or 0, entry.offset or 0, dml, sizes, strides, total, alignment, entry.flags)
+    return QuantizedPart(key, entry.buffer or 0, entry.offset or 0,
+                         BufferTensorDesc(dml, entry.flags, sizes, strides, total, alignment))

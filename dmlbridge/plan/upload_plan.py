@@ -247,17 +247,11 @@ class UploadPlan(Manifest):
     def _prepared(self, key: str, max_tensor_bytes: int) -> PreparedTensor:
         # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the buffer file.
         entry = self._entry(key)
-        assert entry.dml_type is not None and entry.conversion is not None and entry.sizes is not None
-        assert entry.total_tensor_size_in_bytes is not None
+        assert entry.buffer_desc is not None and entry.conversion is not None
         return PreparedTensor(
             onnx_type=entry.onnx_type,
-            dml_type=entry.dml_type,
             conversion=entry.conversion,
-            sizes=entry.sizes,
-            strides=entry.strides,
-            total_tensor_size_in_bytes=entry.total_tensor_size_in_bytes,
-            flags=entry.flags,
-            guaranteed_base_offset_alignment=self.alignment,
+            buffer_desc=entry.buffer_desc,
             data=self.read(key, max_tensor_bytes=max_tensor_bytes),
             source_dtype=entry.onnx_type.numpy(),
             source_shape=entry.shape,

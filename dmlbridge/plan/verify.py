@@ -47,6 +47,7 @@ from dmlbridge.planning.selection import Selection
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
 from dmlbridge.system.progress import Progress
 from dmlbridge.system.workers import POOL_MIN_BYTES, Prefetch, check_workers
+from dmlbridge.tensor.descs import BufferTensorDesc
 from dmlbridge.tensor.encode import PreparedTensor, prepare
 from dmlbridge.types.data_types import OnnxDataType
 from dmlbridge.types.target import Target
@@ -443,9 +444,9 @@ def _compare_chunk(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry,
     for low in range(0, count, _READBACK_BLOCK):
         high = min(count, low + _READBACK_BLOCK)
         back = PreparedTensor(
-            entry.onnx_type, entry.dml_type, entry.conversion, (high - low,), None, used, entry.flags,
-            plan.alignment, actual[low * bits // 8 : (high * bits + 7) // 8], entry.onnx_type.numpy(),
-            (high - low,), None).to_numpy()
+            entry.onnx_type, entry.conversion,
+            BufferTensorDesc(entry.dml_type, entry.flags, (high - low,), None, used, plan.alignment),
+            actual[low * bits // 8 : (high * bits + 7) // 8], entry.onnx_type.numpy(), (high - low,), None).to_numpy()
         values_differ = values_differ or bool(_differing(back, converted[low:high], widened_float=widened).any())
         if first_converted is None:
             first_converted = _first_of(back, converted, low, chunk.begin, widened)

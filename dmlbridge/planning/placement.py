@@ -135,17 +135,19 @@ class ConvertedEntry(Protocol):
 class PlanEntry:
     """One constant of an upload plan.
 
-    Converted entries have a ``buffer`` (the index of their buffer file) and an ``offset`` in it, a ``dml_type``
-    and the DML_BUFFER_TENSOR_DESC fields (``sizes``, ``strides`` — None when packed —,
-    ``total_tensor_size_in_bytes``, ``guaranteed_base_offset_alignment``, ``flags``). Skipped entries (empty
-    tensors, strings, complex, types the target cannot hold) have all of those None and say why in ``skipped``.
+    Converted entries have a ``buffer`` (the index of their buffer file), an ``offset`` in it and their
+    DML_BUFFER_TENSOR_DESC (``buffer_desc``, whose fields ``dml_type``, ``sizes``, ``strides`` — None when
+    packed —, ``total_tensor_size_in_bytes``, ``guaranteed_base_offset_alignment`` and ``flags`` also read).
+    Skipped entries (empty tensors, strings, complex, types the target cannot hold) have all of those None and
+    say why in ``skipped``.
 
     Example:
         >>> import dmlbridge
-        >>> entry = dmlbridge.PlanEntry("w", "initializer", dmlbridge.OnnxDataType.FLOAT, (2,), "native", 0,
-        ...                             dmlbridge.DmlDataType.FLOAT32, (2,), None, 8, 256, None)
-        >>> entry.end, entry.desc()["TotalTensorSizeInBytes"]
-        (8, 8)
+        >>> desc = dmlbridge.BufferTensorDesc(dmlbridge.DmlDataType.FLOAT32, 0, (2,), None, 8, 256)
+        >>> entry = dmlbridge.PlanEntry("w", "initializer", dmlbridge.OnnxDataType.FLOAT, (2,), "native", 0, desc,
+        ...                             None)
+        >>> entry.end, entry.sizes, entry.desc()["TotalTensorSizeInBytes"]
+        (8, (2,), 8)
     """
 
     key: str
@@ -154,14 +156,9 @@ class PlanEntry:
     shape: tuple[int, ...]
     conversion: Conversion | None
     offset: int | None
-    dml_type: DmlDataType | None
-    sizes: tuple[int, ...] | None
-    strides: tuple[int, ...] | None
-    total_tensor_size_in_bytes: int | None
-    guaranteed_base_offset_alignment: int | None
+    buffer_desc: BufferTensorDesc | None
+    """The DML_BUFFER_TENSOR_DESC fields as one value (None when skipped); its ``data_type`` is a DmlDataType."""
     skipped: str | None
-    flags: int = 0
-    """DML_TENSOR_FLAGS: 0, or 1 (DML_TENSOR_FLAG_OWNED_BY_DML) when the conversion asked for it."""
     clamped: int | None = None
     """For a ``"saturate"`` entry of a written plan: how many of its values were clamped to the 32-bit range
     (None before the values are read, as in ``plan_model``, and for every other conversion)."""
@@ -184,13 +181,34 @@ class PlanEntry:
         return self.offset + self.total_tensor_size_in_bytes
 
     @property
-    def buffer_desc(self) -> BufferTensorDesc | None:
-        """The DML_BUFFER_TENSOR_DESC fields as one value (None when skipped)."""
-        if self.dml_type is None or self.sizes is None:
-            return None
-        assert self.total_tensor_size_in_bytes is not None and self.guaranteed_base_offset_alignment is not None
-        return BufferTensorDesc(self.dml_type, self.flags, self.sizes, self.strides, self.total_tensor_size_in_bytes,
-                                self.guaranteed_base_offset_alignment)
+    def dml_type(self) -> DmlDataType | None:
+        """The DML_TENSOR_DATA_TYPE (None when skipped)."""
+        return None if self.buffer_desc is None else DmlDataType(self.buffer_desc.data_type)
+
+    @property
+    def sizes(self) -> tuple[int, ...] | None:
+        """The desc's Sizes (None when skipped)."""
+        return None if self.buffer_desc is None else self.buffer_desc.sizes
+
+    @property
+    def strides(self) -> tuple[int, ...] | None:
+        """The desc's Strides: None when packed (and when skipped)."""
+        return None if self.buffer_desc is None else self.buffer_desc.strides
+
+    @property
+    def total_tensor_size_in_bytes(self) -> int | None:
+        """The desc's TotalTensorSizeInBytes (None when skipped)."""
+        return None if self.buffer_desc is None else self.buffer_desc.total_tensor_size_in_bytes
+
+    @property
+    def guaranteed_base_offset_alignment(self) -> int | None:
+        """The desc's GuaranteedBaseOffsetAlignment (None when skipped)."""
+        return None if self.buffer_desc is None else self.buffer_desc.guaranteed_base_offset_alignment
+
+    @property
+    def flags(self) -> int:
+        """DML_TENSOR_FLAGS: 0, or 1 (DML_TENSOR_FLAG_OWNED_BY_DML) when the conversion asked for it."""
+        return 0 if self.buffer_desc is None else self.buffer_desc.flags
 
     def desc(self) -> dict[str, Any] | None:
         """The DML_BUFFER_TENSOR_DESC fields by their DirectML names (as PreparedTensor.desc()), None if skipped."""
@@ -221,8 +239,9 @@ class PlanEntry:
 
         Example:
             >>> import dmlbridge
+            >>> desc = dmlbridge.BufferTensorDesc(dmlbridge.DmlDataType.FLOAT32, 0, (2,), None, 8, 256)
             >>> entry = dmlbridge.PlanEntry("w", "initializer", dmlbridge.OnnxDataType.FLOAT, (2,), "native", 0,
-            ...                             dmlbridge.DmlDataType.FLOAT32, (2,), None, 8, 256, None)
+            ...                             desc, None)
             >>> entry.as_converted().end
             8
         """
@@ -327,8 +346,7 @@ class PlanEntries(Mapping[str, PlanEntry]):
 
 
 _ENTRY_FIELDS = (
-    "key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "sizes", "strides",
-    "total_tensor_size_in_bytes", "guaranteed_base_offset_alignment", "skipped", "flags",
+    "key", "origin", "onnx_type", "shape", "conversion", "offset", "buffer_desc", "skipped",
 )
 
 
@@ -483,7 +501,7 @@ def _plan_pair(
     dims: int = 0,
 ) -> Pair:
     fields: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
-    fields["onnx_type"], fields["shape"], fields["flags"], fields["padding"] = onnx_type, shape, 0, padding
+    fields["onnx_type"], fields["shape"], fields["padding"] = onnx_type, shape, padding
     if row.dml_type is None:
         fields["skipped"] = f"{onnx_type.name}: {row.reason}"
         return Pair(fields, -1, UnsupportedTypeError, None, None, False)
@@ -496,8 +514,7 @@ def _plan_pair(
     except LayoutError as exc:
         fields["skipped"] = str(exc)
         return Pair(fields, -1, LayoutError, None, None, False)
-    fields.update(conversion=row.conversion, dml_type=row.dml_type, sizes=sizes, strides=strides,
-                  total_tensor_size_in_bytes=total, guaranteed_base_offset_alignment=options.alignment,
-                  flags=options.flags)
+    fields.update(conversion=row.conversion,
+                  buffer_desc=BufferTensorDesc(row.dml_type, options.flags, sizes, strides, total, options.alignment))
     as_is = row.conversion == "native" and row.dml_type not in FOUR_BIT
     return Pair(fields, total, DmlBridgeError, row.conversion, row.dml_type, as_is)

@@ -125,26 +125,16 @@ class QuantizedPart(BufferDescMethods):
     ``offset`` (absolute in buffer file ``buffer``, the entry's own offset: a multiple of 16).
 
     Example:
-        >>> part = QuantizedPart("B", 0, 256, DmlDataType.UINT4, (4, 2, 16), None, 64, 256, 0)
-        >>> part.desc()["Sizes"], part.desc()["TotalTensorSizeInBytes"]
-        ([4, 2, 16], 64)
+        >>> part = QuantizedPart("B", 0, 256, BufferTensorDesc(DmlDataType.UINT4, 0, (4, 2, 16), None, 64, 256))
+        >>> part.sizes, part.desc()["TotalTensorSizeInBytes"]
+        ((4, 2, 16), 64)
     """
 
     key: str
     buffer: int
     offset: int
-    dml_type: DmlDataType
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...] | None
-    total_tensor_size_in_bytes: int
-    guaranteed_base_offset_alignment: int
-    flags: int = 0
-
-    @property
-    def buffer_desc(self) -> BufferTensorDesc:
-        """The DML_BUFFER_TENSOR_DESC fields as one value (``desc()``, ``as_ctypes()``: BufferDescMethods)."""
-        return BufferTensorDesc(self.dml_type, self.flags, self.sizes, self.strides, self.total_tensor_size_in_bytes,
-                                self.guaranteed_base_offset_alignment)
+    buffer_desc: BufferTensorDesc
+    """The DML_BUFFER_TENSOR_DESC fields (``dml_type``, ``sizes``, ... read them by name; BufferDescMethods)."""
 
 
 class PartSpec(NamedTuple):
@@ -311,8 +301,9 @@ class QuantizedWeight:
 
         def unsplit(part: QuantizedPart, sizes: tuple[int, ...]) -> QuantizedPart:
             strides = None if part.strides is None else part.strides[lead : len(part.strides) - (1 if split else 0)]
-            return replace(part, sizes=sizes, strides=strides,
-                           total_tensor_size_in_bytes=calc_buffer_tensor_size(part.dml_type, sizes, strides))
+            total = calc_buffer_tensor_size(part.dml_type, sizes, strides)
+            return replace(part, buffer_desc=part.buffer_desc._replace(sizes=sizes, strides=strides,
+                                                                       total_tensor_size_in_bytes=total))
 
         blocks = logical[:-1] if split else logical
         return unsplit(weight, merged), unsplit(scales, blocks), unsplit(zero_points, blocks)
@@ -477,5 +468,6 @@ def _part(spec: PartSpec, entry: PlanEntry, rank: int, alignment: int) -> Quanti
     if total > entry.total_tensor_size_in_bytes:
         raise InvalidArgumentError(f"its view of {spec.key!r} needs {total} bytes, but that entry holds "
                                    f"{entry.total_tensor_size_in_bytes} (a part of another shape than the node's)")
-    return QuantizedPart(spec.key, entry.buffer, entry.offset, dml, sizes, strides, total, alignment, entry.flags)
+    return QuantizedPart(spec.key, entry.buffer, entry.offset,
+                         BufferTensorDesc(dml, entry.flags, sizes, strides, total, alignment))
 

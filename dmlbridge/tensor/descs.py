@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.types.data_types import DmlDataType
 
 __all__ = [
     "DML_BUFFER_BINDING",
@@ -160,20 +161,49 @@ class BufferTensorDesc(NamedTuple):
 
 
 class BufferDescMethods:
-    """``desc()``, ``as_ctypes()`` and ``as_ctypes_tensor_desc()`` of a record of one buffer tensor, from its
-    ``buffer_desc`` (a :class:`BufferTensorDesc`): what ``PreparedTensor`` and ``QuantizedPart`` share.
+    """What a record holding one :class:`BufferTensorDesc` (its ``buffer_desc``) reads from it: the fields by
+    name (``dml_type``, ``sizes``, ...), ``desc()``, ``as_ctypes()`` and ``as_ctypes_tensor_desc()``; what
+    ``PreparedTensor`` and ``QuantizedPart`` share.
 
     Example:
         >>> import dmlbridge, numpy as np
-        >>> dmlbridge.prepare(np.ones(3, np.float32)).desc()["Sizes"]
-        [3]
+        >>> t = dmlbridge.prepare(np.ones(3, np.float32))
+        >>> t.desc()["Sizes"], t.sizes, t.dml_type.name
+        ([3], (3,), 'FLOAT32')
     """
 
     __slots__ = ()
+    buffer_desc: BufferTensorDesc
 
     @property
-    def buffer_desc(self) -> BufferTensorDesc:
-        raise NotImplementedError
+    def dml_type(self) -> DmlDataType:
+        """The DML_TENSOR_DATA_TYPE."""
+        return DmlDataType(self.buffer_desc.data_type)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The desc's Sizes."""
+        return self.buffer_desc.sizes
+
+    @property
+    def strides(self) -> tuple[int, ...] | None:
+        """The desc's Strides (None when packed)."""
+        return self.buffer_desc.strides
+
+    @property
+    def total_tensor_size_in_bytes(self) -> int:
+        """The desc's TotalTensorSizeInBytes: the bytes to upload and bind."""
+        return self.buffer_desc.total_tensor_size_in_bytes
+
+    @property
+    def guaranteed_base_offset_alignment(self) -> int:
+        """The desc's GuaranteedBaseOffsetAlignment."""
+        return self.buffer_desc.guaranteed_base_offset_alignment
+
+    @property
+    def flags(self) -> int:
+        """The desc's DML_TENSOR_FLAGS."""
+        return self.buffer_desc.flags
 
     def desc(self) -> dict[str, Any]:
         """The DML_BUFFER_TENSOR_DESC fields, by their DirectML names."""

@@ -56,13 +56,9 @@ class PreparedTensor(BufferDescMethods):
     """
 
     onnx_type: OnnxDataType
-    dml_type: DmlDataType
     conversion: Conversion
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...] | None
-    total_tensor_size_in_bytes: int
-    flags: int
-    guaranteed_base_offset_alignment: int
+    buffer_desc: BufferTensorDesc
+    """The DML_BUFFER_TENSOR_DESC fields (``dml_type``, ``sizes``, ``strides``, ... read them by name)."""
     data: np.ndarray = field(repr=False)
     source_dtype: np.dtype = field(repr=False)
     source_shape: tuple[int, ...] = field(repr=False)
@@ -80,12 +76,6 @@ class PreparedTensor(BufferDescMethods):
         else:
             values = decode(self.data, self.dml_type, self.sizes, self.strides)
         return restore_values(values, target).reshape(self.source_shape)
-
-    @property
-    def buffer_desc(self) -> BufferTensorDesc:
-        """The DML_BUFFER_TENSOR_DESC fields as one value."""
-        return BufferTensorDesc(self.dml_type, self.flags, self.sizes, self.strides, self.total_tensor_size_in_bytes,
-                                self.guaranteed_base_offset_alignment)
 
 
 
@@ -110,13 +100,9 @@ class _Encoding:
         clamped = _count_outside_32(self.source, self.onnx_type) if self.conversion == "saturate" else 0
         return PreparedTensor(
             self.onnx_type,
-            self.dml_type,
             self.conversion,
-            self.layout.sizes,
-            self.desc_strides,
-            self.total,
-            self.flags,
-            self.alignment,
+            BufferTensorDesc(self.dml_type, self.flags, self.layout.sizes, self.desc_strides, self.total,
+                             self.alignment),
             data,
             self.source_dtype,
             self.source_shape,
