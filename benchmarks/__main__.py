@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="where to write the results (default: benchmarks/results/)")
     parser.add_argument("--only", default=",".join(CASES), help="comma-separated case numbers (default: all)")
     parser.add_argument("--large", action="store_true", help="also convert a 4× larger model (memory check)")
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for the README)")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (for docs/performance.md)")
     parser.add_argument("--workdir", type=Path, help="temporary files go here (default: a new folder in /tmp)")
     args = parser.parse_args(argv)
     wanted = [c.strip() for c in args.only.split(",") if c.strip()]
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     destination.parent.mkdir(parents=True, exist_ok=True)
     destination.write_text(json.dumps(report, indent=1) + "\n")
-    # The same table as Markdown beside the JSON, ready for the README.
+    # The same table as Markdown beside the JSON, ready for docs/performance.md.
     destination.with_suffix(".md").write_text(heading + "\n\n" + table(rows, skipped, markdown=True) + "\n")
     print(f"{len(rows)} rows, {len(missed)} missed a target, {len(skipped)} skipped; results in {destination} (+ .md)")
     return 0

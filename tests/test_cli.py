@@ -545,9 +545,9 @@ def kernel_folders() -> Iterator[None]:
 
 
 def test_the_output_rule_is_written_once(capsys: pytest.CaptureFixture[str]) -> None:
-    """convert --help states the -o rule word for word as the README does."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    paragraph = readme.split("**`-o PREFIX`.** ", 1)[1].split("\n\n", 1)[0]
+    """convert --help states the -o rule word for word as docs/cli.md does."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text(encoding="utf-8")
+    paragraph = page.split("**`-o PREFIX`.** ", 1)[1].split("\n\n", 1)[0]
     rule = " ".join(paragraph.replace("`", "").split())
     with pytest.raises(SystemExit):
         commands.main(["convert", "--help"])

@@ -40,7 +40,7 @@ _REASON_FLOOR = 20  # below this, the mapping table's rows become wrapped lines
 
 
 def format_table(rows: Sequence[MappingRow], markdown: bool, width: int | None = None) -> str:
-    """The mapping table as aligned text, or as a markdown table (the README carries the default one).
+    """The mapping table as aligned text, or as a markdown table (docs/mapping.md carries the default one).
 
     With ``width``, the reasons wrap in their column; where even that leaves them too little room, each type is
     one wrapped line of its own. The markdown table ignores ``width``."""

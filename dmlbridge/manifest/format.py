@@ -1,120 +1,15 @@
-"""The manifest format (``PREFIX.json``): the spec, its one writer and its validating reader.
+"""The manifest format (``PREFIX.json``): its one writer and its validating reader.
 
 A manifest describes an upload image (its buffer files): every constant of the model, which buffer file holds its
 bytes, where, and how DirectML sees them. This module turns a :class:`Manifest` (the plan's fields) into the
-manifest's text and reads that text back into one, trusting nothing (each part through
-:mod:`dmlbridge.manifest.sections`); :mod:`dmlbridge.plan.upload_plan` pairs it with its buffer files.
+manifest's text and reads that text back into one, trusting nothing (each part through ``sections``, beside it);
+``plan.upload_plan`` pairs it with its buffer files.
 
-Format ``dmlbridge-upload-plan``, version 5
-------------------------------------------
-- The file MUST be a UTF-8 JSON object (no duplicate keys, no NaN or Infinity) with exactly these fields:
-  ``format`` (the string ``"dmlbridge-upload-plan"``), ``format_version`` (5), ``dmlbridge_version`` (a string),
-  ``conversion_id`` (16 lowercase hex digits, random per conversion), ``source`` (the model: ``{"name": string
-  or null, "size": integer or null, "sha256": 64 hex digits or null, "external_data": [{"file": string, "size":
-  integer}]}``, its file's name, size and SHA-256, and the external data files the conversion read, with their
-  sizes), ``target`` (``{"feature_level": "6.4", "supported": [DML type names, sorted], "int64": "emulate" or
-  "narrow" or "saturate" (only with allow_lossy), "allow_lossy": bool}``, in the
-  canonical form ``Target.describe()`` gives), ``alignment`` (a power of two from 16 to 2^31), ``min_dims`` (0 to
-  the target's most dimensions), ``total_size`` (the upload image's size in bytes: the sum of the buffers'
-  sizes), ``max_buffer_bytes`` (the largest a buffer file could be: a multiple of ``alignment``, at most
-  0xFFFF0000), ``buffers``, ``selection``, ``quantized`` and ``entries``.
-- ``selection`` MUST be ``{"include": [patterns] or null, "exclude": [patterns], "kinds": [kind names] or null,
-  "min_bytes": integer}``: which of the model's constants the entries are (:mod:`dmlbridge.planning.selection`; null
-  include and kinds, an empty exclude and 0 select every one). At most 1024 patterns per list, each a non-empty
-  string of at most 4096 characters; kinds from ``ModelConstant.kind``'s names.
-- ``buffers`` MUST be an array of 1 to 256 objects ``{"file", "size", "fingerprint", "sha256"}``, one per buffer
-  file, in order: its file name beside the manifest (no folder; buffer ``n`` ends in
-  ``.<conversion_id>.<n as 5 digits>.bin``), its size (at most ``max_buffer_bytes``), its fingerprint (64
-  lowercase hex digits, see :mod:`dmlbridge.plan.fingerprint`) and its SHA-256 (64 lowercase hex digits) or null when
-  the conversion did not compute it.
-- ``entries`` MUST be an array of objects, one per selected constant in model order, each with exactly ``key`` (a
-  non-empty string, unique), ``origin`` (a string), ``onnx_type`` (an ONNX type name), ``shape`` (an array of
-  at most 64 non-negative integers), ``conversion``, ``buffer``, ``offset``, ``dml_type``, ``desc`` and
-  ``skipped``; and
-  MAY have ``clamped`` (default null), ``padding`` (default ``"leading"``) and ``consumers`` (default ``[]``),
-  which the writer leaves out at their defaults.
-- ``consumers`` MUST be an array of ``{"node": string, "op_type": string, "input": integer}``, the node inputs
-  that read the constant (:mod:`dmlbridge.model.consumers`: node keys as constant keys are made, an op type of
-  another domain as ``domain:Op``), in graph order. A per-channel input (Conv and ConvTranspose input 2,
-  BatchNormalization inputs 1-4, InstanceNormalization inputs 1-2, of the ONNX domain) MUST also have ``dims``
-  and no other may: the dimension count DirectML reads its node's tensors at, 4 to 8. It is the node's rank,
-  raised to 4: the rank of the first of its values W, X, Y (Conv, ConvTranspose) or X, Y (BatchNormalization,
-  InstanceNormalization) that the model gives one of at most 8, by a constant's shape or by a graph input,
-  output or value_info (of the node's graph or one around it); 4 when there is none.
-- ``padding`` MUST be what the consumers give for the shape: ``"channel"`` for a 1-D constant that only
-  per-channel inputs read, all with the same ``dims``, whatever ``min_dims`` is; its sizes are then ``[1, C, 1,
-  ...]`` of ``dims`` dimensions, or of ``min_dims`` when that is more. ``"mixed"`` when some of its consumers
-  are such inputs and others not, or their ``dims`` differ (leading 1s); ``"leading"`` otherwise.
-- A skipped entry MUST have ``skipped`` (a non-empty string: why) and null ``conversion``, ``buffer``,
-  ``offset``, ``dml_type``, ``desc`` and ``clamped``.
-- ``clamped`` MUST be null, except in an entry of conversion ``"saturate"`` (INT64/UINT64 written as 4-byte
-  values clamped to the 32-bit range, a target with ``"int64": "saturate"``), where it MUST be how many of the
-  values were clamped (0 to the number of elements).
-- A converted entry MUST have null ``skipped``; ``dml_type`` and ``conversion`` MUST be what the target's
-  mapping gives for ``onnx_type``; ``buffer`` MUST be the index of the buffer file holding its bytes and
-  ``offset`` (in that file) a multiple of ``alignment``; ``desc``
-  MUST be the DML_BUFFER_TENSOR_DESC fields by their DirectML names (DataType, Flags, DimensionCount, Sizes,
-  Strides, TotalTensorSizeInBytes, GuaranteedBaseOffsetAlignment), equal to what the layout rules give for the
-  shape, ``padding``, ``min_dims`` and ``alignment``; Flags is 0 or 1 (DML_TENSOR_FLAG_OWNED_BY_DML, as the
-  conversion was asked).
-- The converted entries MUST fill the buffers in model order: buffer 0 first, each entry in the same buffer as
-  the one before or the next, none overlapping another in its buffer, each buffer ending exactly where its last
-  entry ends, and each buffer after the first begun by an entry that would end past ``max_buffer_bytes`` if
-  placed in the buffer before (at its end rounded up to ``alignment``): a tensor is never split, and a new
-  buffer starts only when the next tensor does not fit. A plan with no converted entry has one empty buffer.
-- ``quantized`` MUST be an array of records, one per MatMulNBits, DequantizeLinear (of the ONNX or the
-  ``com.microsoft`` domain) or GatherBlockQuantized node of the model whose weight the conversion described, each
-  with exactly ``key`` (the node key, unique), ``op``, ``operator``, ``origin``, ``bits`` (2, 4 or 8; 0 when skipped
-  before the width was known), ``signed``, ``granularity`` (``"tensor"``, ``"axis"`` or ``"block"``), ``axis`` (null per
-  tensor), ``block_size`` (0 unless blocked), ``shape`` (the logical weight), ``output_type`` (FLOAT, FLOAT16 or
-  BFLOAT16), ``sizes``, ``weight``, ``scales``, ``zero_points``, ``zero_scales`` (true, false or null when not read),
-  ``skipped`` (null, or why the weight has no descs, when ``sizes``, the parts and ``operator`` MUST be null) and
-  ``bias`` (an entry key or null).
-- A described record's fields MUST agree: ``bits`` 2, 4 or 8; per tensor a null ``axis`` and ``block_size`` 0, per
-  axis an ``axis`` and 0, blocked an ``axis`` and a ``block_size`` of at least 1; a MatMulNBits record unsigned and
-  blocked on axis 1 of an [N, K] ``shape``, a GatherBlockQuantized one blocked; ``bias`` only on MatMulNBits,
-  naming a converted entry of ``output_type`` and shape [N]. ``operator`` MUST be the DirectML operator the
-  target's feature level gives: ``"DEQUANTIZE"`` from 6.3, ``"ELEMENT_WISE_DEQUANTIZE_LINEAR"`` below; the parts
-  MUST be of DataTypes that operator's tensor-support table lists at that level (DEQUANTIZE: INT4, UINT4, INT8,
-  UINT8, scales FLOAT32 or FLOAT16; ELEMENT_WISE_DEQUANTIZE_LINEAR: no 4-bit type, UINT8 only below 2.1,
-  FLOAT16 scales only from 6.0).
-- A part is ``{"key", "buffer", "offset", "desc"}``: the key of a converted entry, that entry's buffer and
-  offset, and a desc whose DataType is the entry's (or UINT4 over a native UINT8 entry's bytes), whose Sizes are
-  ``sizes``, whose TotalTensorSizeInBytes is what the layout rules give for its sizes and strides and at most the
-  entry's, and whose Flags and GuaranteedBaseOffsetAlignment are the entry's. The weight's desc MUST have null
-  Strides (packed: its elements are its entry's bytes) and the DataType the target maps the ONNX type of its
-  values to (UINT2, INT2, UINT4, INT4, UINT8 or INT8 by ``bits`` and ``signed``); ``signed`` MUST be whether that
-  DataType is signed; the zero points' DataType MUST be the weight's; the scales' MUST be FLOAT32 or FLOAT16,
-  over an entry of ``output_type``, or for a FLOAT16 weight where the operator takes only FLOAT32 scales over
-  the FLOAT entry ``<key>/scales`` (its scales widened).
-- ``sizes`` MUST be ``shape`` with dimension ``axis`` split into (ceil(L / block_size), block_size) when blocked
-  with blocks longer than 1, after leading 1s: as many dimensions as that has, raised to ``min_dims``, or
-  exactly 4 where the operator takes exactly 4 (ELEMENT_WISE_DEQUANTIZE_LINEAR below feature level 3.0).
-- ``zero_scales`` MUST say whether a scale is 0; a reader that reads no values cannot check it, and one that reads
-  the scales (to dequantize) MUST refuse a record they contradict.
-- A reader MUST refuse a ``format`` or ``format_version`` it does not know, and any field that breaks a rule
-  above; it MUST NOT allocate memory on the manifest's word alone. It MUST read a manifest only with the buffer
-  files it lists, and check each one's size and fingerprint.
-- The writer puts one top-level field per line and one entry per line (readable, diffable, compact); a reader
-  MUST NOT depend on that.
-
-The JSON Schema of every version (each field's type and range) ships as ``dmlbridge/manifest/schema.json``
-(:func:`manifest_schema`).
-
-Versions 1 to 4 are read, no longer written; a reader checks each entry by the rules of its manifest's version.
-Version 4 had no ``operator`` in its quantized records (a reader reports none: null) and no rule that
-names one: its records are checked by the rules above but ``operator``, the operator's tensor-support tables and
-its 4 dimensions (their ``sizes`` have as many dimensions as the split shape, raised to ``min_dims``).
-Version 4 had no ``dims`` in ``consumers`` and another ``padding`` rule, which looked at ``min_dims`` and not at
-the consumers' dimension counts: ``"channel"`` for a 1-D constant that only per-channel inputs read when
-``min_dims`` was 2 or more, with sizes ``[1, C, 1, ...]`` of ``min_dims`` dimensions; ``"mixed"`` when some of
-its consumers were such inputs and others not, and ``min_dims`` was 2 or more; ``"leading"`` otherwise (at
-``min_dims`` 0 or 1, the default from feature level 3.0, every entry). Version 3 had the padding rule of version
-4, and no ``max_buffer_bytes`` and no entry ``buffer``: exactly one buffer file, of any size, whose size was
-``total_size``. Version 2 had no ``selection`` (every constant is an entry) and no ``clamped``, ``padding`` or
-``consumers`` (every entry padded with leading 1s).
-Version 1 had no ``conversion_id`` and no ``buffers`` either: its one buffer was ``PREFIX.bin`` beside
-``PREFIX.json``, described by the top-level fields ``bin_fingerprint`` and, optionally, ``bin_sha256``.
+The specification is docs/manifest.md, and only there: format ``dmlbridge-upload-plan``, version
+:data:`MANIFEST_FORMAT_VERSION` written, every version of :data:`READABLE_VERSIONS` read, each checked by the rules
+of its own version. The JSON Schema of every version (each field's type and range) ships as
+``dmlbridge/manifest/schema.json`` (:func:`manifest_schema`). tests/test_readme.py holds the specification, the
+schema and these constants together.
 
     >>> import tempfile, os, numpy as np, dmlbridge
     >>> from onnx import helper, numpy_helper

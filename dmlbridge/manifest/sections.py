@@ -1,6 +1,6 @@
 """A manifest's parts, each read and checked on its own: the buffer files, the target, the selection, the
-external data files and every entry, and the rules that tie the entries to the buffers. :mod:`dmlbridge.manifest.format`
-reads the top-level fields and puts these together; its docstring is the format's specification.
+external data files and every entry, and the rules that tie the entries to the buffers. ``format`` (beside it)
+reads the top-level fields and puts these together; docs/manifest.md is the format's specification.
 
     >>> from dmlbridge.manifest.json_fields import Fields
     >>> buffers = buffers_from_json([{"file": "w.0123456789abcdef.00000.bin", "size": 16, "fingerprint": "0" * 64,

@@ -1,6 +1,6 @@
 """Finding quantized weights: the MatMulNBits, DequantizeLinear and GatherBlockQuantized nodes of a model whose
-inputs are constants, what each weight is (:class:`~dmlbridge.quantized.records.QuantizedSpec`), and the *derived*
-constants the image needs for it (:mod:`dmlbridge.quantized.records` has the layout rule and the records).
+inputs are constants, what each weight is (``QuantizedSpec``), and the *derived* constants the image needs for it
+(``records``, beside it, has the layout rule and the records).
 
 A derived constant (kind ``"derived"``, key ``<node key>/<part>``) holds values made from the model's constants
 when they are written: a weight unpacked from 2-bit or packed 4-bit bytes (a target without 4-bit types, or

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 try:
     import fcntl
-except ImportError:  # Windows: no flock; see the README for what that means
+except ImportError:  # Windows: no flock; docs/guide.md says what that means
     fcntl = None  # type: ignore[assignment]
 
 from dmlbridge.errors import DestinationError, InvalidArgumentError, ManifestError
