@@ -238,7 +238,7 @@ def target_from_json(value: Any, where: str) -> Target:
 def _demanded(
     fields: Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
     padding: Padding, dims: int, target: Target, alignment: int, min_dims: int,
-) -> tuple[dict[str, Any], BufferTensorDesc]:
+) -> tuple[dict[str, Any], BufferTensorDesc, DmlDataType]:
     """What the target's mapping and the layout rules demand of a converted entry of this type and shape: its
     DML type, sizes, strides, total and desc (ManifestError when the entry's type or conversion is not theirs)."""
     if conversion not in _CONVERSIONS:
@@ -259,7 +259,7 @@ def _demanded(
     except LayoutError as exc:
         raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
     desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment)  # (shared by the entries alike)
-    return desc.as_dict(), desc
+    return desc.as_dict(), desc, dml_type
 
 
 _ENTRY_FIELDS = ("key", "origin", "onnx_type", "shape", "conversion", "offset", "dml_type", "desc", "skipped")
@@ -322,8 +322,8 @@ def entry_from_json(
         demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, padding, dims, target,
                              alignment, min_dims)
         layouts[cache_key] = demanded
-    expected_desc, buffer_desc = demanded
-    dml_type, total = DmlDataType(buffer_desc.data_type), buffer_desc.total_tensor_size_in_bytes
+    expected_desc, buffer_desc, dml_type = demanded
+    total = buffer_desc.total_tensor_size_in_bytes
     for name, want in expected_desc.items():
         have = desc.get(name)
         if have != want or type(have) is not type(want):  # (type: JSON's true is not the number 1)
