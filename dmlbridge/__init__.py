@@ -30,11 +30,11 @@ from dmlbridge.errors import (
 from dmlbridge.manifest.format import MANIFEST_FORMAT_VERSION, BufferFile, manifest_schema
 from dmlbridge.model.consumers import Consumer
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
+from dmlbridge.placement.entries import ConvertedEntry, PlanEntry
+from dmlbridge.placement.options import DEFAULT_MAX_BUFFER_BYTES, max_buffer_bytes_for
+from dmlbridge.placement.selection import CONSTANT_KINDS
 from dmlbridge.plan.bindings import binding_list
 from dmlbridge.plan.upload_plan import Binding, UploadPlan, load_plan, plan_model
-from dmlbridge.planning.options import DEFAULT_MAX_BUFFER_BYTES, max_buffer_bytes_for
-from dmlbridge.planning.placement import ConvertedEntry, PlanEntry
-from dmlbridge.planning.selection import CONSTANT_KINDS
 from dmlbridge.quantized.records import QuantizedPart, QuantizedWeight
 from dmlbridge.system.workers import available_cpus
 from dmlbridge.tensor.decode import decode

@@ -54,9 +54,9 @@ def test_every_package_names_its_concept_and_what_it_may_import(package: Path) -
     assert "May import:" in text, f"{package.name}: its docstring does not say what it may import"
 
 
-def test_no_two_modules_differ_only_by_a_suffix() -> None:
-    stems = sorted({p.stem for p in LIBRARY} - {"__init__", "__main__"})
-    pairs = [(a, b) for a in stems for b in stems if a != b and b.startswith(a + "_")]
+def test_no_two_modules_or_packages_differ_only_by_a_suffix() -> None:
+    stems = sorted({p.stem for p in LIBRARY} - {"__init__", "__main__"} | {p.name for p in PACKAGES})
+    pairs = [(a, b) for a in stems for b in stems if a != b and b.startswith(a) and len(b) - len(a) <= 4]
     assert not pairs, pairs
 
 

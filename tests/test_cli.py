@@ -496,7 +496,7 @@ def test_messages_name_flags_but_never_rewrite_the_users_names(tmp_path: Path) -
 @pytest.mark.parametrize(("text", "value"), [("4096", 4096), ("0x1000", 4096), ("1KiB", 1024), ("512 MiB", 512 << 20),
                                              ("2GiB", 2 << 30), ("2gib", 2 << 30), ("1TiB", 1 << 40), ("7B", 7)])
 def test_byte_counts_take_binary_units(text: str, value: int) -> None:
-    from dmlbridge.planning.options import parse_byte_count
+    from dmlbridge.placement.options import parse_byte_count
 
     assert parse_byte_count(text) == value
 
@@ -505,7 +505,7 @@ def test_byte_counts_take_binary_units(text: str, value: int) -> None:
                                              ("512M", ["write 512MiB"]), ("1.5GiB", ["not a byte count"]),
                                              ("-1", ["not a byte count"]), ("2 GiBs", ["not a byte count"])])
 def test_byte_counts_refuse_what_they_would_guess(small: Path, tmp_path: Path, text: str, words: list[str]) -> None:
-    from dmlbridge.planning.options import parse_byte_count
+    from dmlbridge.placement.options import parse_byte_count
 
     with pytest.raises(dmlbridge.InvalidArgumentError, match="not a byte count"):
         parse_byte_count(text)

@@ -20,8 +20,8 @@ import dmlbridge.onnx.external_data as external_data
 import dmlbridge.plan.open_buffers as buffer_files
 import dmlbridge.writing.publish as commit
 from dmlbridge import DestinationError, InvalidArgumentError, ManifestError, TensorTooLargeError
+from dmlbridge.placement.options import MAX_KEY_LENGTH
 from dmlbridge.plan.fingerprint import bin_fingerprint, fingerprint_problem
-from dmlbridge.planning.options import MAX_KEY_LENGTH
 
 
 def small_model() -> onnx.ModelProto:

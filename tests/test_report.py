@@ -19,9 +19,9 @@ import dmlbridge
 import dmlbridge.cli.commands
 from dmlbridge.cli.demo import build_sample_model
 from dmlbridge.cli.report import MARK, MIN_WIDTH, _elide_middle, _elide_shape, _width, format_plan, format_table
+from dmlbridge.placement.options import PlanOptions
+from dmlbridge.placement.selection import EVERY_CONSTANT
 from dmlbridge.plan.upload_plan import plan_with_notes
-from dmlbridge.planning.options import PlanOptions
-from dmlbridge.planning.selection import EVERY_CONSTANT
 
 # Keys as long as real exports make them (and longer), on 8-D constants.
 LONG_KEYS = [f"model.decoder.transformer_blocks.{layer}.very_long_component_name_for_testing.{part}"

@@ -19,8 +19,8 @@ from onnx import helper, numpy_helper
 import dmlbridge
 from dmlbridge import InvalidArgumentError, ManifestError
 from dmlbridge.model.constants import ConstantKind, find_constants
+from dmlbridge.placement.selection import CONSTANT_KINDS, Selection
 from dmlbridge.plan.verify import find_mismatches
-from dmlbridge.planning.selection import CONSTANT_KINDS, Selection
 
 
 def model_of_kinds() -> onnx.ModelProto:

@@ -23,18 +23,18 @@ from dmlbridge.cli.demo import run_demo
 from dmlbridge.cli.messages import in_flags, one_line
 from dmlbridge.cli.report import MIN_WIDTH, format_plan, format_table, human_size
 from dmlbridge.errors import CleanupWarning, DestinationError, DmlBridgeError, InvalidArgumentError
-from dmlbridge.plan.bindings import binding_list
-from dmlbridge.plan.upload_plan import plan_with_notes, read_plan
-from dmlbridge.plan.verify import find_mismatches
-from dmlbridge.planning.options import (
+from dmlbridge.placement.entries import ConvertedEntry
+from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
     PlanOptions,
     parse_byte_count,
 )
-from dmlbridge.planning.placement import ConvertedEntry
-from dmlbridge.planning.selection import CONSTANT_KINDS, Selection
+from dmlbridge.placement.selection import CONSTANT_KINDS, Selection
+from dmlbridge.plan.bindings import binding_list
+from dmlbridge.plan.upload_plan import plan_with_notes, read_plan
+from dmlbridge.plan.verify import find_mismatches
 from dmlbridge.system.workers import MAX_WORKERS, check_workers
 from dmlbridge.tensor.descs import DML_TENSOR_FLAG_OWNED_BY_DML
 from dmlbridge.types.data_types import DmlDataType

@@ -1,5 +1,5 @@
 """The manifest format (``PREFIX.json``): its specification (``docs/manifest.md``), its schema, its one writer
 and its validating reader.
 
-May import: ``quantized``, ``planning`` and below.
+May import: ``quantized``, ``placement`` and below.
 """

@@ -46,9 +46,9 @@ from dmlbridge.manifest.sections import (
     target_from_json,
 )
 from dmlbridge.model.consumers import Consumer
-from dmlbridge.planning.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
-from dmlbridge.planning.placement import PlanEntries, PlanEntry
-from dmlbridge.planning.selection import EVERY_CONSTANT, Selection
+from dmlbridge.placement.entries import PlanEntries, PlanEntry
+from dmlbridge.placement.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
+from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
 from dmlbridge.quantized.records import QuantizedWeight
 from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
 from dmlbridge.tensor.descs import BufferTensorDesc

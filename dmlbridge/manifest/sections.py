@@ -28,9 +28,9 @@ from dmlbridge.model.consumers import (
     channel_dims,
     padding_of,
 )
-from dmlbridge.planning.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
-from dmlbridge.planning.placement import PlanEntry, entry_layout
-from dmlbridge.planning.selection import Selection
+from dmlbridge.placement.entries import PlanEntry, entry_layout
+from dmlbridge.placement.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
+from dmlbridge.placement.selection import Selection
 from dmlbridge.quantized.records import (
     SIGNED_TYPES,
     DequantizeOperator,

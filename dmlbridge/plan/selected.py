@@ -8,7 +8,7 @@ when ``drop_quantized_sources``).
     >>> import numpy as np
     >>> from onnx import helper, numpy_helper
     >>> from dmlbridge.model.constants import find_constants
-    >>> from dmlbridge.planning.selection import Selection
+    >>> from dmlbridge.placement.selection import Selection
     >>> from dmlbridge.types.target import Target
     >>> model = helper.make_model(helper.make_graph([], "g", [], [], [
     ...     numpy_helper.from_array(np.ones(4, np.float32), "big"), numpy_helper.from_array(np.ones(1), "b")]))
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.consumers import Consumer, find_consumers
-from dmlbridge.planning.selection import Selection
+from dmlbridge.placement.selection import Selection
 from dmlbridge.quantized.nodes import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.quantized.records import QuantizedSpec
 from dmlbridge.types.target import Target

@@ -1,6 +1,6 @@
 """The upload plan: what a conversion writes (or would write), as an object to read bytes and descs from.
 
-An :class:`UploadPlan` maps each constant's key to a :class:`~dmlbridge.planning.placement.PlanEntry`. It comes from
+An :class:`UploadPlan` maps each constant's key to a :class:`~dmlbridge.placement.entries.PlanEntry`. It comes from
 :func:`plan_model` (nothing written), ``convert_model`` (the files it wrote) or :func:`load_plan` (a manifest and
 its buffer files, validated: the manifest by :mod:`dmlbridge.manifest.format`, each buffer file by its size, its
 fingerprint and, when asked, its SHA-256). A written plan reads its entries' bytes from its buffer files one entry at
@@ -22,11 +22,8 @@ from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, p
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
-from dmlbridge.plan.fingerprint import fingerprint_problem
-from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
-from dmlbridge.plan.selected import select_constants
-from dmlbridge.plan.verify import find_mismatches
-from dmlbridge.planning.options import (
+from dmlbridge.placement.entries import ConvertedEntry, Pair, Placement, PlanEntry, place_constants, refuse_oversized
+from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
@@ -35,8 +32,11 @@ from dmlbridge.planning.options import (
     check_flag,
     check_max_tensor_bytes,
 )
-from dmlbridge.planning.placement import ConvertedEntry, Pair, Placement, PlanEntry, place_constants, refuse_oversized
-from dmlbridge.planning.selection import EVERY_CONSTANT, Selection
+from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
+from dmlbridge.plan.fingerprint import fingerprint_problem
+from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
+from dmlbridge.plan.selected import select_constants
+from dmlbridge.plan.verify import find_mismatches
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
 from dmlbridge.tensor.decode import decode
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
@@ -137,7 +137,7 @@ class UploadPlan(Manifest):
     @property
     def converted(self) -> list[ConvertedEntry]:
         """The entries that have bytes in a buffer file, in manifest (model) order, typed with their fields filled
-        (:class:`~dmlbridge.planning.placement.ConvertedEntry`: ``offset``, ``dml_type``, ``sizes``, ... are never
+        (:class:`~dmlbridge.placement.entries.ConvertedEntry`: ``offset``, ``dml_type``, ``sizes``, ... are never
         None)."""
         return [cast(ConvertedEntry, e) for e in self.entries.values() if e.skipped is None]
 

@@ -37,13 +37,13 @@ from dmlbridge.model.consumers import Consumer, recorded
 from dmlbridge.model.onnx_file import external_data_reader, need_reader, read_model
 from dmlbridge.model.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
+from dmlbridge.placement.entries import PlanEntry, place_constants
+from dmlbridge.placement.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
+from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.buffer_pass import BufferReads
 from dmlbridge.plan.fingerprint import FingerprintStream, fingerprint_problem
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.selected import select_constants
-from dmlbridge.planning.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
-from dmlbridge.planning.placement import PlanEntry, place_constants
-from dmlbridge.planning.selection import Selection
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
 from dmlbridge.system.progress import Progress
 from dmlbridge.system.workers import POOL_MIN_BYTES, Prefetch, check_workers

@@ -2,5 +2,5 @@
 are constants, and their records (the parts' descs, the DirectML operator that consumes them, and
 ``dequantize``).
 
-May import: ``planning`` and below.
+May import: ``placement`` and below.
 """

@@ -45,7 +45,7 @@ import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
-from dmlbridge.planning.placement import PlanEntry
+from dmlbridge.placement.entries import PlanEntry
 from dmlbridge.tensor.descs import BufferDescMethods, BufferTensorDesc
 from dmlbridge.tensor.layout import calc_buffer_tensor_size, packed_strides, span_of
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType

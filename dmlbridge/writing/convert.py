@@ -27,10 +27,8 @@ from dmlbridge.manifest.format import BufferFile, entry_lines, manifest_text
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, need_reader, read_model
 from dmlbridge.onnx.external_data import ExternalDataReader, check_location
-from dmlbridge.plan.fingerprint import bin_fingerprint
-from dmlbridge.plan.open_buffers import OpenBuffers
-from dmlbridge.plan.upload_plan import ModelAndPlan, UploadPlan, plan_loaded
-from dmlbridge.planning.options import (
+from dmlbridge.placement.entries import Placement, refuse_oversized
+from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
@@ -38,8 +36,10 @@ from dmlbridge.planning.options import (
     ConvertOptions,
     PlanOptions,
 )
-from dmlbridge.planning.placement import Placement, refuse_oversized
-from dmlbridge.planning.selection import Selection
+from dmlbridge.placement.selection import Selection
+from dmlbridge.plan.fingerprint import bin_fingerprint
+from dmlbridge.plan.open_buffers import OpenBuffers
+from dmlbridge.plan.upload_plan import ModelAndPlan, UploadPlan, plan_loaded
 from dmlbridge.system.progress import Progress
 from dmlbridge.types.target import Target
 from dmlbridge.writing.folder import LOCK_SUFFIX, Removals
@@ -128,7 +128,7 @@ def convert_model(
         include, exclude: shell-style patterns (``fnmatch``) on keys: only constants whose key matches one of
             ``include`` (default: every key) and none of ``exclude`` are converted; the others are not entries.
         kinds: only constants of these origin kinds (``"initializer"``, ``"value"`` for Constant nodes, ...; see
-            ``dmlbridge.planning.selection.CONSTANT_KINDS``); default: every kind.
+            ``dmlbridge.placement.selection.CONSTANT_KINDS``); default: every kind.
         min_bytes: only constants whose values take at least this many bytes as a numpy array. The manifest
             records the selection; ``verify`` compares the plan with the constants it selects.
         drop_quantized_sources: leave out the constants that only quantized nodes read as weights or zero points

@@ -39,7 +39,7 @@ except ImportError:  # Windows: no flock; docs/guide.md says what that means
 
 from dmlbridge.errors import DestinationError, InvalidArgumentError, ManifestError
 from dmlbridge.manifest.format import parse_manifest, read_manifest_file
-from dmlbridge.planning.options import DEFAULT_MAX_MANIFEST_BYTES
+from dmlbridge.placement.options import DEFAULT_MAX_MANIFEST_BYTES
 from dmlbridge.system.workers import sigint_deferred
 
 __all__ = ["LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "CleanReport", "OutputFolder", "Removals", "clean",

@@ -12,8 +12,8 @@ DMLBRIDGE_CHECKED_PATH_ONLY makes every constant go.
     >>> import io, numpy as np
     >>> from onnx import helper, numpy_helper
     >>> from dmlbridge.model.constants import find_constants
-    >>> from dmlbridge.planning.options import ConvertOptions, PlanOptions
-    >>> from dmlbridge.planning.placement import place_constants
+    >>> from dmlbridge.placement.options import ConvertOptions, PlanOptions
+    >>> from dmlbridge.placement.entries import place_constants
     >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(2, np.float32))]))
     >>> layout = PlanOptions.check(alignment=16)
     >>> options = ConvertOptions.check(layout, progress=False, strict=False, external_data_root=None,
@@ -46,8 +46,8 @@ from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.onnx_file import checked_path_only
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.onnx.wire import float_field
-from dmlbridge.planning.options import ConvertOptions
-from dmlbridge.planning.placement import FOUR_BIT, Pair, Placement, PlanEntry
+from dmlbridge.placement.entries import FOUR_BIT, Pair, Placement, PlanEntry
+from dmlbridge.placement.options import ConvertOptions
 from dmlbridge.system.progress import Progress
 from dmlbridge.system.workers import Prefetch, sigint_deferred
 from dmlbridge.types.data_types import OnnxDataType

@@ -13,8 +13,8 @@ the error is the one the whole tensor gives (the index of a value out of range i
     >>> import ml_dtypes, numpy as np
     >>> from onnx import helper, numpy_helper
     >>> from dmlbridge.model.constants import find_constants
-    >>> from dmlbridge.planning.options import ConvertOptions, PlanOptions
-    >>> from dmlbridge.planning.placement import place_constants
+    >>> from dmlbridge.placement.options import ConvertOptions, PlanOptions
+    >>> from dmlbridge.placement.entries import place_constants
     >>> values = np.arange(6).astype(ml_dtypes.bfloat16)  # widened to FLOAT32
     >>> model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(values, "b")]))
     >>> constants = find_constants(model)
@@ -41,8 +41,8 @@ from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.onnx_file import checked_path_only
 from dmlbridge.model.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, sparse_direct, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
-from dmlbridge.planning.options import ConvertOptions, PlanOptions
-from dmlbridge.planning.placement import Placement, PlanEntry
+from dmlbridge.placement.entries import Placement, PlanEntry
+from dmlbridge.placement.options import ConvertOptions, PlanOptions
 from dmlbridge.system.workers import POOL_MIN_BYTES
 from dmlbridge.tensor.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.types.data_types import OnnxDataType

@@ -4,7 +4,7 @@ Each public function (``plan_model``, ``convert_model``, ``UploadPlan.verify``, 
 keywords it was given with the helpers here and passes the result on as one record (:class:`PlanOptions`,
 :class:`ConvertOptions`), never as a dozen positional parameters.
 
-    >>> from dmlbridge.planning.options import PlanOptions
+    >>> from dmlbridge.placement.options import PlanOptions
     >>> PlanOptions.check(alignment=16).alignment
     16
 """
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
-from dmlbridge.planning.selection import EVERY_CONSTANT, Selection
+from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
 from dmlbridge.system.workers import check_workers
 from dmlbridge.tensor.descs import check_flags
 from dmlbridge.types.target import Target

@@ -1,4 +1,4 @@
-"""Planning: where each constant of a model goes in the upload image and how DirectML sees it.
+"""Plan entries: where each constant of a model goes in the upload image and how DirectML sees it.
 
 :func:`place_constants` gives every constant a :class:`PlanEntry`: its DirectML type and conversion (the target's
 mapping), its DML_BUFFER_TENSOR_DESC (the layout rules) and its offset (the end of the previous converted entry,
@@ -7,7 +7,7 @@ lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has
 (ONNX type, shape) share everything but key, origin and offset, so each pair is planned once (:class:`Pair`).
 
     >>> from dmlbridge.model.constants import find_constants
-    >>> from dmlbridge.planning.options import PlanOptions
+    >>> from dmlbridge.placement.options import PlanOptions
     >>> from onnx import helper, numpy_helper
     >>> import numpy as np
     >>> graph = helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3, np.float32), "w")])
@@ -31,7 +31,7 @@ from dmlbridge.errors import (
 )
 from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.consumers import Consumer, Padding, channel_dims, padded_sizes, padding_of
-from dmlbridge.planning.options import MAX_BUFFER_BYTES, MAX_BUFFER_COUNT, MAX_KEY_LENGTH, PlanOptions
+from dmlbridge.placement.options import MAX_BUFFER_BYTES, MAX_BUFFER_COUNT, MAX_KEY_LENGTH, PlanOptions
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.tensor.layout import (
     buffer_bytes,

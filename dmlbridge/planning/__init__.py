@@ -1,5 +1,0 @@
-"""Planning a conversion: the options a caller gives (checked once), which constants are selected, and
-where each goes in the upload image with the desc DirectML sees.
-
-May import: ``model``, ``tensor`` and below.
-"""
