@@ -1,9 +1,12 @@
-"""Every manifest dmlbridge writes during the tests is checked against the JSON Schema the package ships."""
+"""The suite's shared setup: the helpers (tests/helpers/) importable by name from every test folder, and every
+manifest dmlbridge writes during the tests checked against the JSON Schema the package ships."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +14,9 @@ from hypothesis import settings
 
 from dmlbridge.manifest.format import manifest_schema
 from dmlbridge.writing.publish import Publication
+
+# The tests import the shared helpers by name (``from models import build_model``), wherever the test lives.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
 
 # No test depends on the machine's speed: Hypothesis' per-example deadline is off everywhere.
 settings.register_profile("dmlbridge", deadline=None)

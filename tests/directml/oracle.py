@@ -80,7 +80,7 @@ def _compare(result: Result, expected: np.ndarray, what: str) -> Verdict:
 
 class Image:
     """One buffer file of tensors at 256-byte offsets, and its binding list (written with the test's own
-    writer of the spec, tests/bindings_format.py, from each tensor's desc)."""
+    writer of the spec, tests/helpers/bindings_format.py, from each tensor's desc)."""
 
     def __init__(self) -> None:
         self.data = bytearray()
