@@ -16,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from budget import examples
+from builders import model_of
 from models import buffer_path, output_names, outputs
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 import dmlbridge
 from dmlbridge import plan_model
@@ -54,7 +56,7 @@ def small(tmp_path: Path) -> Path:
         numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "w"),
     ]
     path = tmp_path / "small.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     return path
 
 
@@ -262,7 +264,7 @@ def test_names_the_terminal_cannot_show_are_escaped_not_a_traceback(tmp_path: Pa
     # A Windows console or a file in a legacy code page cannot encode every constant name a model may carry.
     inits = [numpy_helper.from_array(np.ones(2, np.float32), "poids_é_权重")]
     path = tmp_path / "模型.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     env = dict(os.environ, PYTHONIOENCODING="ascii")
     for args in (["inspect", path], ["convert", path, "-o", tmp_path / "out"], ["verify", tmp_path / "out.json", path]):
         result = subprocess.run([sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True,
@@ -282,7 +284,7 @@ def test_ctrl_c_from_the_first_instruction_prints_one_line(small: Path, tmp_path
         pytest.skip("the installed console script is needed (pip install -e .)")
     rng = random.Random(7)
     outcomes = []
-    for run_index in range(12):
+    for run_index in range(examples(12)):
         out = tmp_path / f"run{run_index}"
         out.mkdir()
         child = subprocess.Popen([str(script), "convert", str(small), "-o", str(out / "w"), "--quiet"],
@@ -342,10 +344,8 @@ def test_version() -> None:
 def test_messages_name_the_commands_flags(small: Path, tmp_path: Path) -> None:
     """An error printed by the command line names its flag, never the Python keyword."""
     model, doubles = tmp_path / "s.onnx", tmp_path / "d.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.array(["a"], dtype=object), "s")])), model)
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.array([1.0, 2.0], np.float64), "d")])), doubles)
+    onnx.save(model_of({"s": np.array(["a"], dtype=object)}), model)
+    onnx.save(model_of({"d": np.array([1.0, 2.0], np.float64)}), doubles)
     cases = [
         (["convert", model, "-o", tmp_path / "o", "--strict"], ["--strict"]),
         (["convert", small, "-o", tmp_path / "o", "--max-tensor-bytes", "4"], ["--max-tensor-bytes 4"]),
@@ -378,7 +378,7 @@ def test_verify_exits_1_for_every_mismatch_and_2_for_configuration(tmp_path: Pat
     the first differing element; external data that cannot be read is one configuration error: exit 2."""
     values = np.arange(1 << 18, dtype=np.float32)
     model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(values, "w")])), model)
+    onnx.save(model_of({"w": values}), model)
     assert run("convert", model, "-o", tmp_path / "w", "--checksum", "--quiet").returncode == 0
     buffer = buffer_path(tmp_path / "w")
     data = bytearray(buffer.read_bytes())
@@ -393,7 +393,7 @@ def test_verify_exits_1_for_every_mismatch_and_2_for_configuration(tmp_path: Pat
     external.ClearField("raw_data")
     external.data_location = TensorProto.EXTERNAL
     external.external_data.add(key="location", value="e.data")
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [external])), tmp_path / "x.onnx")
+    onnx.save(model_of([external]), tmp_path / "x.onnx")
     assert run("convert", tmp_path / "x.onnx", "-o", tmp_path / "x", "--quiet").returncode == 0
     os.unlink(tmp_path / "e.data")
     one_line_error(run("verify", tmp_path / "x.json", tmp_path / "x.onnx"), "e.data")
@@ -430,10 +430,7 @@ def test_plan_tables_stay_readable(tmp_path: Path) -> None:
     narrow = format_plan(plan, width=120).splitlines()
     assert max(map(_width, narrow)) <= 120 < max(map(_width, text.splitlines()))
     assert any("…" in line for line in narrow)
-    odd = helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.ones(1, np.float32), "a\x1b[31mred"),
-        numpy_helper.from_array(np.ones(1, np.float32), "权重"),
-        numpy_helper.from_array(np.ones(1, np.float32), "ab")]))
+    odd = model_of({name: np.ones(1, np.float32) for name in ("a\x1b[31mred", "权重", "ab")})
     lines = format_plan(dmlbridge.plan_model(odd)).splitlines()
     assert "\x1b" not in "\n".join(lines) and lines[1].startswith("a\\x1b[31mred")
     wide, plain = lines[2], lines[3]
@@ -480,7 +477,7 @@ def test_messages_name_flags_but_never_rewrite_the_users_names(tmp_path: Path) -
     """Keywords become the flags that set them; a constant named like a keyword stays as the model spells it."""
     named = numpy_helper.from_array(np.arange(64, dtype=np.float32), "min_dims=3 max_tensor_bytes")
     model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [named])), model)
+    onnx.save(model_of([named]), model)
     too_big = run("convert", model, "-o", tmp_path / "out", "--max-tensor-bytes", "8")
     one_line_error(too_big, "'min_dims=3 max_tensor_bytes'", "more than --max-tensor-bytes 8")
     below = run("convert", model, "-o", tmp_path / "out", "--feature-level", "2.0", "--min-dims", "1")
@@ -638,7 +635,7 @@ def sentinel_model(path: Path, *, double: bool = False) -> Path:
              numpy_helper.from_array(np.array([2**64 - 1, 2**32, 7], np.uint64), "unsigned")]
     if double:
         inits.append(numpy_helper.from_array(np.array([0.1, 2.0]), "d"))
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     return path
 
 
@@ -663,8 +660,7 @@ def test_a_constant_named_like_the_saturate_keywords_keeps_its_name(tmp_path: Pa
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     name = "Target(..., int64='saturate', allow_lossy=True)"
     model = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.array([2**40], np.int64), name)])), model)
+    onnx.save(model_of({name: np.array([2**40], np.int64)}), model)
     line = main_error(capsys, "convert", model, "-o", tmp_path / "w", "--feature-level", "1.0")
     assert line.startswith(f"dmlbridge convert: error: constant {name!r} (initializer)"), line
     assert line.count("--int64 saturate --allow-lossy") == 1, line
@@ -685,8 +681,7 @@ def test_verify_says_which_values_were_clamped_not_bit_for_bit(tmp_path: Path,
         "0 skipped\n")
     assert [e.clamped for e in dmlbridge.load_plan(tmp_path / "w.json").entries.values()] == [0, 1, 4, 2, None]
     single = tmp_path / "one.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.array([2**40, 3], np.int64), "big")])), single)
+    onnx.save(model_of({"big": np.array([2**40, 3], np.int64)}), single)
     assert commands.main(["convert", str(single), "-o", str(tmp_path / "one"), *target, "--checksum"]) == 0
     assert commands.main(["verify", str(tmp_path / "one.json"), str(single), "--quiet"]) == 0
     assert capsys.readouterr().out == (

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from builders import model_of
+from onnx import numpy_helper
 
 import dmlbridge
 import dmlbridge.cli.commands
@@ -39,7 +40,7 @@ def long_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     inits.append(numpy_helper.from_array(np.ones((1, 3, 1, 1, 1, 1, 224, 224), np.int8), HUGE_KEY))
     inits.append(numpy_helper.from_array(np.ones((7, 6, 5, 4, 3, 2, 1, 8), np.float32), "权重.weight"))
     path = tmp_path_factory.mktemp("long") / "long.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     return path
 
 

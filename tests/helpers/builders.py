@@ -1,12 +1,38 @@
-"""Shared model pieces for the whole-model tests."""
+"""Shared model pieces for the tests: the one-graph model most tests build (:func:`model_of`), sparse tensors,
+Constant nodes of every form, an If inside a Loop, and byte-level mutations of serialized messages."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, SparseTensorProto, TensorProto, helper, numpy_helper
+
+
+def model_of(
+    initializers: Mapping[str, np.ndarray] | Iterable[TensorProto] = (),
+    nodes: Iterable[NodeProto] = (),
+    *,
+    sparse: Iterable[SparseTensorProto] = (),
+    **model_fields: Any,
+) -> ModelProto:
+    """A model of one graph ``g`` with no inputs or outputs that holds ``initializers`` (TensorProtos, or arrays by
+    name), ``nodes`` and ``sparse`` initializers; ``model_fields`` go to ``helper.make_model`` (``opset_imports``,
+    ``functions``)."""
+    if isinstance(initializers, Mapping):
+        initializers = [numpy_helper.from_array(array, name) for name, array in initializers.items()]
+    graph = helper.make_graph(list(nodes), "g", [], [], list(initializers), sparse_initializer=list(sparse))
+    return helper.make_model(graph, **model_fields)
+
+
+def sparse(name: str, values: np.ndarray, indices: np.ndarray, dims: list[int]) -> SparseTensorProto:
+    """A sparse tensor ``name`` of ``values`` at ``indices`` (linear, or coordinates) in a dense tensor of ``dims``
+    (its indices tensor named ``name_i``)."""
+    return helper.make_sparse_tensor(
+        numpy_helper.from_array(values, name), numpy_helper.from_array(indices, name + "_i"), dims
+    )
 
 
 def constant_nodes(sparse_value: Any) -> list[Any]:

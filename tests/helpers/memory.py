@@ -21,6 +21,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import onnx
+from builders import model_of
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
@@ -107,9 +108,8 @@ def memory_model(folder: Path, kind: str, mib: int | None = None, count: int = 8
             else:
                 raise ValueError(kind)
             inits.append(_external(tensor, f, "w.data"))
-    graph = helper.make_graph([], "g", [], [], inits, sparse_initializer=sparse)
     path = folder / "m.onnx"
-    onnx.save(helper.make_model(graph), path)
+    onnx.save(model_of(inits, sparse=sparse), path)
     return path
 
 

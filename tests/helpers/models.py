@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import reference
-from builders import constant_nodes, loop_with_if
+from builders import constant_nodes, loop_with_if, model_of, sparse
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import dmlbridge
@@ -67,12 +67,6 @@ def typed_storage(name: str, array: np.ndarray) -> TensorProto:
     """The tensor in the typed field ONNX uses for its type (not raw_data)."""
     t = numpy_helper.from_array(array, name)
     return helper.make_tensor(name, t.data_type, array.shape, array, raw=False)
-
-
-def sparse(name: str, values: np.ndarray, indices: np.ndarray, dims: list[int]) -> Any:
-    return helper.make_sparse_tensor(
-        numpy_helper.from_array(values, name), numpy_helper.from_array(indices, name + "_i"), dims
-    )
 
 
 def naive_densify(values: np.ndarray, indices: np.ndarray, dims: list[int]) -> np.ndarray:
@@ -395,7 +389,7 @@ def small_model(count: int, seed: int) -> tuple[Any, dict[str, np.ndarray]]:
             nodes.append(helper.make_node("Constant", [], [f"c{i}"], value=tensor))
             expected[f"c{i}"] = array
     expected = {k: expected[k] for k in [t.name for t in inits] + [n.output[0] for n in nodes]}
-    return helper.make_model(helper.make_graph(nodes, "g", [], [], inits)), expected
+    return model_of(inits, nodes), expected
 
 
 def buffer_path(prefix: Path | str) -> Path:

@@ -30,6 +30,13 @@ from dmlbridge import Target
 logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
 
 OPSETS = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+MATMUL_CASES = [  # (K, N, bits, block_size, symmetric): K whole blocks and not, an odd number of blocks
+    (64, 8, 4, 16, False), (72, 8, 4, 16, True), (80, 6, 4, 32, False), (96, 5, 4, 32, True),
+    (256, 4, 4, 64, False), (300, 3, 4, 128, True), (512, 2, 4, 256, False), (48, 8, 8, 16, False),
+    (72, 6, 8, 32, True), (64, 8, 2, 16, False), (112, 4, 2, 32, True),
+]
+# GatherBlockQuantized's data: uint8 bytes packing 2, 4 or 8 bits, or int4 and uint4 values (see gbq_inputs).
+GBQ_DATA_TYPES = ["uint8 bits 2", "uint8 bits 4", "uint8 bits 8", "int4", "uint4"]
 
 
 def matmul_model(k: int, n: int, seed: int = 0) -> onnx.ModelProto:
@@ -40,6 +47,14 @@ def matmul_model(k: int, n: int, seed: int = 0) -> onnx.ModelProto:
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, n])],
                               [numpy_helper.from_array(w, "W")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def with_float16_scales(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of a one-MatMulNBits ``model`` whose scales (the node's input 2) are FLOAT16."""
+    changed = copy.deepcopy(model)
+    scales = next(t for t in changed.graph.initializer if t.name == changed.graph.node[0].input[2])
+    scales.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scales).astype(np.float16), scales.name))
+    return changed
 
 
 def quantized(k: int, n: int, bits: int, block: int, symmetric: bool, qdq: bool = False) -> onnx.ModelProto:
@@ -77,6 +92,17 @@ def ints(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndar
     return rng.integers(low, high, shape).astype(INT_TYPES[name])
 
 
+def dq_scale_shape(shape: tuple[int, ...], granularity: str, axis: int, block: int) -> tuple[int, ...]:
+    """The shape of a DequantizeLinear's scales (and zero points) for an input of ``shape``: one value
+    (``"tensor"``), one per index of ``axis`` (``"axis"``), or one per ``block`` values along it (``"block"``)."""
+    rank_axis = axis % len(shape)
+    if granularity == "tensor":
+        return ()
+    if granularity == "axis":
+        return (shape[rank_axis],)
+    return tuple(-(-d // block) if i == rank_axis else d for i, d in enumerate(shape))
+
+
 def dq_model(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, **attrs: int) -> tuple[onnx.ModelProto, Any]:
     inits = [numpy_helper.from_array(x, "x"), numpy_helper.from_array(scale, "s")]
     inputs = ["x", "s"]
@@ -86,6 +112,21 @@ def dq_model(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, **attrs: i
     node = helper.make_node("DequantizeLinear", inputs, ["y"], "dq", **attrs)
     graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=OPSETS), node
+
+
+def gbq_inputs(rng: np.random.Generator, data_type: str, length: int, rows: int = 6,
+               block: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """GatherBlockQuantized's inputs for ``rows`` rows of ``length`` values quantized along axis 1 in blocks of
+    ``block``: the data of ``data_type`` (one of GBQ_DATA_TYPES), its scales (FLOAT16 for int4, else FLOAT32), its
+    zero points, and the bits per value."""
+    blocks = -(-length // block)
+    scales = (rng.random((rows, blocks)) + 0.01).astype(np.float16 if data_type == "int4" else np.float32)
+    if data_type.startswith("uint8"):
+        bits = int(data_type.split()[-1])
+        data = rng.integers(0, 256, (rows, length * bits // 8)).astype(np.uint8)
+        zero_points = rng.integers(0, 256, (rows, -(-blocks * bits // 8))).astype(np.uint8)
+        return data, scales, zero_points, bits
+    return ints(rng, data_type, (rows, length)), scales, ints(rng, data_type, (rows, blocks)), 4
 
 
 def gbq_model(data: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, bits: int, block: int,

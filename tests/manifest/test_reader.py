@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from budget import examples
 from models import buffer_path, build_model, older
 
 from dmlbridge import convert_model, load_plan
@@ -312,7 +313,7 @@ def test_random_manifest_mutations_only_raise_manifest_error(
     _buffer(tmp_path, doc).write_bytes(buffer_path(directory / "out").read_bytes())
     rng = random.Random(20240601)
     outcomes = {"refused": 0, "accepted": 0}
-    runs = int(os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES") or 300)  # a longer run: DMLBRIDGE_FUZZ_EXAMPLES=20000
+    runs = examples(300)
     for _ in range(runs):
         mutated = bytearray(text)
         for _ in range(rng.randint(1, 4)):

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from builders import model_of
 from models import older
 from onnx import helper, numpy_helper
 
@@ -23,7 +24,7 @@ def document(tmp_path: Path) -> dict[str, Any]:
              numpy_helper.from_array(np.array(["a"], dtype=object), "labels"),
              numpy_helper.from_array(np.zeros(3, np.float32), "bias")]
     conv = helper.make_node("Conv", ["x", "w", "bias"], ["y"], name="conv")
-    model = helper.make_model(helper.make_graph([conv], "g", [], [], inits))
+    model = model_of(inits, [conv])
     plan = dmlbridge.convert_model(model, tmp_path / "m", min_dims=4, progress=False, checksum=True,
                                    exclude=["nothing"])
     doc: dict[str, Any] = json.loads(Path(plan.manifest_path or "").read_text())

@@ -18,7 +18,6 @@ Protobuf parses them its own way, and the byte scan must agree or hand over.
 from __future__ import annotations
 
 import math
-import os
 import random
 import struct
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from budget import examples
 from builders import EDIT, mutate_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -39,9 +39,6 @@ from dmlbridge.errors import DmlBridgeError, TensorProtoError
 from dmlbridge.model import byte_scan
 from dmlbridge.model.constants import find_constants
 from dmlbridge.model.onnx_file import read_model
-
-EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
-
 
 # --- a protobuf encoder of our own -----------------------------------------------------------------------------
 
@@ -352,7 +349,7 @@ def read_from_bytes(scan: Any) -> int:
     return 0 if scan is None or isinstance(scan, (str, tuple)) else int((scan.starts >= 0).sum())
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_byte_scan_finds_what_the_parsed_model_finds(data: st.DataObject) -> None:
     initializers = data.draw(st.lists(tensor_records(), max_size=6))
@@ -361,7 +358,7 @@ def test_the_byte_scan_finds_what_the_parsed_model_finds(data: st.DataObject) ->
     same_as_parsed(model_bytes(initializers, nodes, order))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 999), edits=st.lists(EDIT, min_size=1, max_size=2))  # more of them still parse
 def test_mutated_bytes_find_what_the_parsed_model_finds(seed: int, edits: list[tuple[str, int, bytes]]) -> None:
     """A valid model's bytes with a few edits (builders.mutate_bytes): where protobuf still parses them, the byte

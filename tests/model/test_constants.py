@@ -8,6 +8,7 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
+from builders import model_of, sparse
 from models import naive_densify
 from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
 
@@ -16,12 +17,6 @@ from dmlbridge.model.constants import find_constants
 from dmlbridge.types.data_types import OnnxDataType as O
 
 # --- helpers ----------------------------------------------------------------------------------------------
-
-
-def sparse(name: str, values: np.ndarray, indices: np.ndarray, dims: list[int]) -> object:
-    return helper.make_sparse_tensor(
-        numpy_helper.from_array(values, name), numpy_helper.from_array(indices, name + "_idx"), dims
-    )
 
 
 def graph(nodes: list, name: str, initializers: list | None = None, outputs: list[str] = (), **kw: object) -> object:
@@ -175,14 +170,14 @@ def test_values_equal_onnx_numpy_helper_and_attribute_semantics() -> None:
 
 def test_generated_keys_never_take_a_real_name() -> None:
     inits = [numpy_helper.from_array(np.array([i], np.int8), n) for i, n in enumerate(["a", "a", "a#2", "a"])]
-    model = helper.make_model(helper.make_graph([], "g", [], [], inits))
+    model = model_of(inits)
     assert [c.key for c in find_constants(model)] == ["a", "a#3", "a#2", "a#4"]
 
 
 def test_empty_names_get_placeholder_keys_that_stay_unique() -> None:
     inits = [numpy_helper.from_array(np.array([1], np.int8), "") for _ in range(3)]
     nodes = [helper.make_node("Constant", [], [""], value_int=1), helper.make_node("Constant", [], [], value_int=2)]
-    model = helper.make_model(helper.make_graph(nodes, "g", [], [], inits))
+    model = model_of(inits, nodes)
     keys = [c.key for c in find_constants(model)]
     assert keys == ["<unnamed 0>", "<unnamed 1>", "<unnamed 2>", "<unnamed 0>#2", "<unnamed 1>#2"]
 
@@ -204,7 +199,7 @@ def test_function_attribute_references_are_not_constants() -> None:
 def test_malformed_constant_nodes_are_refused(attrs: list, message: str) -> None:
     node = helper.make_node("Constant", [], ["x"], name="bad")
     node.attribute.extend(attrs)
-    model = helper.make_model(helper.make_graph([node], "g", [], []))
+    model = model_of(nodes=[node])
     with pytest.raises(TensorProtoError, match=message):
         find_constants(model)
 
@@ -212,7 +207,7 @@ def test_malformed_constant_nodes_are_refused(attrs: list, message: str) -> None
 def test_constant_string_that_is_not_utf8_is_an_error_when_decoded() -> None:
     node = helper.make_node("Constant", [], ["s"])
     node.attribute.append(AttributeProto(name="value_string", type=AttributeProto.STRING, s=b"\xff\xfe"))
-    (found,) = find_constants(helper.make_model(helper.make_graph([node], "g", [], [])))
+    (found,) = find_constants(model_of(nodes=[node]))
     with pytest.raises(TensorProtoError, match="UTF-8"):
         found.to_array()
 
@@ -241,14 +236,14 @@ def test_malformed_initializer_is_found_at_scan_time() -> None:
     bad = numpy_helper.from_array(np.arange(4, dtype=np.float32), "bad")
     bad.raw_data = bad.raw_data[:-1]
     with pytest.raises(TensorProtoError, match="bad"):
-        find_constants(helper.make_model(helper.make_graph([], "g", [], [], [bad])))
+        find_constants(model_of([bad]))
 
 
 # --- sparse tensors as constants (the densifier itself: tests/onnx/test_sparse.py) ----------------------------
 
 
 def _model_with_sparse(sp: object) -> object:
-    return helper.make_model(helper.make_graph([], "g", [], [], sparse_initializer=[sp]))
+    return model_of(sparse=[sp])
 
 
 def test_sparse_with_bad_indices_fails_when_decoded_naming_it() -> None:
@@ -287,7 +282,7 @@ def test_sparse_value_constant_and_all_index_dtypes() -> None:
     for index_dtype in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
         sp = sparse("S", np.array([1, 2], np.int16), np.array([3, 0], index_dtype), [2, 2])
         node = helper.make_node("Constant", [], ["k"], sparse_value=sp)
-        (found,) = find_constants(helper.make_model(helper.make_graph([node], "g", [], [])))
+        (found,) = find_constants(model_of(nodes=[node]))
         assert found.kind == "sparse_value" and found.to_array().tolist() == [[2, 0], [0, 1]]
 
 
@@ -304,7 +299,7 @@ def test_value_tensors_decode_like_numpy_helper_raw_and_typed() -> None:
         if not raw:
             t = helper.make_tensor("", t.data_type, a.shape, a, raw=False)
         nodes.append(helper.make_node("Constant", [], [f"{name}_{raw}"], value=t))
-    found = find_constants(helper.make_model(helper.make_graph(nodes, "g", [], [])))
+    found = find_constants(model_of(nodes=nodes))
     for constant, node in zip(found, nodes, strict=True):
         expected = numpy_helper.to_array(node.attribute[0].t)
         got = constant.to_array()

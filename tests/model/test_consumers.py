@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from builders import model_of
 from models import older, per_channel_model
 from onnx import TensorProto, helper, numpy_helper
 
@@ -195,7 +196,7 @@ def test_the_writer_leaves_defaults_out_and_the_reader_takes_them_either_way(tmp
 def test_a_node_without_an_op_type_gives_a_readable_manifest(tmp_path: Path) -> None:
     """A broken model's node with no op type still names a consumer the manifest can hold ("?")."""
     w = numpy_helper.from_array(np.ones(3, np.float32), "w")
-    model = helper.make_model(helper.make_graph([helper.make_node("", ["w"], ["y"], name="n")], "g", [], [], [w]))
+    model = model_of([w], [helper.make_node("", ["w"], ["y"], name="n")])
     dmlbridge.convert_model(model, tmp_path / "w", progress=False)
     assert dmlbridge.load_plan(tmp_path / "w.json").entries["w"].consumers == (Consumer("n", "?", 0),)
 
@@ -263,7 +264,7 @@ def _shared_model() -> onnx.ModelProto:
              helper.make_node("Add", ["c", "added"], ["d"], name="add"),
              helper.make_node("Conv", ["x", "w4", "twice"], ["e"], name="c4c"),
              helper.make_node("Conv", ["x", "w4", "twice"], ["f"], name="c4d")]
-    return helper.make_model(helper.make_graph(nodes, "g", [], [], inits))
+    return model_of(inits, nodes)
 
 
 def test_consumers_that_disagree_keep_leading_ones() -> None:

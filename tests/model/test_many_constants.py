@@ -9,12 +9,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from budget import examples
+from builders import model_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import check_independently, outputs, small_model
@@ -23,9 +24,6 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 from dmlbridge import Target, convert_model
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.model.constants import find_constants
-
-EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
-
 
 # --- tensors: quick == checked -------------------------------------------------------------------------------
 
@@ -159,7 +157,7 @@ def _outputs(model: Any, prefix: Path) -> Any:
     return outputs(prefix)
 
 
-@settings(max_examples=max(20, EXAMPLES // 5), deadline=None,
+@settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(kinds=st.lists(st.sampled_from(CONSTANT_EDITS), min_size=1, max_size=12),
        edits=st.lists(FIELD_EDITS, min_size=2, max_size=2), seed=st.integers(0, 2**32 - 1))
@@ -172,7 +170,7 @@ def test_models_convert_the_same_with_the_fast_paths_off(
              for code, storage, edit in zip(TYPES[:2], ("raw", "typed"), edits, strict=True)]
     for i, tensor in enumerate(inits):
         tensor.name = tensor.name or f"i{i}"
-    model = helper.make_model(helper.make_graph(nodes, "g", [], [], inits))
+    model = model_of(inits, nodes)
     folder = tmp_path_factory.mktemp("same")
     fast = _outputs(model, folder / "fast")
     with monkeypatch.context() as patched:
@@ -232,7 +230,7 @@ def test_a_field_of_the_same_size_in_place_of_the_typed_one_is_not_taken_for_it(
         assert tensor.ByteSize() == helper.make_tensor("w", TensorProto.FLOAT, [4], [1.0] * 4).ByteSize()
         node = helper.make_node("Constant", [], ["c"], value=tensor)
         with pytest.raises(DmlBridgeError, match="int32_data"):
-            find_constants(helper.make_model(helper.make_graph([node], "g", [], [], [tensor])))
+            find_constants(model_of([tensor], [node]))
 
 
 def test_plan_entries_read_like_the_loaded_ones(tmp_path: Path) -> None:

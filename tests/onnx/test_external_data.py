@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from builders import model_of
 from onnx import TensorProto, helper, numpy_helper
 
 from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError, TensorTooLargeError
@@ -671,7 +672,7 @@ def test_conversion_and_verification_never_map_external_data(tmp_path: Path, mon
     tensor.data_location = TensorProto.EXTERNAL
     tensor.external_data.add(key="location", value="w.data")
     model = tmp_path / "m.onnx"
-    model.write_bytes(helper.make_model(helper.make_graph([], "g", [], [], [tensor])).SerializeToString())
+    model.write_bytes(model_of([tensor]).SerializeToString())
     monkeypatch.setattr(mmap, "mmap", lambda *a, **k: pytest.fail("external data mapped"))
     # (checksum=True: the bytes pass through the process, where a mapping could be; no copy by the kernel)
     plan = dmlbridge.convert_model(model, tmp_path / "out", progress=False, checksum=True)
@@ -706,7 +707,7 @@ def test_the_models_directory_is_pinned_when_the_model_is_opened(tmp_path: Path,
     tensor.ClearField("raw_data")
     tensor.data_location = TensorProto.EXTERNAL
     tensor.external_data.add(key="location", value="w.data")
-    (folder / "m.onnx").write_bytes(helper.make_model(helper.make_graph([], "g", [], [], [tensor])).SerializeToString())
+    (folder / "m.onnx").write_bytes(model_of([tensor]).SerializeToString())
     real_constants = plan_module.model_constants
 
     def swap_then_find(loaded: Any) -> Any:

@@ -8,6 +8,7 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from budget import examples
 from models import naive_densify
 
 from dmlbridge.errors import TensorProtoError
@@ -73,7 +74,7 @@ def test_densify_in_blocks_finds_what_one_pass_over_all_indices_finds(
     rng = np.random.default_rng(3)
     dims = [4, 5, 3]
     count = math.prod(dims)
-    for trial in range(200):
+    for trial in range(examples(200)):
         nnz = int(rng.integers(1, 40))
         linear = rng.choice(count, nnz, replace=False)
         if trial % 3 == 0:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import reference as ref
+from budget import examples
 from builders import EDITS, mutate_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -584,11 +585,9 @@ def _seed_tensors() -> list[bytes]:
 
 
 SEEDS = _seed_tensors()
-# DMLBRIDGE_FUZZ_EXAMPLES (e.g. 20000) runs every fuzz test of the suite longer.
-FUZZ_EXAMPLES = os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES")
 
 
-@settings(max_examples=int(FUZZ_EXAMPLES or 400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.sampled_from(SEEDS), edits=EDITS)
 def test_fuzz_mutated_tensors(seed, edits):
     tensor = TensorProto()
@@ -599,7 +598,7 @@ def test_fuzz_mutated_tensors(seed, edits):
     _decode_only_dmlbridge_errors(tensor)
 
 
-@settings(max_examples=int(FUZZ_EXAMPLES or 300), deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     data_type=st.integers(-3, 40),
     dims=st.lists(st.one_of(st.integers(-3, 9), st.sampled_from([2**31, 2**40, 2**62, 2**63 - 1])), max_size=4),

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bindings_format import decode, encode, parse
+from builders import model_of
 from models import buffer_paths
-from onnx import helper, numpy_helper
 
 import dmlbridge
 from dmlbridge.cli.commands import main
@@ -22,8 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _model(arrays: dict[str, np.ndarray]) -> object:
-    return helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(a, k) for k, a in
-                                                                  arrays.items()]))
+    return model_of(arrays)
 
 
 def _desc_of(manifest_desc: dict) -> tuple:

@@ -5,7 +5,6 @@ left to the opt-in SHA-256)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -13,23 +12,22 @@ from typing import Any
 
 import numpy as np
 import pytest
+from budget import examples
+from builders import model_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from models import buffer_path
-from onnx import helper, numpy_helper
 
 from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import ManifestError
 from dmlbridge.plan.fingerprint import FingerprintStream, bin_fingerprint
-
-EXAMPLES = int(os.environ.get("DMLBRIDGE_EXAMPLES") or 300)
 
 
 def test_the_fingerprint_from_bytes_read_elsewhere_is_the_fingerprint() -> None:
     """FingerprintStream, fed a file's bytes in pieces of any size, or only the bytes it says it still needs, gives
     bin_fingerprint's digest (verification computes it from the bytes it compares)."""
     rng = np.random.default_rng(11)
-    for _ in range(60):
+    for _ in range(examples(60)):
         size = int(rng.integers(1, 1 << 21))
         data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
         offsets = sorted({int(x) // 16 * 16 for x in rng.integers(0, size, int(rng.integers(0, 40)))})
@@ -68,7 +66,7 @@ def reference_fingerprint(path: Path, size: int, entries: list[tuple[int, int]])
     return sha.hexdigest()
 
 
-@settings(max_examples=max(20, EXAMPLES // 5), deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(lengths=st.lists(st.sampled_from([4, 16, 16, 16, 64, 100, 300, 5000]), max_size=3000),
        gaps=st.sampled_from([0, 16, 240, 4096]), seed=st.integers(0, 2**32 - 1))
 def test_fingerprint_matches_a_per_range_reference(tmp_path_factory: Any, lengths: list[int], gaps: int,
@@ -96,7 +94,7 @@ def test_fingerprint_reads_samples_not_the_whole_file(tmp_path: Path) -> None:
         assert time.perf_counter() - start < 2.0
 
     array = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: most of it is not sampled
-    m = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(array, "w")]))
+    m = model_of({"w": array})
     convert_model(m, tmp_path / "out", checksum=True)
     buffer = buffer_path(tmp_path / "out")
     data = bytearray(buffer.read_bytes())

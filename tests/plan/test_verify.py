@@ -14,11 +14,12 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from builders import model_of
 from models import (
     buffer_path,
     build_model,
 )
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import (
@@ -152,7 +153,7 @@ def test_verify_reads_each_buffer_byte_once(tmp_path: Path, monkeypatch: pytest.
     inits.append(numpy_helper.from_array(rng.integers(0, 256, 50001, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn),
                                          "f8"))  # widened: fresh bytes that are not the stored ones
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     convert_model(path, tmp_path / "w", progress=False, fsync=False, checksum=checksum, max_buffer_bytes=512 << 10,
                   alignment=4096).close()
     reads = _record_reads(monkeypatch)

@@ -10,7 +10,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from builders import model_of, sparse
+from onnx import TensorProto
 
 from dmlbridge import InvalidArgumentError, TensorTooLargeError, convert_model, load_plan, plan_model
 from dmlbridge.model.constants import find_constants
@@ -18,11 +19,8 @@ from dmlbridge.model.constants import find_constants
 
 def _sparse_model(dense_elements: int) -> bytes:
     """A model of one sparse initializer: one FLOAT value in a dense tensor of ``dense_elements``."""
-    values = numpy_helper.from_array(np.array([1.0], np.float32), "s")
-    indices = numpy_helper.from_array(np.array([0], np.int64), "s_i")
-    sparse = helper.make_sparse_tensor(values, indices, [dense_elements])
-    graph = helper.make_graph([], "g", [], [], sparse_initializer=[sparse])
-    return bytes(helper.make_model(graph).SerializeToString())
+    model = model_of(sparse=[sparse("s", np.array([1.0], np.float32), np.array([0], np.int64), [dense_elements])])
+    return bytes(model.SerializeToString())
 
 
 def test_a_small_model_cannot_claim_a_large_image(tmp_path: Path) -> None:
@@ -43,7 +41,7 @@ def test_a_small_model_cannot_claim_a_large_image(tmp_path: Path) -> None:
 def test_max_tensor_bytes_counts_the_larger_of_the_decoded_and_the_directml_sizes(tmp_path: Path) -> None:
     """FLOAT8 widens to FLOAT16: 1,000 decoded bytes make 2,000 DirectML bytes, and the limit counts those."""
     array = np.linspace(-1, 1, 1000).astype(ml_dtypes.float8_e4m3fn)
-    model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(array, "f8")]))
+    model = model_of({"f8": array})
     with pytest.raises(TensorTooLargeError, match=r"'f8'.*2000 bytes.*max_tensor_bytes=1500"):
         convert_model(model, tmp_path / "w", progress=False, max_tensor_bytes=1500)
     assert os.listdir(tmp_path) == []
@@ -54,13 +52,11 @@ def test_keys_are_bounded_so_the_manifest_is(tmp_path: Path) -> None:
     """A key of more than 4,096 characters is refused (keys are written into the manifest, one per constant, so
     the manifest is at most about 76 KiB per constant); so is a manifest over max_manifest_bytes, before any
     file exists."""
-    long = helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.ones(1, np.float32), "n" * 5000)]))
+    long = model_of({"n" * 5000: np.ones(1, np.float32)})
     for call in (lambda: plan_model(long), lambda: convert_model(long, tmp_path / "w", progress=False)):
         with pytest.raises(InvalidArgumentError, match="key of 5000 characters"):
             call()
-    many = helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.ones(1, np.float32), f"w{i}") for i in range(100)]))
+    many = model_of({f"w{i}": np.ones(1, np.float32) for i in range(100)})
     with pytest.raises(InvalidArgumentError, match=r"max_manifest_bytes=2000.*--max-manifest-bytes"):
         convert_model(many, tmp_path / "w", progress=False, max_manifest_bytes=2000)
     assert os.listdir(tmp_path) == []
@@ -75,7 +71,7 @@ def test_keys_of_many_constants_sharing_one_name_are_made_in_linear_time() -> No
     """16,000 constants named alike get w, w#2, ..., w#16000 in one pass (it took 47 s when each repeat searched
     from #2 again)."""
     tensors = [TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1], raw_data=bytes(4)) for _ in range(16000)]
-    model = helper.make_model(helper.make_graph([], "g", [], [], tensors))
+    model = model_of(tensors)
     started = time.perf_counter()
     keys = [c.key for c in find_constants(model)]
     assert time.perf_counter() - started < 5
@@ -85,8 +81,7 @@ def test_keys_of_many_constants_sharing_one_name_are_made_in_linear_time() -> No
 def test_a_plan_reads_no_entry_larger_than_max_tensor_bytes(tmp_path: Path) -> None:
     """An entry claiming more than the limit (16 GiB by default: a crafted manifest over a sparse buffer file can
     claim 32 GiB) is refused before anything is allocated."""
-    plan = convert_model(helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.ones(100, np.float32), "w")])), tmp_path / "w", progress=False)
+    plan = convert_model(model_of({"w": np.ones(100, np.float32)}), tmp_path / "w", progress=False)
     for read in (plan.read, plan.array, plan.dml_array):
         with pytest.raises(TensorTooLargeError, match=r"'w' holds 400 bytes.*max_tensor_bytes=399"):
             read("w", max_tensor_bytes=399)

@@ -17,8 +17,10 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from budget import LONG
+from builders import model_of
 from models import buffer_paths, check_independently
-from onnx import external_data_helper, helper, numpy_helper
+from onnx import external_data_helper, numpy_helper
 
 import dmlbridge
 import dmlbridge.cli.commands
@@ -69,7 +71,7 @@ def mixed_model(limit: int, seed: int = 5) -> tuple[onnx.ModelProto, dict[str, n
         total += array.nbytes
         i += 1
     inits = [numpy_helper.from_array(a, k) for k, a in arrays.items()]
-    return helper.make_model(helper.make_graph([], "g", [], [], inits)), arrays
+    return model_of(inits), arrays
 
 
 @pytest.mark.parametrize(("limit", "paths"), [(64 * KIB, "fast-paths"), (64 * KIB, "checked-path-only"),
@@ -111,7 +113,7 @@ def test_external_data_is_copied_into_each_buffer(tmp_path: Path) -> None:
             tensor.ClearField("raw_data")
         inits.append(tensor)
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     limit = 2 << 20
     plan = dmlbridge.convert_model(path, tmp_path / "w", alignment=ALIGNMENT, max_buffer_bytes=limit, progress=False)
     check_independently(tmp_path / "w", arrays, Target(), 1, ALIGNMENT, limit)
@@ -126,7 +128,7 @@ def test_one_buffer_when_the_model_fits(tmp_path: Path) -> None:
     assert plan.max_buffer_bytes == dmlbridge.DEFAULT_MAX_BUFFER_BYTES == 2 << 30
     assert [p.name for p in buffer_paths(tmp_path / "w")] == [f"w.{plan.conversion_id}.00000.bin"]
     check_independently(tmp_path / "w", arrays, Target(), 1, 256)
-    empty = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [])), tmp_path / "e",
+    empty = dmlbridge.convert_model(model_of(), tmp_path / "e",
                                     progress=False, max_buffer_bytes=256)
     assert empty.buffer_sizes == (0,) and len(empty.buffers) == 1
 
@@ -165,11 +167,11 @@ def test_the_largest_limit_is_an_upload_buffers_and_alignment_bounds_it() -> Non
     with pytest.raises(InvalidArgumentError):  # 0xFFFF0000 is not a multiple of 2^17
         dmlbridge.plan_model(model, alignment=1 << 17, max_buffer_bytes=0xFFFF0000)
     inits = [numpy_helper.from_array(np.zeros(64, np.float32), f"w{i}") for i in range(257)]
-    many = helper.make_model(helper.make_graph([], "g", [], [], inits))
+    many = model_of(inits)
     with pytest.raises(InvalidArgumentError, match="more than 256 buffers"):
         dmlbridge.plan_model(many, max_buffer_bytes=256)  # (a buffer per 256-byte tensor)
     inits.pop()
-    assert len(dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], inits)),
+    assert len(dmlbridge.plan_model(model_of(inits),
                                     max_buffer_bytes=256).buffer_sizes) == 256
 
 
@@ -331,7 +333,7 @@ def test_the_guaranteed_size_for_a_vram_size() -> None:
         dmlbridge.max_buffer_bytes_for(-1)
 
 
-@pytest.mark.skipif(not os.environ.get("DMLBRIDGE_LARGE_BUFFERS"), reason="set DMLBRIDGE_LARGE_BUFFERS=1 to run")
+@pytest.mark.skipif(not LONG, reason="a long run: DMLBRIDGE_LONG=1 runs it")
 def test_a_few_hundred_mib_in_64_mib_buffers(tmp_path: Path) -> None:
     """The opt-in large run: about 400 MiB of float32 in 64 MiB buffers, checked as the small runs are (the
     per-element reference makes it take several minutes)."""
@@ -339,8 +341,7 @@ def test_a_few_hundred_mib_in_64_mib_buffers(tmp_path: Path) -> None:
     arrays = {f"w{i:02d}": rng.standard_normal(int(rng.integers(1 << 20, 4 << 20))).astype(np.float32)
               for i in range(40)}
     arrays["full"] = rng.standard_normal(16 << 20).astype(np.float32)  # exactly 64 MiB
-    model = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(a, k)
-                                                                   for k, a in arrays.items()]))
+    model = model_of(arrays)
     onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data")
     limit = 64 << 20
     plan = dmlbridge.convert_model(tmp_path / "m.onnx", tmp_path / "w", max_buffer_bytes=limit, progress=False)

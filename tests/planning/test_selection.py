@@ -13,6 +13,7 @@ from typing import Any, get_args
 import numpy as np
 import onnx
 import pytest
+from builders import model_of, sparse
 from models import older
 from onnx import helper, numpy_helper
 
@@ -31,16 +32,13 @@ def model_of_kinds() -> onnx.ModelProto:
         numpy_helper.from_array(np.arange(32, dtype=np.float16), "layers.1.weight"),
         numpy_helper.from_array(np.arange(2, dtype=np.int64), "head.shape"),
     ]
-    values = numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "sp")
-    indices = numpy_helper.from_array(np.array([1, 3], np.int64), "sp_i")
-    sparse = helper.make_sparse_tensor(values, indices, [4])
     nodes = [
         helper.make_node("Constant", [], ["c_tensor"], value=numpy_helper.from_array(np.ones(8, np.float32))),
         helper.make_node("Constant", [], ["c_float"], value_float=2.5),
         helper.make_node("Constant", [], ["c_ints"], value_ints=[1, 2, 3]),
     ]
-    graph = helper.make_graph(nodes, "g", [], [], inits, sparse_initializer=[sparse])
-    return helper.make_model(graph)
+    return model_of(inits, nodes, sparse=[sparse("sp", np.array([1.0, 2.0], np.float32), np.array([1, 3], np.int64),
+                                                 [4])])
 
 
 def expected_keys(model: onnx.ModelProto, include: list[str] | None, exclude: list[str], kinds: list[str] | None,

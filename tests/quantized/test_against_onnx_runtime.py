@@ -6,19 +6,23 @@ sign of a zero: there +0 and -0 are equal)."""
 
 from __future__ import annotations
 
-import copy
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
+from builders import model_of
 from onnx import TensorProto, helper, numpy_helper
 from quantized_models import (
+    GBQ_DATA_TYPES,
     INT_TYPES,
+    MATMUL_CASES,
     OPSETS,
     check,
     dq_model,
+    dq_scale_shape,
+    gbq_inputs,
     gbq_model,
     identity_product,
     independent_dequantize,
@@ -27,18 +31,13 @@ from quantized_models import (
     quantized,
     same_bits,
     static_quantized,
+    with_float16_scales,
 )
 
 import dmlbridge
 from dmlbridge import Target
 
 # --- models made by ONNX Runtime's quantizer ----------------------------------------------------------------------
-
-MATMUL_CASES = [  # (K, N, bits, block_size, symmetric): K whole blocks and not, an odd number of blocks
-    (64, 8, 4, 16, False), (72, 8, 4, 16, True), (80, 6, 4, 32, False), (96, 5, 4, 32, True),
-    (256, 4, 4, 64, False), (300, 3, 4, 128, True), (512, 2, 4, 256, False), (48, 8, 8, 16, False),
-    (72, 6, 8, 32, True), (64, 8, 2, 16, False), (112, 4, 2, 32, True),
-]
 
 
 @pytest.mark.parametrize(("k", "n", "bits", "block", "symmetric"), MATMUL_CASES)
@@ -90,14 +89,8 @@ DQ_CASES = [  # (x shape, granularity, axis, block)
 @pytest.mark.parametrize(("shape", "granularity", "axis", "block"), DQ_CASES)
 def test_dequantize_linear(tmp_path: Path, type_name: str, shape: tuple[int, ...], granularity: str, axis: int,
                            block: int) -> None:
-    rng = np.random.default_rng(abs(hash((type_name, shape, axis, block))) % 1000)
-    rank_axis = axis % len(shape)
-    if granularity == "tensor":
-        scale_shape: tuple[int, ...] = ()
-    elif granularity == "axis":
-        scale_shape = (shape[rank_axis],)
-    else:
-        scale_shape = tuple(-(-d // block) if i == rank_axis else d for i, d in enumerate(shape))
+    rng = np.random.default_rng(zlib.crc32(repr((type_name, shape, axis, block)).encode()))  # (one seed a case)
+    scale_shape = dq_scale_shape(shape, granularity, axis, block)
     x = ints(rng, type_name, shape)
     scale = (rng.random(scale_shape) + 0.01).astype(np.float32)
     for with_zp in (False, True):
@@ -112,22 +105,12 @@ def test_dequantize_linear(tmp_path: Path, type_name: str, shape: tuple[int, ...
         assert (q.zero_points.key if q.zero_points else None) == ("z" if with_zp else "dq/zero_points")
 
 
-@pytest.mark.parametrize("data_type", ["uint8 bits 2", "uint8 bits 4", "uint8 bits 8", "int4", "uint4"])
+@pytest.mark.parametrize("data_type", GBQ_DATA_TYPES)
 @pytest.mark.parametrize("length", [40, 64])  # the quantized axis: not whole blocks of 16, and whole
 def test_gather_block_quantized(tmp_path: Path, data_type: str, length: int) -> None:
-    rng = np.random.default_rng(length)
-    rows, block = 6, 16
-    blocks = -(-length // block)
-    scales = (rng.random((rows, blocks)) + 0.01).astype(np.float16 if data_type == "int4" else np.float32)
-    if data_type.startswith("uint8"):
-        bits = int(data_type.split()[-1])
-        data = rng.integers(0, 256, (rows, length * bits // 8)).astype(np.uint8)
-        zp = rng.integers(0, 256, (rows, -(-blocks * bits // 8))).astype(np.uint8)
-    else:
-        bits = 4
-        data, zp = ints(rng, data_type, (rows, length)), ints(rng, data_type, (rows, blocks))
+    data, scales, zp, bits = gbq_inputs(np.random.default_rng(length), data_type, length)
     for with_zp in (False, True):
-        model, node = gbq_model(data, scales, zp if with_zp else None, bits, block, 1, 0)
+        model, node = gbq_model(data, scales, zp if with_zp else None, bits, 16, 1, 0)
         directory = tmp_path / f"zp{with_zp}"
         directory.mkdir()
         out = TensorProto.FLOAT if scales.dtype == np.float32 else TensorProto.FLOAT16
@@ -175,7 +158,7 @@ def test_a_zero_point_of_another_shape_skips_its_node_only(tmp_path: Path) -> No
     z = numpy_helper.from_array(np.zeros(2, np.int8), "z")
     bad = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"], "bad", axis=1)
     good = helper.make_node("DequantizeLinear", ["x", "s"], ["y2"], "good", axis=1)
-    model = helper.make_model(helper.make_graph([bad, good], "g", [], [], [x, s, z]), opset_imports=OPSETS)
+    model = model_of([x, s, z], [bad, good], opset_imports=OPSETS)
     plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False)
     assert "same shape" in (plan.quantized["bad"].skipped or "")
     assert plan.quantized["good"].skipped is None and all(e.skipped is None for e in plan.entries.values())
@@ -213,13 +196,6 @@ def test_a_block_longer_than_its_axis_is_one_block_in_plan_and_conversion(tmp_pa
     assert same_bits(converted.dequantize(), node_output(model, node))
 
 
-def _fp16_scales(model: onnx.ModelProto) -> onnx.ModelProto:
-    changed = copy.deepcopy(model)
-    scales = next(t for t in changed.graph.initializer if t.name == changed.graph.node[0].input[2])
-    scales.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scales).astype(np.float16), scales.name))
-    return changed
-
-
 OPERATOR_LEVELS = [  # (level, operator, weight, scales DML type of FLOAT16 scales, dimensions)
     ("6.4", "DEQUANTIZE", "UINT4", "FLOAT16", 3), ("6.3", "DEQUANTIZE", "UINT4", "FLOAT16", 3),
     ("6.2", "ELEMENT_WISE_DEQUANTIZE_LINEAR", "UINT8", "FLOAT16", 3),
@@ -237,7 +213,7 @@ def test_each_record_names_the_operator_that_takes_it(tmp_path: Path, level: str
     """A MatMulNBits with FLOAT16 scales at each feature level: the operator of the level, parts of the types its
     tensor-support table lists there (FLOAT16 scales widened to a FLOAT32 copy below 6.0, exactly 4 dimensions
     below 3.0), the same values as at 6.4 both ways, the operator in the manifest."""
-    model = _fp16_scales(quantized(72, 8, 4, 16, False))
+    model = with_float16_scales(quantized(72, 8, 4, 16, False))
     name = model.graph.node[0].name
     want = dmlbridge.plan_model(model)  # (6.4: the values, through the independent decode below)
     (tmp_path / "64").mkdir()

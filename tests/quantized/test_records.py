@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import random
 import subprocess
 import sys
@@ -21,6 +20,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from budget import examples
+from builders import model_of
 from limits import ADDRESS_SPACE_LIMIT
 from models import older
 from onnx import helper, numpy_helper
@@ -31,6 +32,7 @@ from quantized_models import (
     ints,
     quantized,
     same_bits,
+    with_float16_scales,
 )
 
 import dmlbridge
@@ -45,9 +47,7 @@ logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
 def test_target_rules(tmp_path: Path) -> None:
     model = quantized(72, 8, 4, 16, False)
     (node,) = model.graph.node
-    fp16 = copy.deepcopy(model)
-    scales = next(t for t in fp16.graph.initializer if t.name == node.input[2])
-    scales.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scales).astype(np.float16), scales.name))
+    fp16 = with_float16_scales(model)
     cases = {"6.3": Target("6.3"), "no-float16": Target(supported={"FLOAT32", "UINT8", "UINT4", "INT32"}),
              "min4": Target("6.4")}
     for name, target in cases.items():
@@ -82,8 +82,7 @@ def test_what_cannot_be_expressed_is_listed(tmp_path: Path) -> None:
     x = numpy_helper.from_array(np.zeros((2, 4), np.float32).astype(ml_dtypes.float8_e4m3fn), "x")
     s = numpy_helper.from_array(np.float32(1), "s")
     node8 = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], "dq")
-    plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([node8], "g", [], [], [x, s]),
-                                                  opset_imports=OPSETS))
+    plan = dmlbridge.plan_model(model_of([x, s], [node8], opset_imports=OPSETS))
     assert "2-, 4- and 8-bit" in (plan.quantized["dq"].skipped or "")
     empty = copy.deepcopy(model)  # an omitted projection: B with no bytes
     b = next(t for t in empty.graph.initializer if t.name == node.input[1])
@@ -92,8 +91,8 @@ def test_what_cannot_be_expressed_is_listed(tmp_path: Path) -> None:
     f8 = numpy_helper.from_array(np.zeros((4, 32), np.float32).astype(ml_dtypes.float8_e4m3fn), "t")
     gbq = helper.make_node("GatherBlockQuantized", ["t", "i", "sc"], ["e"], "g8", domain="com.microsoft",
                            block_size=32, gather_axis=0, quantize_axis=1)
-    plan = dmlbridge.plan_model(helper.make_model(helper.make_graph(
-        [gbq], "g", [], [], [f8, numpy_helper.from_array(np.ones((4, 1), np.float32), "sc")]), opset_imports=OPSETS))
+    plan = dmlbridge.plan_model(model_of([f8, numpy_helper.from_array(np.ones((4, 1), np.float32), "sc")], [gbq],
+                                         opset_imports=OPSETS))
     assert "float8 and float4 data" in (plan.quantized["g8"].skipped or "")
     deep = np.zeros((2, 2, 2, 2, 32), np.int8)  # blocked: 6 dimensions, more than feature level 2.0's 5
     model6, _ = dq_model(deep, np.ones((2, 2, 2, 2, 2), np.float32), None, axis=4, block_size=16)
@@ -154,8 +153,7 @@ def test_a_shared_weight_gives_each_node_a_view_of_one_entry(tmp_path: Path) -> 
     head = helper.make_node("MatMulNBits", ["h", "table3", "scales"], ["logits"], "lm_head", domain="com.microsoft",
                             K=dim, N=vocab, bits=4, block_size=block)
     reshaped = numpy_helper.from_array(table.reshape(vocab, dim // block, block // 2), "table3")
-    model = helper.make_model(helper.make_graph([gather, head], "g", [], [], [*inits, reshaped]),
-                              opset_imports=OPSETS)
+    model = model_of([*inits, reshaped], [gather, head], opset_imports=OPSETS)
     plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False)
     embed, lm_head = plan.quantized["embed"], plan.quantized["lm_head"]
     assert embed.scales is not None and lm_head.scales is not None
@@ -264,7 +262,7 @@ def test_dequantize_memory_is_the_output_and_bounded_temporaries(tmp_path: Path)
     z = numpy_helper.from_array(rng.integers(0, 256, (n, blocks // 2)).astype(np.uint8), "Z")
     node = helper.make_node("MatMulNBits", ["A", "B", "S", "Z"], ["Y"], "mm", domain="com.microsoft", K=k, N=n,
                             bits=4, block_size=block)
-    model = helper.make_model(helper.make_graph([node], "g", [], [], [b, s, z]), opset_imports=OPSETS)
+    model = model_of([b, s, z], [node], opset_imports=OPSETS)
     dmlbridge.convert_model(model, tmp_path / "w", progress=False)
     script = textwrap.dedent(f"""
         import dmlbridge
@@ -319,7 +317,6 @@ def test_records_of_older_formats_report_no_operator(tmp_path: Path) -> None:
 
 # --- fuzzing the records: what load_plan accepts, dequantize and blocked_form read without another error ----------
 
-FUZZ_RUNS = int(os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES") or 200)  # a longer run: DMLBRIDGE_FUZZ_EXAMPLES=20000
 _POOL: list[Any] = [0, 1, -1, 2, 3, 4, 5, 7, 8, 12, 13, 16, 255, 65535, 65537, 2**31, 2**32, 2**63, None, True,
                     False, "", "x", "B", "UINT4", "DEQUANTIZE", "ELEMENT_WISE_DEQUANTIZE_LINEAR", "FLOAT16", "FLOAT",
                     "block", "axis", "tensor", "MatMulNBits", [], [0], [1, 1], [65535, 65537], [0, 0, 0], {}]
@@ -393,7 +390,8 @@ def test_fuzzed_quantized_records_raise_only_dmlbridge_errors(tmp_path: Path, le
     assert len([r for r in doc["quantized"] if r["skipped"] is None]) == 4
     rng = random.Random(f"quantized {level}")
     outcomes = {"refused": 0, "accepted": 0}
-    for _ in range(FUZZ_RUNS):
+    runs = examples(200)
+    for _ in range(runs):
         mutated = copy.deepcopy(doc)
         _mutate(rng, mutated)
         (tmp_path / "w.json").write_text(json.dumps(mutated))
@@ -412,4 +410,4 @@ def test_fuzzed_quantized_records_raise_only_dmlbridge_errors(tmp_path: Path, le
                 except DmlBridgeError:
                     pass
         plan.close()
-    assert outcomes["refused"] > FUZZ_RUNS * 0.5 and outcomes["accepted"], outcomes
+    assert outcomes["refused"] > runs * 0.5 and outcomes["accepted"], outcomes

@@ -6,7 +6,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from builders import model_of
+from onnx import numpy_helper
 
 import dmlbridge
 from dmlbridge import (
@@ -24,7 +25,7 @@ from dmlbridge import (
 def tiny_model() -> onnx.ModelProto:
     """One FLOAT initializer "w" of shape [2]."""
     w = numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "w")
-    return helper.make_model(helper.make_graph([], "g", [], [], [w]))
+    return model_of([w])
 
 
 NO_64 = Target(supported={"FLOAT32", "FLOAT16", "UINT32", "UINT16", "UINT8", "INT32", "INT16", "INT8"})

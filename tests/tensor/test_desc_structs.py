@@ -11,6 +11,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from builders import model_of
 
 import dmlbridge
 from dmlbridge import DmlDataType, Target
@@ -162,10 +163,9 @@ def test_tensor_desc_array_keeps_what_it_points_at_alive(tmp_path: Any) -> None:
     import gc
 
     import numpy as np
-    from onnx import helper, numpy_helper
 
-    plan = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.ones((2, 2), np.int8), "w")])), tmp_path / "w", progress=False, min_dims=4)
+    plan = dmlbridge.convert_model(model_of({"w": np.ones((2, 2), np.int8)}), tmp_path / "w", progress=False,
+                                   min_dims=4)
     array = dmlbridge.tensor_desc_array([dmlbridge.prepare(np.ones((4, 2), np.int8), min_dims=4),
                                          plan.entries["w"], dmlbridge.BufferTensorDesc(8, 0, (1, 1, 1, 5), None, 8, 0)])
     gc.collect()

@@ -1,23 +1,21 @@
 """Fuzzing the preparers: random arrays, sizes, strides, targets and destinations.
 
 The only exceptions allowed out of dmlbridge are DmlBridgeError subclasses. The number of examples is bounded
-for the suite; set DMLBRIDGE_FUZZ_EXAMPLES (e.g. 20000) for a longer run.
+for the suite; DMLBRIDGE_EXAMPLES multiplies it (tests/helpers/budget.py).
 """
 
 from __future__ import annotations
 
-import os
-
 import ml_dtypes
 import numpy as np
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dmlbridge
 from dmlbridge import DmlBridgeError, DmlDataType, FeatureLevel, Target
 
-EXAMPLES = int(os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES", "150"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 
 DTYPES = [
     np.float32,

@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import reference as ref
+from builders import model_of
 
 import dmlbridge
 from dmlbridge import DmlDataType, FeatureLevel, Target
@@ -502,9 +503,8 @@ def test_signalling_nans_in_float_attributes_and_typed_fields_decode_exactly() -
         node = NodeProto(op_type="Constant", output=[name])
         node.attribute.add().CopyFrom(attribute)
         nodes.append(node)
-    from onnx import helper
 
-    found = {c.key: c for c in find_constants(helper.make_model(helper.make_graph(nodes, "g", [], [])))}
+    found = {c.key: c for c in find_constants(model_of(nodes=nodes))}
     assert found["one"].to_array().view(np.uint32).tolist() == 0x7F8F5019
     assert found["two"].to_array().view(np.uint32).tolist() == [0x7F8F5019, 0x7F8F5019]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,15 +11,16 @@ from typing import Any
 import numpy as np
 import pytest
 import reference as ref
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dmlbridge
 from dmlbridge import DmlDataType, FeatureLevel, Target
 
-# DMLBRIDGE_EXAMPLES=5000 for a long hunt; the default keeps this file at a few seconds.
+# A longer hunt: DMLBRIDGE_EXAMPLES (tests/helpers/budget.py); the default keeps this file at a few seconds.
 SETTINGS = settings(
-    max_examples=int(os.environ.get("DMLBRIDGE_EXAMPLES", "200")),
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

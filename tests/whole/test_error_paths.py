@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from builders import model_of
 from models import buffer_path
 from onnx import helper, numpy_helper
 
@@ -26,7 +27,7 @@ from dmlbridge.planning.options import MAX_KEY_LENGTH
 
 def small_model() -> onnx.ModelProto:
     w = numpy_helper.from_array(np.arange(64, dtype=np.float32), "w")
-    return helper.make_model(helper.make_graph([], "g", [], [], [w]))
+    return model_of([w])
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ KeyError, ...); a failed conversion leaves the previous outputs exactly as they 
 that converts reads back through load_plan and verifies bit for bit. The seeds are the demo's sample model, a
 generated model with a constant in every place and form, and models from onnx's backend test data.
 
-The number of examples per test is bounded for the suite; set DMLBRIDGE_FUZZ_EXAMPLES (e.g. 20000) for a longer
-run, as for tests/tensor/test_fuzz_preparers.py.
+The number of examples per test is bounded for the suite; DMLBRIDGE_EXAMPLES multiplies it, as for every random
+test (tests/helpers/budget.py).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from budget import examples
 from builders import EDITS, constant_nodes, loop_with_if, mutate_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -42,7 +43,7 @@ from dmlbridge.cli import commands as cli
 from dmlbridge.cli.demo import build_sample_model
 from dmlbridge.errors import DmlBridgeError
 
-EXAMPLES = int(os.environ.get("DMLBRIDGE_FUZZ_EXAMPLES", "200"))
+EXAMPLES = examples(200)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 LIMIT = 1 << 26  # max_tensor_bytes while fuzzing: a mutated claim must not make the suite slow
 ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
@@ -331,7 +332,7 @@ def test_models_with_hostile_fields_raise_only_dmlbridge_errors(
 def test_command_line_on_mutated_models_never_shows_a_traceback(seeds: list[Seed], tmp_path: Path) -> None:
     rng = random.Random(5)
     statuses: Counter[int] = Counter()
-    for n in range(4):
+    for n in range(examples(4)):
         seed = seeds[n % len(seeds)]
         edits = [(rng.choice(["flip", "set", "delete", "varint"]), rng.randrange(2**24), rng.randbytes(4))]
         path = tmp_path / f"m{n}.onnx"

@@ -31,6 +31,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from budget import examples
+from builders import model_of
 from models import buffer_path, buffer_paths, outputs
 from onnx import external_data_helper, helper, numpy_helper
 
@@ -39,9 +41,11 @@ from dmlbridge.errors import ManifestError
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and flock are POSIX")
 
-# DMLBRIDGE_KILL_TRIALS (e.g. 300) and DMLBRIDGE_KILL_SEED run a longer or different kill session.
-STEP_TRIALS = max(2, int(os.environ.get("DMLBRIDGE_KILL_TRIALS") or 30) * 2 // 3)
-FREE_TRIALS = max(0, int(os.environ.get("DMLBRIDGE_KILL_TRIALS") or 30) - STEP_TRIALS)
+# The random trials (a third of them "free"): DMLBRIDGE_EXAMPLES multiplies them (tests/helpers/budget.py) and
+# DMLBRIDGE_KILL_SEED picks other moments.
+TRIALS = examples(30)
+STEP_TRIALS = max(2, TRIALS * 2 // 3)
+FREE_TRIALS = max(0, TRIALS - STEP_TRIALS)
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = textwrap.dedent(
@@ -125,7 +129,7 @@ def _write_model(directory: Path, name: str, seed: int, flip: bool = False) -> P
     nodes = [helper.make_node("Constant", [], ["k"], value_floats=rng.standard_normal(4).tolist())]
     (directory / f"{name}.data").write_bytes(bytes(blob))
     path = directory / f"{name}.onnx"
-    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [], [], inits)), path)
+    onnx.save(model_of(inits, nodes), path)
     return path
 
 

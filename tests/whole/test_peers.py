@@ -10,6 +10,7 @@ import numpy as np
 import onnx.numpy_helper
 import pytest
 import reference as ref
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,7 @@ UNSIGNED_OF_SIZE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 # --- 4-bit packing against onnx.numpy_helper.from_array ------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.data(), st.booleans(), st.integers(0, 41))
 def test_pack_4bit_equals_onnx_raw_data(data: st.DataObject, signed: bool, n: int) -> None:
     lo, hi = (-8, 7) if signed else (0, 15)

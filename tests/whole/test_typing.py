@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx import helper, numpy_helper
+from builders import model_of
+from onnx import numpy_helper
 
 import dmlbridge
 
@@ -41,7 +42,7 @@ def test_converted_entries_type_check_without_none_tests(tmp_path: Path) -> None
 def test_as_converted_refuses_a_skipped_entry() -> None:
     labels = numpy_helper.from_array(np.array(["a"], dtype=object), "labels")
     w = numpy_helper.from_array(np.ones(2, np.float32), "w")
-    plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], [labels, w])))
+    plan = dmlbridge.plan_model(model_of([labels, w]))
     assert plan.entries["w"].as_converted().end == 8 and [e.key for e in plan.converted] == ["w"]
     with pytest.raises(dmlbridge.InvalidArgumentError, match="'labels' was skipped"):
         plan.entries["labels"].as_converted()

@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from builders import model_of
 from models import (
     NAN,
     build_model,
@@ -23,7 +24,7 @@ from models import (
     outputs,
     typed_storage,
 )
-from onnx import external_data_helper, helper, numpy_helper
+from onnx import external_data_helper, numpy_helper
 
 import dmlbridge
 import dmlbridge.writing.image as image_writer
@@ -167,7 +168,7 @@ def test_stored_bytes_are_written_as_prepare_writes_them(
                   typed_i64=np.array([-(2**40), 3], np.int64))
     (tmp_path / "w.data").write_bytes(bytes(blob))
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
 
     def refuse(code: int) -> Any:
         def call(*args: Any) -> int:

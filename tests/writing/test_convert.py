@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from builders import model_of
 from models import (
     DEFAULT_SKIPPED,
     TARGETS,
@@ -25,7 +26,7 @@ from models import (
     no_temp_files,
     same_values,
 )
-from onnx import helper, numpy_helper
+from onnx import helper
 
 import dmlbridge
 from dmlbridge import PlanEntry, UploadPlan, convert_model, load_plan, plan_model
@@ -154,12 +155,12 @@ def test_bytes_and_modelproto_inputs(tmp_path: Path) -> None:
     assert buffer_path(tmp_path / "from_proto").read_bytes() == reference_bin
     plan.verify(raw, base_dir=tmp_path)
     # A model without external data needs no directory.
-    simple = helper.make_model(helper.make_graph([], "g", [], [], [numpy_helper.from_array(np.ones(3), "x")]))
+    simple = model_of({"x": np.ones(3)})
     assert convert_model(simple, tmp_path / "simple").total_size == 24
 
 
 def test_model_without_constants_gives_an_empty_bin(tmp_path: Path) -> None:
-    empty = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [], []))
+    empty = model_of(nodes=[helper.make_node("Identity", ["x"], ["y"])])
     plan = convert_model(empty, tmp_path / "out", checksum=True)
     assert plan.total_size == 0 and not plan.entries
     assert buffer_path(tmp_path / "out").read_bytes() == b""
@@ -296,16 +297,14 @@ def test_strict_turns_skips_into_errors_before_writing(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedTypeError, match=r"t_string.*strict"):
         convert_model(path, tmp_path / "out", strict=True)
     assert not (tmp_path / "out.json").exists() and no_temp_files(tmp_path)
-    only_empty = helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.ones(2, np.float32), "ok"), numpy_helper.from_array(np.zeros((2, 0)), "e")]))
+    only_empty = model_of({"ok": np.ones(2, np.float32), "e": np.zeros((2, 0))})
     with pytest.raises(LayoutError, match=r"'e'.*empty"):
         convert_model(only_empty, tmp_path / "out", strict=True)
     assert convert_model(only_empty, tmp_path / "out").entries["e"].skipped
 
 
 def test_too_many_dimensions_is_a_skip_with_the_layout_reason(tmp_path: Path) -> None:
-    m = helper.make_model(helper.make_graph([], "g", [], [], [
-        numpy_helper.from_array(np.ones((1,) * 6, np.float32), "six")]))
+    m = model_of({"six": np.ones((1,) * 6, np.float32)})
     plan = convert_model(m, tmp_path / "out", target=Target(feature_level="2.0"))
     assert "1 to 5 dimensions" in (plan.entries["six"].skipped or "")
     with pytest.raises(LayoutError):

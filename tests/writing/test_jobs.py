@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from builders import model_of
 from models import TARGETS, buffer_paths, build_model, check_independently, no_temp_files, output_names, outputs
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
@@ -232,7 +233,7 @@ def _bad_model(folder: Path, bad: list[int]) -> Path:
             values[100 + index] = 2**40 + index
         inits.append(numpy_helper.from_array(values, f"c{index}"))
     path = folder / "bad.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     return path
 
 
@@ -276,7 +277,7 @@ def test_memory_with_eight_workers_stays_within_the_bound(tmp_path: Path) -> Non
                 entry.key, entry.value = key, value
             RNG.integers(0, 256, 2 << 20, dtype=np.uint8).tofile(f)
             inits.append(tensor)
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), folder / "m.onnx")
+    onnx.save(model_of(inits), folder / "m.onnx")
     code = textwrap.dedent(f"""
         import resource, dmlbridge
         from dmlbridge.system import workers
@@ -318,7 +319,7 @@ def test_a_reconversion_releases_the_previous_buffers_pages(tmp_path: Path, fsyn
     to the disk first when the previous conversion ran without fsync), and stay whole until the commit point."""
     inits = [numpy_helper.from_array(RNG.standard_normal(1 << 20).astype(np.float32), "w")]
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     dmlbridge.convert_model(path, tmp_path / "w", progress=False, fsync=fsync).close()
     old = buffer_paths(tmp_path / "w")[0]
     old_bytes = old.read_bytes()  # and in the page cache
@@ -342,7 +343,7 @@ def test_ctrl_c_with_jobs_in_flight(tmp_path: Path) -> None:
     inits = [numpy_helper.from_array(RNG.standard_normal(1 << 19).astype(ml_dtypes.bfloat16), f"c{i}")
              for i in range(24)]
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(helper.make_graph([], "g", [], [], inits)), path)
+    onnx.save(model_of(inits), path)
     out = tmp_path / "out"
     out.mkdir()
     dmlbridge.convert_model(path, out / "w", progress=False, fsync=False).close()

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from builders import model_of
 from models import output_names, retired_names
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 import dmlbridge
 from dmlbridge import DestinationError, convert_model, load_plan
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="symlinks, flock and 
 
 def _model(value: float = 1.0, count: int = 3) -> Any:
     w = numpy_helper.from_array(np.full(count, value, np.float32), "w")
-    return helper.make_model(helper.make_graph([], "g", [], [], [w]))
+    return model_of([w])
 
 
 def _umask_mode() -> int:
@@ -264,7 +265,7 @@ def test_a_plan_keeps_reading_the_files_it_checked(tmp_path: Path) -> None:
 def _layers(value: float) -> Any:
     """Three constants of 1 KiB: three buffer files with max_buffer_bytes=1024."""
     ws = [numpy_helper.from_array(np.full(256, value, np.float32), f"w{i}") for i in range(3)]
-    return helper.make_model(helper.make_graph([], "g", [], [], ws))
+    return model_of(ws)
 
 
 def _values(plan: dmlbridge.UploadPlan) -> set[float]:
