@@ -1,9 +1,14 @@
-"""Every manifest dmlbridge writes during the tests is checked against the JSON Schema the package ships."""
+"""The suite's shared setup: the helpers (tests/helpers/) importable by name from every test folder, one budget for
+every random test (DMLBRIDGE_EXAMPLES, and DMLBRIDGE_LONG for the long runs: tests/helpers/budget.py), and every
+manifest dmlbridge writes during the tests checked against the JSON Schema the package ships."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,14 +17,42 @@ from hypothesis import settings
 from dmlbridge.manifest.format import manifest_schema
 from dmlbridge.writing.publish import Publication
 
-# No test depends on the machine's speed: Hypothesis' per-example deadline is off everywhere.
-settings.register_profile("dmlbridge", deadline=None)
-settings.load_profile("dmlbridge")
-
 try:
     import jsonschema
 except ImportError:  # pragma: no cover - the test extra installs it
     jsonschema = None
+
+# The tests import the shared helpers by name (``from models import build_model``), wherever the test lives.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
+import budget
+
+# No test depends on the machine's speed: Hypothesis' per-example deadline is off everywhere. How many examples
+# each property runs is its own bounded default times DMLBRIDGE_EXAMPLES (tests/helpers/budget.py).
+settings.register_profile("dmlbridge", deadline=None)
+settings.load_profile("dmlbridge")
+
+# The variables earlier versions of the suite read: refused, so that a longer session asked for the old way does
+# not silently run the default one.
+_REPLACED = {
+    "DMLBRIDGE_FUZZ_EXAMPLES": "DMLBRIDGE_EXAMPLES (a multiplier of every random test's default number of cases)",
+    "DMLBRIDGE_KILL_TRIALS": "DMLBRIDGE_EXAMPLES (a multiplier of every random test's default, the kill trials too)",
+    "DMLBRIDGE_LARGE_BUFFERS": "DMLBRIDGE_LONG=1",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    replaced = [f"{old} is replaced by {new}" for old, new in _REPLACED.items() if old in os.environ]
+    try:
+        budget.multiplier(), budget.long_runs()
+    except ValueError as exc:
+        replaced.append(str(exc))
+    if replaced:
+        raise pytest.UsageError("; ".join(replaced))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (f"dmlbridge: DMLBRIDGE_EXAMPLES={budget.MULTIPLIER} (times each random test's default), "
+            f"DMLBRIDGE_LONG={int(budget.LONG)} (the long runs {'included' if budget.LONG else 'left out'})")
 
 
 @pytest.fixture(scope="session")

@@ -173,7 +173,7 @@ def _default_prefix(model: str) -> str:
     return stem + ".dml"
 
 
-# The rule of convert's -o, word for word docs/cli.md's (tests/test_cli.py holds them equal).
+# The rule of convert's -o, word for word docs/cli.md's (tests/cli/test_commands.py holds them equal).
 _OUTPUT_RULE = (
     "PREFIX names the outputs PREFIX.json, PREFIX.lock and PREFIX.<id>.<n>.bin, in a folder that exists; -o w.json "
     "and -o w.bin mean the prefix w. A folder gets <model>.dml in it: an existing folder (-o . or -o out), or a path "

@@ -8,7 +8,7 @@ manifest's text and reads that text back into one, trusting nothing (each part t
 The specification is docs/manifest.md, and only there: format ``dmlbridge-upload-plan``, version
 :data:`MANIFEST_FORMAT_VERSION` written, every version of :data:`READABLE_VERSIONS` read, each checked by the rules
 of its own version. The JSON Schema of every version (each field's type and range) ships as
-``dmlbridge/manifest/schema.json`` (:func:`manifest_schema`). tests/test_readme.py holds the specification, the
+``dmlbridge/manifest/schema.json`` (:func:`manifest_schema`). tests/whole/test_docs.py holds the specification, the
 schema and these constants together.
 
     >>> import tempfile, os, numpy as np, dmlbridge

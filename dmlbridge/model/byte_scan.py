@@ -4,12 +4,12 @@ A model of many tiny constants (50,000 Constant nodes and initializers) spends m
 Python, reading protobuf fields one at a time: a few microseconds a constant. This module reads those constants
 from the protobuf wire format instead, all records of a kind at once, with numpy. Anything it does not
 recognise is left to :mod:`dmlbridge.model.constants`, which reads the parsed ``ModelProto``. The two must find the
-same constants; ``tests/test_byte_scan.py`` holds them to it.
+same constants; ``tests/model/test_byte_scan.py`` holds them to it.
 
 What it reads of ONNX's messages
 --------------------------------
 The wire format itself is :mod:`dmlbridge.onnx.wire`'s; the field numbers are onnx.proto's, named below
-(``tests/test_byte_scan.py`` checks them against onnx's own descriptors).
+(``tests/model/test_byte_scan.py`` checks them against onnx's own descriptors).
 
 - **ModelProto:** ``graph`` is field 7. It is read only if it occurs exactly once (protobuf merges a second
   occurrence into the first).

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from bindings_format import desc_fields, encode, parse
+from bindings_format import DML_TYPES, desc_fields, encode, parse
 from dml_runtime import NUMPY, OUTPUT_TYPE, TALLY, Result
 
 
@@ -80,7 +80,7 @@ def _compare(result: Result, expected: np.ndarray, what: str) -> Verdict:
 
 class Image:
     """One buffer file of tensors at 256-byte offsets, and its binding list (written with the test's own
-    writer of the spec, tests/bindings_format.py, from each tensor's desc)."""
+    writer of the spec, tests/helpers/bindings_format.py, from each tensor's desc)."""
 
     def __init__(self) -> None:
         self.data = bytearray()
@@ -91,9 +91,7 @@ class Image:
         self.data += bytes(-len(self.data) % 256)
         offset = len(self.data)
         self.data += prepared.data.tobytes()  # type: ignore[attr-defined]
-        names = ("UNKNOWN FLOAT32 FLOAT16 UINT32 UINT16 UINT8 INT32 INT16 INT8 FLOAT64 UINT64 INT64 UINT4 "
-                 "INT4").split()
-        fields = desc_fields(names[desc["DataType"]], tuple(desc["Sizes"]),
+        fields = desc_fields(DML_TYPES[desc["DataType"]], tuple(desc["Sizes"]),
                              None if desc["Strides"] is None else tuple(desc["Strides"]),
                              desc["TotalTensorSizeInBytes"], desc["Flags"], desc["GuaranteedBaseOffsetAlignment"])
         self.rows.append(f"tensor {encode(key)} 0 {offset} {fields}")

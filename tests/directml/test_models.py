@@ -20,7 +20,7 @@ from oracle import compare, expected_output, merged
 import dmlbridge
 from dmlbridge import Target
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "helpers" / "golden"
 NO_64 = {t.name for t in dmlbridge.DmlDataType if t.name != "UNKNOWN"} - {"INT64", "UINT64", "FLOAT64"}
 
 

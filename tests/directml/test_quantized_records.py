@@ -16,7 +16,6 @@ DirectML, against ONNX Runtime's CPU MatMulNBits on the same input.
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,25 @@ import onnxruntime as ort
 import pytest
 from bindings_format import encode
 from dml_runtime import TALLY, DirectML
-from onnx import numpy_helper
 from oracle import merged
-from quantized_models import INT_TYPES, dq_model, gbq_model, identity_product, ints, node_output, quantized
+from quantized_models import (
+    GBQ_DATA_TYPES,
+    INT_TYPES,
+    MATMUL_CASES,
+    dq_model,
+    dq_scale_shape,
+    gbq_inputs,
+    gbq_model,
+    identity_product,
+    ints,
+    node_output,
+    quantized,
+    with_float16_scales,
+)
 
 import dmlbridge
 from dmlbridge import Target
 
-MATMUL = [(64, 8, 4, 16, False), (72, 8, 4, 16, True), (80, 6, 4, 32, False), (96, 5, 4, 32, True),
-          (256, 4, 4, 64, False), (300, 3, 4, 128, True), (512, 2, 4, 256, False), (48, 8, 8, 16, False),
-          (72, 6, 8, 32, True), (64, 8, 2, 16, False), (112, 4, 2, 32, True)]
 DQ = [((6, 10), "tensor", 0, 0), ((6, 10), "axis", 1, 0), ((6, 10), "axis", 0, 0), ((6, 40), "block", 1, 16),
       ((6, 32), "block", 1, 16), ((40, 6), "block", 0, 16), ((3, 4, 20), "block", -1, 8)]
 
@@ -42,7 +50,7 @@ DQ = [((6, 10), "tensor", 0, 0), ((6, 10), "axis", 1, 0), ((6, 10), "axis", 0, 0
 def _cases() -> list[tuple[str, Any, str, np.ndarray, Target, dict[str, Any]]]:
     """(case name, model, node key, ONNX Runtime's output, target, facts)."""
     out = []
-    for index, (k, n, bits, block, symmetric) in enumerate(MATMUL):
+    for index, (k, n, bits, block, symmetric) in enumerate(MATMUL_CASES):
         model = quantized(k, n, bits, block, symmetric)
         (node,) = model.graph.node
         want = identity_product(model, k).T.copy()
@@ -51,9 +59,7 @@ def _cases() -> list[tuple[str, Any, str, np.ndarray, Target, dict[str, Any]]]:
                         Target(level), {"matmul": (k, n, block)}))
     model = quantized(72, 8, 4, 16, False)  # FLOAT16 scales
     (node,) = model.graph.node
-    fp16 = copy.deepcopy(model)
-    scales = next(t for t in fp16.graph.initializer if t.name == node.input[2])
-    scales.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scales).astype(np.float16), scales.name))
+    fp16 = with_float16_scales(model)
     for value in (*fp16.graph.input, *fp16.graph.output):  # (A and Y in the scales' type, as MatMulNBits wants)
         value.type.tensor_type.elem_type = 10
     session = ort.InferenceSession(fp16.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -67,10 +73,7 @@ def _cases() -> list[tuple[str, Any, str, np.ndarray, Target, dict[str, Any]]]:
     rng = np.random.default_rng(7)
     for type_name in INT_TYPES:
         for shape, granularity, axis, block in DQ:
-            rank_axis = axis % len(shape)
-            scale_shape: tuple[int, ...] = (() if granularity == "tensor" else (shape[rank_axis],)
-                                            if granularity == "axis" else
-                                            tuple(-(-d // block) if i == rank_axis else d for i, d in enumerate(shape)))
+            scale_shape = dq_scale_shape(shape, granularity, axis, block)
             x = ints(rng, type_name, shape)
             scale = (rng.random(scale_shape) + 0.01).astype(np.float32)
             for with_zp in (False, True):
@@ -78,18 +81,11 @@ def _cases() -> list[tuple[str, Any, str, np.ndarray, Target, dict[str, Any]]]:
                 model, node = dq_model(x, scale, zp, axis=axis, **({"block_size": block} if block else {}))
                 name = f"dq-{type_name}-{'x'.join(map(str, shape))}-{granularity}{axis}{'-zp' if with_zp else ''}"
                 out.append((name, model, "dq", node_output(model, node), Target(), {}))
-    for data_type in ("uint8 bits 2", "uint8 bits 4", "uint8 bits 8", "int4", "uint4"):
+    for data_type in GBQ_DATA_TYPES:
         for length in (40, 64):
-            rows, block, blocks = 6, 16, -(-length // 16)
-            scales16 = (rng.random((rows, blocks)) + 0.01).astype(np.float16 if data_type == "int4" else np.float32)
-            if data_type.startswith("uint8"):
-                bits = int(data_type.split()[-1])
-                data = rng.integers(0, 256, (rows, length * bits // 8)).astype(np.uint8)
-                zp = rng.integers(0, 256, (rows, -(-blocks * bits // 8))).astype(np.uint8)
-            else:
-                bits, data, zp = 4, ints(rng, data_type, (rows, length)), ints(rng, data_type, (rows, blocks))
+            data, scales16, zp, bits = gbq_inputs(rng, data_type, length)
             for with_zp in (False, True):
-                model, node = gbq_model(data, scales16, zp if with_zp else None, bits, block, 1, 0)
+                model, node = gbq_model(data, scales16, zp if with_zp else None, bits, 16, 1, 0)
                 out_type = 1 if scales16.dtype == np.float32 else 10
                 want = node_output(model, node, out_type)
                 for level in ("6.4", "6.2", *(("1.0",) if data_type == "uint8 bits 8" else ())):

@@ -1,0 +1,152 @@
+"""Models whose conversion allocates, and peak RSS growth measured in a child process, for the memory tests.
+
+:func:`memory_model` writes a model of eight constants of one kind, their data in external data (so that the
+model file itself is small and what grows is the conversion's own memory): sparse tensors with INT8, INT32 and
+INT64 indices (linear and coordinates, in order and not), FLOAT8 widened, INT64 narrowed, UINT2 packed into
+UINT4, float32 copied. :func:`peak_growth` runs Python code in a fresh interpreter and reports the peak RSS growth
+of each of its measured steps, as benchmarks/child.py measures it: the kernel's high-water mark (``VmHWM``),
+reset (``/proc/self/clear_refs``) once the interpreter's freed memory was given back (``malloc_trim``), minus the
+resident set at that moment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+from builders import model_of
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlbridge
+
+MiB = 1 << 20
+BUDGET_MIB = 256
+"""The peak RSS growth a conversion or a verification may reach, whatever the model and the number of workers."""
+KINDS = ("sparse_int8_coordinates", "sparse_int32_linear", "sparse_int32_coordinates", "sparse_int64_linear",
+         "sparse_int64_coordinates", "sparse_int64_unordered", "float8", "float8_large", "int64", "uint2")
+NARROW = 'dmlbridge.Target(supported=["FLOAT32", "FLOAT16", "INT32", "INT16", "INT8", "UINT8"], int64="narrow")'
+"""The code of the ``int64`` kind's target, for a child process: no 64-bit types, INT64 narrowed to INT32."""
+
+
+def linux_only() -> str | None:
+    """Why the measurement cannot run here (None: it can)."""
+    if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/clear_refs"):
+        return "peak RSS growth is measured with /proc/self/clear_refs and VmHWM (Linux)"
+    return None
+
+
+def _external(tensor: TensorProto, file: object, location: str) -> TensorProto:
+    """Move a tensor's raw_data to the end of ``file`` (open for writing) as its external data."""
+    data = tensor.raw_data
+    offset = file.tell()  # type: ignore[attr-defined]
+    file.write(data)  # type: ignore[attr-defined]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(data)))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
+
+
+def _positions(rng: np.random.Generator, count: int, nnz: int) -> np.ndarray:
+    """About ``nnz`` distinct positions below ``count``, ascending."""
+    return np.flatnonzero(rng.random(count) < nnz / count)
+
+
+def memory_model(folder: Path, kind: str, mib: int | None = None, count: int = 8, seed: int = 0) -> Path:
+    """``folder/m.onnx``: ``count`` constants of ``kind`` (one of KINDS, or ``float32``), each about ``mib`` MiB of
+    stored data in ``folder/w.data`` (default: 24; 8 for ``uint2``, whose values decode to four times that; 12 for
+    the unordered sparse tensor, whose check sorts its indices a block at a time; ``float8_large`` is one constant
+    of 160 MiB, converted in chunks that each read their own bytes)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    inits, sparse = [], []
+    size = (mib or {"uint2": 8, "sparse_int64_unordered": 12, "float8_large": 160}.get(kind, 24)) * MiB
+    count = 1 if kind == "float8_large" else count
+    with open(folder / "w.data", "wb") as f:
+        for index in range(count):
+            name = f"c{index}"
+            if kind.startswith("sparse_"):
+                _, index_type, form = kind.split("_")
+                dtype = np.dtype(index_type)
+                if index_type == "int8":  # eight axes below 128: coordinates of one byte each, 64 times the data
+                    dims = [8, 8, 8, 8, 8, 8, 4, 4]  # when made int64 whole; 4 MiB dense UINT8, converted whole
+                    linear = _positions(rng, int(np.prod(dims)), size // 9)
+                    values = rng.integers(1, 255, linear.size, dtype=np.uint8)
+                else:
+                    # INT32: 16 MiB dense float32, converted whole; INT64: 32 MiB, converted in two chunks (the
+                    # unordered one of bfloat16 values, widened: densified into an array of its own, not the output).
+                    dims = [2048, 2048] if index_type == "int32" else [4096, 2048]
+                    per = 4 + dtype.itemsize * (2 if form == "coordinates" else 1)
+                    linear = _positions(rng, dims[0] * dims[1], size // per)
+                    values = rng.standard_normal(linear.size).astype(np.float32)
+                if form == "unordered":
+                    order = rng.permutation(linear.size)
+                    linear, values = linear[order], values[order].astype(ml_dtypes.bfloat16)
+                where = np.stack(np.unravel_index(linear, dims), axis=1) if form == "coordinates" else linear
+                sparse.append(helper.make_sparse_tensor(
+                    _external(numpy_helper.from_array(values, name), f, "w.data"),
+                    _external(numpy_helper.from_array(where.astype(dtype), name + "_i"), f, "w.data"), dims))
+                continue
+            if kind.startswith("float8"):  # widened to FLOAT16: twice the bytes out
+                tensor = TensorProto(name=name, data_type=TensorProto.FLOAT8E4M3FN, dims=[size // 1024, 1024],
+                                     raw_data=rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+            elif kind == "int64":  # narrowed to INT32 (NARROW)
+                tensor = numpy_helper.from_array(rng.integers(-(2**31), 2**31, size // 8, dtype=np.int64), name)
+            elif kind == "uint2":  # four values a byte, decoded one a byte, packed two a byte as UINT4
+                tensor = TensorProto(name=name, data_type=TensorProto.UINT2, dims=[size * 4 // 1024, 1024],
+                                     raw_data=rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+            elif kind == "float32":  # copied as it is
+                tensor = numpy_helper.from_array(rng.standard_normal(size // 4).astype(np.float32), name)
+            else:
+                raise ValueError(kind)
+            inits.append(_external(tensor, f, "w.data"))
+    path = folder / "m.onnx"
+    onnx.save(model_of(inits, sparse=sparse), path)
+    return path
+
+
+_PRELUDE = textwrap.dedent("""
+    import contextlib, ctypes, gc, json, sys
+    import numpy, onnx, dmlbridge
+
+    _libc = ctypes.CDLL(None)
+
+    def _kib(key):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+
+    _growth = {}
+
+    @contextlib.contextmanager
+    def measured(name):
+        gc.collect()
+        _libc.malloc_trim(0)  # (what earlier steps freed, given back: not reused without growing RSS)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        base = _kib("VmRSS")
+        yield
+        _growth[name] = (_kib("VmHWM") - base) / 1024
+""")
+
+
+def peak_growth(code: str) -> dict[str, float]:
+    """Run ``code`` in a fresh interpreter, after a prelude that imports numpy, onnx and dmlbridge and defines
+    ``measured(name)``, a context manager whose block's peak RSS growth (MiB) is reported under ``name``; returns
+    every reported growth."""
+    script = _PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(_growth))\n"
+    # (From the folder holding the dmlbridge this process imported: the child imports the same one.)
+    home = Path(dmlbridge.__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=home)
+    assert result.returncode == 0, result.stderr
+    growth: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
+    return growth

@@ -1,0 +1,78 @@
+"""The JSON Schema shipped in the package covers every manifest version the code writes or reads, and refuses
+the shapes load_plan refuses (every manifest the suite writes is checked against it in conftest.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from builders import model_of
+from models import older
+from onnx import helper, numpy_helper
+
+import dmlbridge
+from dmlbridge.manifest.format import MANIFEST_FORMAT_VERSION, READABLE_VERSIONS, manifest_schema
+
+
+@pytest.fixture
+def document(tmp_path: Path) -> dict[str, Any]:
+    inits = [numpy_helper.from_array(np.arange(4, dtype=np.float32), "w"),
+             numpy_helper.from_array(np.array(["a"], dtype=object), "labels"),
+             numpy_helper.from_array(np.zeros(3, np.float32), "bias")]
+    conv = helper.make_node("Conv", ["x", "w", "bias"], ["y"], name="conv")
+    model = model_of(inits, [conv])
+    plan = dmlbridge.convert_model(model, tmp_path / "m", min_dims=4, progress=False, checksum=True,
+                                   exclude=["nothing"])
+    doc: dict[str, Any] = json.loads(Path(plan.manifest_path or "").read_text())
+    return doc
+
+
+def test_the_schema_covers_every_version(manifest_validator: Any, document: dict[str, Any]) -> None:
+    assert READABLE_VERSIONS == (1, 2, 3, 4, 5) and MANIFEST_FORMAT_VERSION == 5
+    schema = manifest_schema()
+    assert {schema["$defs"][f"version{v}"]["properties"]["format_version"]["const"] for v in READABLE_VERSIONS} \
+        == set(READABLE_VERSIONS)
+    assert document["entries"][2]["padding"] == "channel"  # the optional fields are exercised
+    assert document["entries"][2]["consumers"] == [{"node": "conv", "op_type": "Conv", "input": 2, "dims": 4}]
+    for version in READABLE_VERSIONS:
+        doc = document if version == 5 else older(document, version)
+        manifest_validator.validate(doc)
+    assert not manifest_validator.is_valid({**older(document, 4), "entries": document["entries"]})  # (dims: 5 on)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (["format_version"], 6),
+        (["conversion_id"], "XYZ"),
+        (["alignment"], 8),
+        (["selection", "kinds"], ["initialiser"]),
+        (["buffers", 0, "fingerprint"], "0" * 63),
+        (["entries", 0, "conversion"], "truncate"),
+        (["entries", 0, "desc", "Flags"], 2),
+        (["entries", 0, "desc", "Sizes"], [1] * 9),
+        (["entries", 1, "desc"], {"DataType": 1}),  # a skipped entry with a desc
+        (["entries", 2, "padding"], "trailing"),
+        (["entries", 2, "consumers", 0, "input"], -1),
+        (["entries", 2, "consumers", 0, "dims"], 9),
+        (["entries", 2, "consumers", 0, "dims"], "4"),
+        (["entries", 0, "extra"], 1),
+        (["source", "external_data"], "w.data"),
+    ],
+)
+def test_the_schema_refuses_what_load_plan_refuses(manifest_validator: Any, document: dict[str, Any],
+                                                   path: list[Any], value: Any, tmp_path: Path) -> None:
+    doc = copy.deepcopy(document)
+    target = doc
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    assert not manifest_validator.is_valid(doc)
+    manifest = next(tmp_path.glob("m.json"))
+    manifest.write_text(json.dumps(doc))
+    with pytest.raises(dmlbridge.ManifestError):
+        dmlbridge.load_plan(manifest)

@@ -1,0 +1,173 @@
+"""UploadPlan.verify: a changed byte of the .bin, a changed model, every mismatch named; memory within the budget
+and each byte of the buffer files read once."""
+
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import memory
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from builders import model_of
+from models import (
+    buffer_path,
+    build_model,
+)
+from onnx import numpy_helper
+
+from dmlbridge import convert_model, load_plan
+from dmlbridge.errors import (
+    ManifestError,
+)
+from dmlbridge.plan import verify
+from dmlbridge.plan.upload_plan import read_plan
+
+
+def test_verify_finds_a_changed_byte_and_a_changed_model(tmp_path: Path) -> None:
+    path, _ = build_model(tmp_path)
+    plan = convert_model(path, tmp_path / "out")
+    plan.verify(path)
+    buffer = buffer_path(tmp_path / "out")
+    data = bytearray(buffer.read_bytes())
+    e = plan.entries["t_float16"]
+    assert e.offset is not None
+    data[e.offset + 7] ^= 0x01  # a padding byte: values read back the same, but the bytes are wrong
+    buffer.write_bytes(bytes(data))
+    with pytest.raises(ManifestError, match="fingerprint"):  # load_plan samples the buffer file: refused
+        load_plan(tmp_path / "out.json")
+    with pytest.raises(ManifestError, match=r"2 mismatches.*fingerprint.*'t_float16': 1 byte\(s\) differ"):
+        plan.verify(path)
+    data[e.offset + 7] ^= 0x01
+    data[e.offset + 1] ^= 0x80  # the sign of the first value
+    buffer.write_bytes(bytes(data))
+    with pytest.raises(ManifestError, match="t_float16"):
+        plan.verify(path)
+    data[e.offset + 1] ^= 0x80
+    buffer.write_bytes(bytes(data))
+    plan.verify(path)
+
+    changed = onnx.load(path, load_external_data=False)
+    for t in changed.graph.initializer:
+        if t.name == "t_last":
+            t.CopyFrom(numpy_helper.from_array(np.array([0.5], np.float32), "t_last"))
+    changed.graph.initializer.append(numpy_helper.from_array(np.ones(1, np.int8), "extra"))
+    with pytest.raises(ManifestError, match=r"3 mismatches.*another model file.*'t_last'.*differ.*'extra'.*not in "
+                                            r"the plan"):
+        plan.verify(changed, base_dir=tmp_path)
+
+
+def test_verify_says_when_the_plan_was_made_from_another_model(tmp_path: Path) -> None:
+    """The manifest records the model's SHA-256 and its external data files' sizes; verify names a change."""
+    path, _ = build_model(tmp_path)
+    plan = convert_model(path, tmp_path / "out", progress=False)
+    assert plan.source_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert plan.source_external == (("weights.data", (tmp_path / "weights.data").stat().st_size),)
+    loaded = load_plan(tmp_path / "out.json")
+    assert (loaded.source_sha256, loaded.source_external) == (plan.source_sha256, plan.source_external)
+    changed = onnx.load(path, load_external_data=False)
+    changed.doc_string = "edited"  # the same constants, another file
+    other = tmp_path / "other.onnx"
+    onnx.save(changed, other)
+    with pytest.raises(ManifestError, match=r"1 mismatches.*made from another model file"):
+        loaded.verify(other)
+    with open(tmp_path / "weights.data", "ab") as file:
+        file.write(b"\0" * 16)
+    with pytest.raises(ManifestError, match=r"weights.data' holds \d+ bytes; the plan was made from one of"):
+        loaded.verify(path)
+
+
+# --- streaming: memory within the budget, each byte of the buffer files read once ------------------------------
+
+
+@pytest.mark.skipif(memory.linux_only() is not None, reason=str(memory.linux_only()))
+def test_verify_memory_stays_within_the_budget(tmp_path: Path) -> None:
+    """Peak RSS growth of verifying a model of four 96 MiB float32 constants in external data (384 MiB, a few
+    times the budget's working set), with and without the SHA-256, with 1, 2 and 8 workers, in a child process:
+    each constant is compared in chunks whose values, fresh bytes and bytes read are charged to the budget
+    (before: 403-421 MiB, each constant read, converted and read back whole, and its buffer bytes read twice)."""
+    path = memory.memory_model(tmp_path / "m", "float32", mib=96, count=4)
+    convert_model(path, tmp_path / "w", progress=False, fsync=False, checksum=True).close()
+    growth = memory.peak_growth(f"""
+        from dmlbridge.plan.upload_plan import read_plan
+        from dmlbridge.plan.verify import find_mismatches
+        for count in (1, 2, 8):
+            for sha256 in (False, True):
+                with measured(f"workers={{count}}, sha256={{sha256}}"):
+                    plan = read_plan({str(tmp_path / "w.json")!r}, verify=False, bin_path=None,
+                                     check_fingerprint=False)  # (as dmlbridge verify)
+                    assert find_mismatches(plan, {str(path)!r}, sha256=sha256, workers=count) == []
+                    plan.close()
+    """)
+    assert max(growth.values()) <= memory.BUDGET_MIB, growth
+
+
+def _record_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """Every positioned read from now on: (descriptor, offset, bytes read)."""
+    reads: list[tuple[int, int, int]] = []
+    pread, preadv = os.pread, os.preadv
+
+    def counted_pread(fd: int, size: int, offset: int) -> bytes:
+        data = pread(fd, size, offset)
+        reads.append((fd, offset, len(data)))
+        return data
+
+    def counted_preadv(fd: int, buffers: list[Any], offset: int) -> int:
+        done = preadv(fd, buffers, offset)
+        reads.append((fd, offset, done))
+        return done
+
+    monkeypatch.setattr(os, "pread", counted_pread)
+    monkeypatch.setattr(os, "preadv", counted_preadv)
+    return reads
+
+
+def _times_read(reads: list[tuple[int, int, int]], fd: int, size: int) -> np.ndarray:
+    """How many times each byte of the file ``fd`` was read."""
+    counts = np.zeros(size + 1, np.int64)
+    for read_fd, offset, length in reads:
+        if read_fd == fd:
+            counts[offset] += 1
+            counts[offset + length] -= 1
+    return np.cumsum(counts)[:size]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("checksum", [False, True], ids=["no-checksum", "checksum"])
+def test_verify_reads_each_buffer_byte_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int,
+                                            checksum: bool) -> None:
+    """As ``dmlbridge verify`` runs (the manifest read, then every entry compared, the fingerprint checked and,
+    with a checksum, the SHA-256): no byte of any buffer file is read twice, every byte of every entry is read, and
+    with a checksum every byte of the files is; the fingerprint and the SHA-256 come from the same reads. Entries
+    of every size (read many at once, by a job, in chunks) in three buffers."""
+    monkeypatch.setattr(verify, "POOL_MIN_BYTES", 4096)  # (the jobs' paths, and their chunks, on a small model)
+    monkeypatch.setattr(verify, "CHUNK_BYTES", 16 << 10, raising=False)
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"c{i}")
+             for i, n in enumerate([5, 300, 40000, 7, 9000, 120000, 3, 2048, 70000, 11])]
+    inits.append(numpy_helper.from_array(rng.integers(0, 256, 50001, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn),
+                                         "f8"))  # widened: fresh bytes that are not the stored ones
+    path = tmp_path / "m.onnx"
+    onnx.save(model_of(inits), path)
+    convert_model(path, tmp_path / "w", progress=False, fsync=False, checksum=checksum, max_buffer_bytes=512 << 10,
+                  alignment=4096).close()
+    reads = _record_reads(monkeypatch)
+    plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+    assert len(plan.buffers) == 3, plan.buffer_sizes
+    assert verify.find_mismatches(plan, path, sha256=checksum, workers=workers) == []
+    for index, buffer in enumerate(plan.buffers):
+        times = _times_read(reads, plan._open_files().fd(index), buffer.size)
+        assert times.max() == 1, (index, int(np.argmax(times > 1)))
+        entries = [e for e in plan.converted if e.buffer == index]
+        for entry in entries:
+            assert times[entry.offset : entry.end].min() == 1, entry.key
+        if checksum:
+            assert times.min() == 1
+    plan.close()
+
+
