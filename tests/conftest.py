@@ -1,6 +1,7 @@
 """The suite's shared setup: the helpers (tests/helpers/) importable by name from every test folder, one budget for
-every random test (DMLBRIDGE_EXAMPLES, and DMLBRIDGE_LONG for the long runs: tests/helpers/budget.py), and every
-manifest dmlbridge writes during the tests checked against the JSON Schema the package ships."""
+every random test (DMLBRIDGE_EXAMPLES, and DMLBRIDGE_LONG for the long runs: tests/helpers/budget.py), the slow
+child processes started in the background with the session, and every manifest dmlbridge writes during the tests
+checked against the JSON Schema the package ships."""
 
 from __future__ import annotations
 
@@ -24,14 +25,16 @@ except ImportError:  # pragma: no cover - the test extra installs it
 
 # The tests import the shared helpers by name (``from models import build_model``), wherever the test lives.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "helpers"))
+import background
 import budget
+import fast_schema
 
 # No test depends on the machine's speed: Hypothesis' per-example deadline is off everywhere. How many examples
 # each property runs is its own bounded default times DMLBRIDGE_EXAMPLES (tests/helpers/budget.py).
 settings.register_profile("dmlbridge", deadline=None)
 settings.load_profile("dmlbridge")
 
-# The variables earlier versions of the suite read: refused, so that a longer session asked for the old way does
+# The variables earlier versions of the suite read: refused, so that a longer run asked for the old way does
 # not silently run the default one.
 _REPLACED = {
     "DMLBRIDGE_FUZZ_EXAMPLES": "DMLBRIDGE_EXAMPLES (a multiplier of every random test's default number of cases)",
@@ -55,6 +58,21 @@ def pytest_report_header(config: pytest.Config) -> str:
             f"DMLBRIDGE_LONG={int(budget.LONG)} (the long runs {'included' if budget.LONG else 'left out'})")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _started_in_background(request: pytest.FixtureRequest,
+                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The slow child processes that need no test before them start as the session does: each test module with a
+    selected test and a ``start_in_background(queue, folder)`` adds its jobs to one queue, which runs them beside
+    the tests (tests/helpers/background.py)."""
+    modules = {id(item.module): item.module for item in request.session.items
+               if hasattr(getattr(item, "module", None), "start_in_background")}
+    queue = background.Queue()
+    for module in modules.values():
+        module.start_in_background(queue, tmp_path_factory.mktemp(module.__name__))
+    yield
+    queue.close()
+
+
 @pytest.fixture(scope="session")
 def manifest_validator() -> Any:
     """One validator for the session (building it costs more than a small manifest's check)."""
@@ -65,12 +83,19 @@ def manifest_validator() -> Any:
     return jsonschema.Draft202012Validator(schema)
 
 
+@pytest.fixture(scope="session")
+def fast_manifest_validator(manifest_validator: Any) -> Any:
+    """The shipped schema with its references inlined (tests/helpers/fast_schema.py), the same answers in about
+    half the time: what every manifest the tests write is checked against."""
+    return jsonschema.Draft202012Validator(fast_schema.inlined(manifest_validator.schema))
+
+
 @pytest.fixture(autouse=True)
 def _manifests_follow_the_schema(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
     if jsonschema is None:
         yield
         return
-    validator = request.getfixturevalue("manifest_validator")
+    validator = request.getfixturevalue("fast_manifest_validator")
     publish = Publication.publish
 
     def checked(self: Publication, manifest: bytes) -> Any:

@@ -1,23 +1,18 @@
-"""The ``dmlbridge`` command line, driven through ``python -m dmlbridge`` in a subprocess: exit codes, stdout,
-one-line errors on stderr, and ``--json`` output parsed."""
+"""The ``dmlbridge`` command line, run in this process (tests/helpers/command_line.py): exit statuses, stdout,
+one-line errors on stderr, and ``--json`` output parsed. What only a child process shows is in test_process.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from budget import examples
 from builders import model_of
+from command_line import one_line_error, run
 from models import buffer_path, output_names, outputs
 from onnx import TensorProto, numpy_helper
 
@@ -27,37 +22,9 @@ from dmlbridge.cli import commands
 from dmlbridge.cli.demo import build_sample_model
 
 
-def run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd
-    )
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return Path(build_sample_model(tmp_path_factory.mktemp("sample")))
-
-
-@pytest.fixture
-def small(tmp_path: Path) -> Path:
-    """A model whose INT64 values fit 32 bits, so narrow and emulate targets can take it."""
-    inits = [
-        numpy_helper.from_array(np.array([[1, -2], [3, 4]], np.int64), "ids"),
-        numpy_helper.from_array(np.arange(6, dtype=np.float16).reshape(2, 3), "half"),
-        numpy_helper.from_array(np.array([1.5, -2.0], np.float32), "w"),
-    ]
-    path = tmp_path / "small.onnx"
-    onnx.save(model_of(inits), path)
-    return path
+def test_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"dmlbridge {dmlbridge.__version__}"
 
 
 def test_table_still_works() -> None:
@@ -260,87 +227,6 @@ def test_user_errors(small: Path, tmp_path: Path, args: list[str], words: list[s
     one_line_error(run(*filled), *words)
 
 
-def test_names_the_terminal_cannot_show_are_escaped_not_a_traceback(tmp_path: Path) -> None:
-    # A Windows console or a file in a legacy code page cannot encode every constant name a model may carry.
-    inits = [numpy_helper.from_array(np.ones(2, np.float32), "poids_é_权重")]
-    path = tmp_path / "模型.onnx"
-    onnx.save(model_of(inits), path)
-    env = dict(os.environ, PYTHONIOENCODING="ascii")
-    for args in (["inspect", path], ["convert", path, "-o", tmp_path / "out"], ["verify", tmp_path / "out.json", path]):
-        result = subprocess.run([sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True,
-                                text=True, timeout=600, env=env)
-        assert result.returncode == 0, result.stderr
-        assert "Traceback" not in result.stderr
-    inspect = subprocess.run([sys.executable, "-m", "dmlbridge", "inspect", str(path)], capture_output=True,
-                             text=True, timeout=600, env=env)
-    assert "poids_\\xe9_\\u6743\\u91cd" in inspect.stdout
-
-
-def test_ctrl_c_from_the_first_instruction_prints_one_line(small: Path, tmp_path: Path) -> None:
-    """SIGINT at random moments from the command's start (while it imports, parses, converts): one line and exit
-    130, or a finished run; never a traceback, never a file left but the prefix's lock."""
-    script = Path(sys.executable).parent / "dmlbridge"
-    if not script.exists() or os.name != "posix":
-        pytest.skip("the installed console script is needed (pip install -e .)")
-    rng = random.Random(7)
-    outcomes = []
-    for run_index in range(examples(12)):
-        out = tmp_path / f"run{run_index}"
-        out.mkdir()
-        child = subprocess.Popen([str(script), "convert", str(small), "-o", str(out / "w"), "--quiet"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(0.0, 0.6))
-        child.send_signal(signal.SIGINT)
-        _, stderr = child.communicate(timeout=600)
-        if child.returncode == 0:
-            outcomes.append("finished")
-            continue
-        ours = stderr.startswith("dmlbridge") or "dmlbridge_entry.py" in stderr or "/dmlbridge/" in stderr
-        if not ours:  # Python itself was starting (site, ...) or shutting down: not the command's time
-            if os.listdir(out):  # after the command: its conversion is complete
-                assert dmlbridge.load_plan(out / "w.json").total_size > 0
-            outcomes.append("before or after the command")
-            continue
-        assert "Traceback" not in stderr, stderr
-        assert child.returncode == 130 and stderr.strip().endswith("interrupted"), (child.returncode, stderr)
-        assert len(stderr.strip().splitlines()) == 1, stderr
-        # No temporary file; the conversion's files only if it was interrupted after it was published, whole.
-        assert not [name for name in os.listdir(out) if name.startswith(".")], os.listdir(out)
-        if set(os.listdir(out)) - {"w.lock"}:
-            assert dmlbridge.load_plan(out / "w.json").total_size > 0
-            assert len(os.listdir(out)) == 3, os.listdir(out)
-        outcomes.append("interrupted")
-    assert "interrupted" in outcomes
-
-
-@pytest.mark.parametrize("when", ["as the command returns", "while Python exits"])
-def test_ctrl_c_after_the_command_returned(when: str) -> None:
-    """The last window of the command's life: a SIGINT as its main returns is one line and exit 130; one while
-    Python exits after it is too late to stop anything and changes nothing. Neither prints a traceback."""
-    if os.name != "posix":
-        pytest.skip("POSIX signals")
-    if when == "as the command returns":  # the command's own handler is installed, then the signal lands
-        stub = ("def main():\n    signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-                "    os.kill(os.getpid(), signal.SIGINT)\n    return 0\n")
-    else:
-        stub = "def main():\n    atexit.register(os.kill, os.getpid(), signal.SIGINT)\n    return 0\n"
-    code = ("import atexit, os, signal, sys, types\nimport dmlbridge_entry\n"
-            "cli = types.ModuleType('dmlbridge.cli.commands')\n" + "exec(" + repr(stub) + ", cli.__dict__)\n"
-            "cli.__dict__.update(os=os, signal=signal, atexit=atexit)\n"
-            "sys.modules['dmlbridge.cli.commands'] = cli\ndmlbridge_entry.main()\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert "Traceback" not in result.stderr, result.stderr
-    if when == "as the command returns":
-        assert (result.returncode, result.stderr) == (130, "dmlbridge: interrupted\n")
-    else:
-        assert (result.returncode, result.stderr) == (0, "")
-
-
-def test_version() -> None:
-    result = run("--version")
-    assert result.returncode == 0 and result.stdout.strip() == f"dmlbridge {dmlbridge.__version__}"
-
-
 def test_messages_name_the_commands_flags(small: Path, tmp_path: Path) -> None:
     """An error printed by the command line names its flag, never the Python keyword."""
     model, doubles = tmp_path / "s.onnx", tmp_path / "d.onnx"
@@ -518,18 +404,6 @@ def test_every_byte_count_option_takes_units(small: Path, tmp_path: Path) -> Non
     one_line_error(run("convert", small, "-o", tmp_path / "x", "--max-tensor-bytes", "8B"), "--max-tensor-bytes 8")
 
 
-def main_error(capsys: pytest.CaptureFixture[str], *args: str | Path) -> str:
-    """Run the command line in this process: it must fail with exit 2 and one line on stderr; returns the line."""
-    try:
-        status = commands.main([str(a) for a in args])
-    except SystemExit as exc:  # (argparse's usage errors exit)
-        status = exc.code
-    out, err = capsys.readouterr()
-    assert status == 2, (status, out, err)
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err.strip()
-
-
 @pytest.fixture
 def kernel_folders() -> Iterator[None]:
     """Whatever a test makes in /dev is removed after it (a conversion allowed there writes PREFIX.* in /dev)."""
@@ -552,16 +426,16 @@ def test_the_output_rule_is_written_once(capsys: pytest.CaptureFixture[str]) -> 
     assert rule.startswith("PREFIX names the outputs") and "Refused: an empty -o;" in rule
 
 
-def test_an_empty_output_is_refused_not_the_default(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    line = main_error(capsys, "convert", small, "-o", "", "--quiet")
+def test_an_empty_output_is_refused_not_the_default(small: Path) -> None:
+    line = one_line_error(run("convert", small, "-o", "", "--quiet"))
     assert "-o/--output is empty" in line and "leave -o out" in line and "small.dml" in line
     assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]
 
 
-def test_a_trailing_slash_names_a_folder_that_must_exist(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_trailing_slash_names_a_folder_that_must_exist(small: Path) -> None:
     """out/ and out agree for an existing folder (out/small.dml); a missing folder with the slash is an error
     that says to create it or drop the slash, and nothing is written."""
-    line = main_error(capsys, "convert", small, "-o", f"{small.parent / 'newdir'}/", "--quiet")
+    line = one_line_error(run("convert", small, "-o", f"{small.parent / 'newdir'}/", "--quiet"))
     assert "names a folder that does not exist" in line and "create it" in line and "drop the trailing slash" in line
     assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]
     folder = small.parent / "demo"
@@ -571,22 +445,22 @@ def test_a_trailing_slash_names_a_folder_that_must_exist(small: Path, capsys: py
         assert commands.main(["convert", str(small), "-o", given, "--quiet"]) == 0
         written.append(output_names(folder))
     assert written[0] == written[1] == ["small.dml.ID.00000.bin", "small.dml.json", "small.dml.lock"]
-    line = main_error(capsys, "convert", small, "-o", f"{small}/", "--quiet")
+    line = one_line_error(run("convert", small, "-o", f"{small}/", "--quiet"))
     assert "ends in a slash" in line and "is a file" in line
 
 
-def test_a_model_name_as_the_prefix_is_refused(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_model_name_as_the_prefix_is_refused(small: Path) -> None:
     for given in (small, small.parent / "other.ONNX", small.parent / "w.onnx.json"):
-        line = main_error(capsys, "convert", small, "-o", given, "--quiet")
+        line = one_line_error(run("convert", small, "-o", given, "--quiet"))
         assert "-o/--output" in line and "ends in .onnx" in line.lower() and "out_prefix" not in line, line
     assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/null"), reason="a POSIX /dev")
 @pytest.mark.usefixtures("kernel_folders")
-def test_a_device_as_the_prefix_is_refused(small: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_device_as_the_prefix_is_refused(small: Path) -> None:
     assert not [name for name in os.listdir("/dev") if name.startswith("null.")]
-    line = main_error(capsys, "convert", small, "-o", "/dev/null", "--quiet")
+    line = one_line_error(run("convert", small, "-o", "/dev/null", "--quiet"))
     assert "-o/--output '/dev/null' is a character device" in line
     assert not [name for name in os.listdir("/dev") if name.startswith("null.")]
 
@@ -594,32 +468,30 @@ def test_a_device_as_the_prefix_is_refused(small: Path, capsys: pytest.CaptureFi
 @pytest.mark.skipif(not os.path.exists("/proc/self/mountinfo"), reason="Linux's mount table")
 @pytest.mark.usefixtures("kernel_folders")
 @pytest.mark.parametrize(("folder", "filesystem"), [("/dev", "devtmpfs"), ("/proc", "proc"), ("/sys", "sysfs")])
-def test_a_prefix_on_a_kernel_filesystem_is_refused(small: Path, capsys: pytest.CaptureFixture[str], folder: str,
-                                                    filesystem: str) -> None:
+def test_a_prefix_on_a_kernel_filesystem_is_refused(small: Path, folder: str, filesystem: str) -> None:
     types = {line.split(" - ")[1].split()[0] for line in Path("/proc/self/mountinfo").read_text().splitlines()
              if f" {folder} " in line.split(" - ")[0]}
     if filesystem not in types:
         pytest.skip(f"{folder} is not {filesystem} here")
     prefix = f"{folder}/dmlbridge-probe-{os.getpid()}"
-    line = main_error(capsys, "convert", small, "-o", prefix, "--quiet")
+    line = one_line_error(run("convert", small, "-o", prefix, "--quiet"))
     assert f"a folder of the kernel's {filesystem} filesystem" in line and "-o/--output" in line, line
     assert not [name for name in os.listdir(folder) if name.startswith("dmlbridge-probe")]
 
 
-def test_a_folder_at_the_manifests_name_is_refused_before_writing(small: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_at_the_manifests_name_is_refused_before_writing(small: Path) -> None:
     (small.parent / "w.json").mkdir()
-    line = main_error(capsys, "convert", small, "-o", small.parent / "w", "--quiet")
+    line = one_line_error(run("convert", small, "-o", small.parent / "w", "--quiet"))
     assert "names the manifest" in line and "which is a directory, not a regular file" in line
     assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx", "w.json"]
 
 
 @pytest.mark.parametrize("args", [["--bogus"], ["convert", "--bogus"], ["convert", "{small}", "--bogus"],
                                   ["verify", "--bogus", "-x"], ["--bogus", "table"]])
-def test_unknown_flags_are_named(small: Path, capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+def test_unknown_flags_are_named(small: Path, args: list[str]) -> None:
     """An unknown flag is the error, even where a required argument is missing too; the command it followed
     says so and points at its own --help."""
-    line = main_error(capsys, *[a.format(small=small) for a in args])
+    line = one_line_error(run(*[a.format(small=small) for a in args]))
     flags = " ".join(a for a in args if a.startswith("-"))
     command = next((a for a in args if not a.startswith("-")), None)
     prog = f"dmlbridge {command}" if command in ("convert", "verify", "table") else "dmlbridge"
@@ -639,29 +511,28 @@ def sentinel_model(path: Path, *, double: bool = False) -> Path:
     return path
 
 
-def test_a_value_past_32_bits_names_the_saturate_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_value_past_32_bits_names_the_saturate_flags(tmp_path: Path) -> None:
     """At feature level 1.0 (no 64-bit types) an INT64_MAX sentinel names --int64 saturate --allow-lossy, the
     option that converts such a model, in flags; saturate without --allow-lossy says so in flags too."""
     model = sentinel_model(tmp_path / "m.onnx")
     for extra in ([], ["--int64", "narrow"], ["--int64", "emulate"]):
         for command in (["convert", model, "-o", tmp_path / "w"], ["inspect", model, "--check"]):
-            line = main_error(capsys, *command, "--feature-level", "1.0", *extra)
+            line = one_line_error(run(*command, "--feature-level", "1.0", *extra))
             assert "'ends'" in line and "does not fit INT32" in line, line
             assert "clamp such values to the 32-bit range with --int64 saturate --allow-lossy (lossy" in line, line
             assert "int64=" not in line and "allow_lossy" not in line and "Target(" not in line, line
-    line = main_error(capsys, "convert", model, "-o", tmp_path / "w", "--feature-level", "1.0", "--int64", "saturate")
+    line = one_line_error(run("convert", model, "-o", tmp_path / "w", "--feature-level", "1.0", "--int64", "saturate"))
     assert "--int64 saturate changes the values" in line and "pass --allow-lossy with it" in line, line
     assert "int64=" not in line, line
     assert commands.main(["convert", str(model), "-o", str(tmp_path / "w"), "--feature-level", "1.0",
                                "--int64", "saturate", "--allow-lossy", "--quiet"]) == 0
 
 
-def test_a_constant_named_like_the_saturate_keywords_keeps_its_name(tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_constant_named_like_the_saturate_keywords_keeps_its_name(tmp_path: Path) -> None:
     name = "Target(..., int64='saturate', allow_lossy=True)"
     model = tmp_path / "m.onnx"
     onnx.save(model_of({name: np.array([2**40], np.int64)}), model)
-    line = main_error(capsys, "convert", model, "-o", tmp_path / "w", "--feature-level", "1.0")
+    line = one_line_error(run("convert", model, "-o", tmp_path / "w", "--feature-level", "1.0"))
     assert line.startswith(f"dmlbridge convert: error: constant {name!r} (initializer)"), line
     assert line.count("--int64 saturate --allow-lossy") == 1, line
 

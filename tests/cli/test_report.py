@@ -18,7 +18,6 @@ from onnx import numpy_helper
 
 import dmlbridge
 import dmlbridge.cli.commands
-from dmlbridge.cli.demo import build_sample_model
 from dmlbridge.cli.report import MARK, MIN_WIDTH, _elide_middle, _elide_shape, _width, format_plan, format_table
 from dmlbridge.placement.options import PlanOptions
 from dmlbridge.placement.selection import EVERY_CONSTANT
@@ -29,11 +28,6 @@ LONG_KEYS = [f"model.decoder.transformer_blocks.{layer}.very_long_component_name
              for layer in range(3) for part in ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                                 "mlp.down_proj.bias")]
 HUGE_KEY = "start." + "x" * 300 + ".end"
-
-
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return Path(build_sample_model(tmp_path_factory.mktemp("sample")))
 
 
 @pytest.fixture(scope="module")

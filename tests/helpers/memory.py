@@ -6,18 +6,21 @@ INT64 indices (linear and coordinates, in order and not), FLOAT8 widened, INT64 
 UINT4, float32 copied. :func:`peak_growth` runs Python code in a fresh interpreter and reports the peak RSS growth
 of each of its measured steps, as benchmarks/child.py measures it: the kernel's high-water mark (``VmHWM``),
 reset (``/proc/self/clear_refs``) once the interpreter's freed memory was given back (``malloc_trim``), minus the
-resident set at that moment.
+resident set at that moment. :func:`conversion_growth` measures a kind's conversions, from
+writing its model to the end, in child processes (a test module starts them in the background: background.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import background
 import ml_dtypes
 import numpy as np
 import onnx
@@ -86,14 +89,19 @@ def memory_model(folder: Path, kind: str, mib: int | None = None, count: int = 8
                     dims = [2048, 2048] if index_type == "int32" else [4096, 2048]
                     per = 4 + dtype.itemsize * (2 if form == "coordinates" else 1)
                     linear = _positions(rng, dims[0] * dims[1], size // per)
-                    values = rng.standard_normal(linear.size).astype(np.float32)
+                    values = rng.random(linear.size, dtype=np.float32)
                 if form == "unordered":
                     order = rng.permutation(linear.size)
                     linear, values = linear[order], values[order].astype(ml_dtypes.bfloat16)
-                where = np.stack(np.unravel_index(linear, dims), axis=1) if form == "coordinates" else linear
+                where = linear
+                if form == "coordinates":  # (axis by axis, last first, into the index type)
+                    where, rest = np.empty((linear.size, len(dims)), dtype), linear
+                    for axis in range(len(dims) - 1, -1, -1):
+                        rest, where[:, axis] = np.divmod(rest, dims[axis])
                 sparse.append(helper.make_sparse_tensor(
                     _external(numpy_helper.from_array(values, name), f, "w.data"),
-                    _external(numpy_helper.from_array(where.astype(dtype), name + "_i"), f, "w.data"), dims))
+                    _external(numpy_helper.from_array(where.astype(dtype, copy=False), name + "_i"), f, "w.data"),
+                    dims))
                 continue
             if kind.startswith("float8"):  # widened to FLOAT16: twice the bytes out
                 tensor = TensorProto(name=name, data_type=TensorProto.FLOAT8E4M3FN, dims=[size // 1024, 1024],
@@ -104,7 +112,7 @@ def memory_model(folder: Path, kind: str, mib: int | None = None, count: int = 8
                 tensor = TensorProto(name=name, data_type=TensorProto.UINT2, dims=[size * 4 // 1024, 1024],
                                      raw_data=rng.integers(0, 256, size, dtype=np.uint8).tobytes())
             elif kind == "float32":  # copied as it is
-                tensor = numpy_helper.from_array(rng.standard_normal(size // 4).astype(np.float32), name)
+                tensor = numpy_helper.from_array(rng.random(size // 4, dtype=np.float32), name)
             else:
                 raise ValueError(kind)
             inits.append(_external(tensor, f, "w.data"))
@@ -139,14 +147,40 @@ _PRELUDE = textwrap.dedent("""
 """)
 
 
+# (From the folder holding the dmlbridge this process imported: a child imports the same one.)
+_HOME = Path(dmlbridge.__file__).resolve().parents[1]
+
+
 def peak_growth(code: str) -> dict[str, float]:
     """Run ``code`` in a fresh interpreter, after a prelude that imports numpy, onnx and dmlbridge and defines
     ``measured(name)``, a context manager whose block's peak RSS growth (MiB) is reported under ``name``; returns
-    every reported growth."""
+    every reported growth (the process must succeed)."""
     script = _PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(_growth))\n"
-    # (From the folder holding the dmlbridge this process imported: the child imports the same one.)
-    home = Path(dmlbridge.__file__).resolve().parents[1]
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=home)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=_HOME)
     assert result.returncode == 0, result.stderr
     growth: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
     return growth
+
+
+def conversion_code(path: Path, out: Path, target: str = "dmlbridge.Target()") -> str:
+    """The code for :func:`peak_growth` that measures converting ``path`` into ``out`` with 1, 2 and 8 workers
+    (``target``: the code that makes the target in the child)."""
+    return f"""
+        target = {target}
+        for count in (1, 2, 8):
+            with measured(f"workers={{count}}"):
+                dmlbridge.convert_model({str(path)!r}, {str(out)!r}, target=target, fsync=False, progress=False,
+                                        workers=count, max_output_bytes=1 << 40).close()
+    """
+
+
+def conversion_growth(kind: str, folder: Path) -> dict[str, float]:
+    """The peak RSS growth (MiB) of converting the model of ``kind`` (KINDS) with 1, 2 and 8 workers: a child
+    process writes the model into ``folder``, another measures its conversions (the folder is removed after)."""
+    try:
+        background.run_in_child(f"import pathlib, memory; memory.memory_model(pathlib.Path({str(folder / 'm')!r}), "
+                                f"{kind!r})")
+        target = NARROW if kind == "int64" else "dmlbridge.Target()"
+        return peak_growth(conversion_code(folder / "m" / "m.onnx", folder / "w", target))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # (a few hundred MiB a kind)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from builders import model_of
+from command_line import run
 from models import older, per_channel_model
 from onnx import TensorProto, helper, numpy_helper
 
@@ -372,8 +371,7 @@ def test_a_format_4_manifest_is_read_and_verified_by_its_own_rule(tmp_path: Path
     assert plan.entries["b3"].sizes == ((2,) if min_dims is None else (1, 2, 1, 1))
     assert plan.manifest() == old  # (a plan keeps its format version: its entries follow that version's rules)
     plan.verify(model)
-    verified = subprocess.run([sys.executable, "-m", "dmlbridge", "verify", str(manifest), str(tmp_path / "m.onnx")],
-                              capture_output=True, text=True, timeout=600)
+    verified = run("verify", manifest, tmp_path / "m.onnx")
     assert verified.returncode == 0, verified.stderr
     for claim, message in [
         ({**old, "format_version": 5}, r"entries\[\d+\] \('b2'\)\.consumers\[0\] \(Conv input 2\) is a per-channel "

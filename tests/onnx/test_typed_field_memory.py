@@ -4,10 +4,13 @@ tensor from its bytes first (so that building it does not hide the decoding's pe
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import background
 import pytest
 
 CHILD = textwrap.dedent("""
@@ -52,11 +55,28 @@ CHILD = textwrap.dedent("""
 """)
 
 
+FIELDS = ("int64_data", "float_data", "value_ints")
+
+
+def _decode(field: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", CHILD, field, str(8 << 20)], capture_output=True, text=True,
+                          timeout=600)
+
+
+_DECODED: dict[str, background.Job[subprocess.CompletedProcess[str]]] = {}
+
+
+def start_in_background(queue: background.Queue, folder: Path) -> None:
+    """The children run beside the other tests (tests/conftest.py calls this)."""
+    if sys.platform == "linux":
+        for field in FIELDS:
+            _DECODED[field] = queue.add(functools.partial(_decode, field))
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KiB is Linux's")
-@pytest.mark.parametrize("field", ["int64_data", "float_data", "value_ints"])
+@pytest.mark.parametrize("field", FIELDS)
 def test_typed_fields_decode_within_three_times_their_size(field: str) -> None:
-    result = subprocess.run([sys.executable, "-c", CHILD, field, str(8 << 20)], capture_output=True, text=True,
-                            timeout=600)
+    result = _DECODED[field].result() if field in _DECODED else _decode(field)
     assert result.returncode == 0, result.stderr
     growth, nbytes = map(int, result.stdout.split())
     assert growth <= 3 * nbytes, f"{field}: peak grew by {growth / nbytes:.1f} x the tensor's {nbytes} bytes"

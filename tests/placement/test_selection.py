@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, get_args
 
@@ -14,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from builders import model_of, sparse
+from command_line import run
 from models import older
 from onnx import helper, numpy_helper
 
@@ -164,10 +163,6 @@ def test_the_command_line_selects_too(tmp_path: Path) -> None:
     model = model_of_kinds()
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
-
-    def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True, text=True,
-                              timeout=600)
 
     chosen = ["--include", "layers.*", "--include", "head.*", "--exclude", "*.bias", "--min-bytes", "32"]
     inspect = run("inspect", path, "--json", *chosen)

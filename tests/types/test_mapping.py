@@ -3,11 +3,10 @@ in docs/mapping.md (whole) and the README (some rows)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from command_line import run
 
 import dmlbridge
 from dmlbridge import DmlDataType as D
@@ -115,10 +114,6 @@ def test_dml_type_properties() -> None:
     assert D.UINT4.introduced_in == FeatureLevel.FL_6_3 and D.INT8.introduced_in == FeatureLevel.FL_1_0
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dmlbridge", *args], capture_output=True, text=True, timeout=600)
-
-
 def _table_block(page: Path) -> list[str]:
     text = page.read_text(encoding="utf-8")
     return text.split("<!-- mapping-table:start -->\n")[1].split("\n<!-- mapping-table:end -->")[0].strip().splitlines()
@@ -127,7 +122,7 @@ def _table_block(page: Path) -> list[str]:
 def test_readme_carries_the_default_table() -> None:
     """docs/mapping.md carries the whole default table as `dmlbridge table --markdown` prints it; the README some
     of its rows, each as printed, in the table's order."""
-    printed = _cli("table", "--markdown")
+    printed = run("table", "--markdown")
     assert printed.returncode == 0
     lines = printed.stdout.strip().splitlines()
     assert _table_block(MAPPING) == lines
@@ -137,12 +132,12 @@ def test_readme_carries_the_default_table() -> None:
 
 
 def test_table_command_for_other_targets() -> None:
-    out = _cli("table", "--feature-level", "6.2", "--unsupported", "FLOAT16,INT64", "--wide").stdout
+    out = run("table", "--feature-level", "6.2", "--unsupported", "FLOAT16,INT64", "--wide").stdout
     lines = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
     assert lines["INT4"][2:4] == ["INT8", "widen"]
     assert lines["FLOAT16"][2:4] == ["FLOAT32", "widen"]
     assert lines["INT64"][2:4] == ["INT32", "emulate"]
-    bad = _cli("table", "--unsupported", "BOGUS")
+    bad = run("table", "--unsupported", "BOGUS")
     assert bad.returncode == 2 and "BOGUS" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
 

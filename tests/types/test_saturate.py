@@ -5,13 +5,12 @@ independent reference by the known-answer vectors)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from command_line import run
 from onnx import helper, numpy_helper
 
 import dmlbridge
@@ -108,10 +107,6 @@ def test_counts_in_the_manifest_are_checked(tmp_path: Path) -> None:
 def test_the_command_line_saturates(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(slice_model(), path)
-
-    def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "dmlbridge", *map(str, args)], capture_output=True, text=True,
-                              timeout=600)
 
     refused = run("convert", path, "-o", tmp_path / "w", "--feature-level", "2.0", "--int64", "saturate")
     assert refused.returncode == 2 and "pass --allow-lossy with it" in refused.stderr, refused.stderr

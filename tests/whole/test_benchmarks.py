@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -9,16 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import background
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
-    out = tmp_path_factory.mktemp("bench") / "quick.json"
+def _quick_run(folder: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out = folder / "quick.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               DMLBRIDGE_BENCH_CACHE=str(tmp_path_factory.mktemp("cache")))  # (case 7's model, never in $HOME)
+               DMLBRIDGE_BENCH_CACHE=str(folder / "cache"))  # (case 7's model, never in $HOME)
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
         cwd=REPO,
@@ -29,6 +30,19 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complete
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, json.loads(out.read_text())
+
+
+_QUICK: list[background.Job[tuple[subprocess.CompletedProcess[str], dict]]] = []
+
+
+def start_in_background(queue: background.Queue, folder: Path) -> None:
+    """The quick run runs beside the other tests (tests/conftest.py calls this)."""
+    _QUICK.append(queue.add(functools.partial(_quick_run, folder)))
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
+    return _QUICK[0].result() if _QUICK else _quick_run(tmp_path_factory.mktemp("bench"))
 
 
 def _number(value: object) -> bool:

@@ -8,21 +8,21 @@ conversion has more buffers than the new one, and fewer. Every other file left b
 file of a killed conversion, or of the previous one when the kill came while they were removed after the commit
 point; a temporary manifest), and ``dmlbridge.clean`` or the next conversion into the prefix removes it.
 
-The child prints a marker at each step of the conversion (each constant, the fingerprint, the manifest's write,
-every fsync, the rename, every removal). "Step" trials make it wait at each marker and kill it exactly at one:
-every step of the commit protocol once, then randomly chosen ones, sometimes a random few milliseconds after
-letting it go on; "free" trials let it run and kill it after a random delay.
+The child (tests/helpers/killed_conversion.py, forked from a fork server that has dmlbridge imported, so that a
+trial costs milliseconds) sends a marker at each step of the conversion (each constant, the fingerprint, the
+manifest's write, every fsync, the rename, every removal). "Step" trials make it wait at each marker and kill it
+exactly at one: every step of the commit protocol once, then randomly chosen ones, sometimes a random few
+milliseconds after letting it go on; "free" trials let it run and kill it after a random delay.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import random
 import re
-import signal
-import subprocess
 import sys
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -33,6 +33,7 @@ import onnx
 import pytest
 from budget import examples
 from builders import model_of
+from killed_conversion import convert_in_steps
 from models import buffer_path, buffer_paths, outputs
 from onnx import external_data_helper, helper, numpy_helper
 
@@ -46,75 +47,28 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and flock ar
 TRIALS = examples(30)
 STEP_TRIALS = max(2, TRIALS * 2 // 3)
 FREE_TRIALS = max(0, TRIALS - STEP_TRIALS)
-ROOT = Path(__file__).resolve().parents[2]
 
-CHILD = textwrap.dedent(
-    """
-    import os, sys, threading
-    import dmlbridge.writing.publish as commit
-    import dmlbridge.writing.convert as convert
-    import dmlbridge.writing.image as image_writer
-
-    model, prefix, mode, limit = sys.argv[1:5]
-    previous_buffers = set(sys.argv[5:])  # the previous conversion's: removing them is a step of the protocol
-    step = mode == "step"
-
-    marking = threading.Lock()  # one marker and its "go" at a time (the clean-up thread marks too)
-
-    def mark(name):
-        with marking:
-            sys.stdout.write(name + "\\n")
-            sys.stdout.flush()
-            if step and sys.stdin.readline() != "go\\n":
-                os._exit(9)
-
-    def hook(module, name, label):
-        real = getattr(module, name)
-        def hooked(*args, **kwargs):
-            mark(label(*args))
-            result = real(*args, **kwargs)
-            mark("after " + label(*args))
-            return result
-        setattr(module, name, hooked)
-
-    base = os.path.basename
-    # Constants the byte scan read go by runs to _place_spans; every other one is offered to _write_stored.
-    hook(image_writer, "_place_spans", lambda writer, offsets, first, stop, *rest: "spans %d" % (stop - first))
-    hook(image_writer, "_write_stored", lambda writer, constant, *rest: "entry " + constant.key)
-    hook(convert, "bin_fingerprint", lambda fd, *rest: "fingerprint")
-    hook(commit, "write_all", lambda fd, data: "write manifest")
-    hook(os, "fsync", lambda fd: "fsync")
-    hook(os, "replace", lambda src, dst, **kw: "replace " + base(dst))
-    # Any other removed file is a leftover of an earlier (killed) run: "stale", as how many there are depends on
-    # the earlier kills.
-    hook(os, "unlink", lambda path, **kw: "remove " + base(path) if base(path) in previous_buffers
-         else "unlink stale")
-    mark("start")
-    convert.convert_model(model, prefix, progress=False, max_buffer_bytes=int(limit))
-    mark("done")
-    """
-)
 LEFTOVER = re.compile(r"^(out\.[0-9a-f]{16}\.[0-9]{5}\.bin|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp)$")
 ONE_BUFFER = 2 << 30
 # The buffer limits of the previous conversion ("a") and the new one ("b"): one buffer each; seven buffers
-# before four; four before seven (the ~25 MB image in 4 or 8 MiB buffers).
-LAYOUTS = {"one buffer": (ONE_BUFFER, ONE_BUFFER), "7 buffers to 4": (4 << 20, 8 << 20),
-           "4 buffers to 7": (8 << 20, 4 << 20)}
+# before four; four before seven (the ~3 MB image in 512 KiB or 1 MiB buffers).
+LAYOUTS = {"one buffer": (ONE_BUFFER, ONE_BUFFER), "7 buffers to 4": (512 << 10, 1 << 20),
+           "4 buffers to 7": (1 << 20, 512 << 10)}
 
 
 def _write_model(directory: Path, name: str, seed: int, flip: bool = False) -> Path:
-    """A model with ~25 MB of external data and some inline constants; ``flip`` changes one bit of one of its
+    """A model with ~3 MB of external data and some inline constants; ``flip`` changes one bit of one of its
     float32 tensors (the same layout and size, one byte apart)."""
     rng = np.random.default_rng(seed)
     inits = []
     blob = bytearray()
     for i in range(36):
         if i % 6 == 5:
-            array: np.ndarray = rng.standard_normal(320 * 1024).astype(ml_dtypes.bfloat16)  # widened: CPU work
+            array: np.ndarray = rng.standard_normal(40 * 1024).astype(ml_dtypes.bfloat16)  # widened: CPU work
         elif i % 6 == 4:
-            array = rng.integers(-8, 8, 640 * 1024).astype(ml_dtypes.int4)  # packed into nibbles
+            array = rng.integers(-8, 8, 80 * 1024).astype(ml_dtypes.int4)  # packed into nibbles
         else:
-            array = rng.standard_normal(160 * 1024).astype(np.float32)
+            array = rng.standard_normal(20 * 1024).astype(np.float32)
         if flip and i == 20:
             array = array.copy()
             array.view(np.uint8)[12345] ^= 0x10
@@ -149,9 +103,9 @@ class Versions:
             convert_model(model, ref / "out", max_buffer_bytes=self.limits[version])
             self.outputs[version] = outputs(ref / "out")
             self.files[version] = {p.name: p.read_bytes() for p in ref.iterdir() if p.name != "out.lock"}
-        image_a, image_b = self.outputs["a"][0], self.outputs["b"][0]
-        assert len(image_a) == len(image_b) > 20 << 20  # the same size, ~25 MB
-        assert sum(x != y for x, y in zip(image_a, image_b, strict=True)) == 1  # one byte apart
+        image_a, image_b = (np.frombuffer(self.outputs[v][0], np.uint8) for v in "ab")
+        assert image_a.size == image_b.size > 2 << 20  # the same size, ~3 MB
+        assert np.count_nonzero(image_a != image_b) == 1  # one byte apart
 
     def state(self, directory: Path) -> str:
         """'-' (no manifest), 'a' or 'b': the whole conversion that load_plan reads in ``directory``; anything
@@ -171,43 +125,64 @@ def versions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     return Versions(tmp_path_factory.mktemp("kill"), LAYOUTS[request.param])
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    return env
+# The children are forked from a fork server that has imported the child's module (and dmlbridge with it): a
+# trial starts in milliseconds, not in the second an interpreter takes to import numpy and onnx.
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(["killed_conversion"])
 
 
-def _start(versions: Versions, prefix: Path, mode: str) -> subprocess.Popen[str]:
-    """The new conversion ("b") in a child process."""
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(versions.b), str(prefix), mode, str(versions.limits["b"]),
-         *(name for name in versions.files["a"] if name.endswith(".bin"))],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-    )
+@pytest.fixture(scope="module", autouse=True)
+def _fork_server() -> None:
+    """The fork server, started once for the module: it imports the child's module from tests/helpers (its path
+    given in PYTHONPATH: the fork server does not take this process's sys.path), with numpy on one thread."""
+    helpers = Path(convert_in_steps.__code__.co_filename).parent
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(helpers), *sys.path])))
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            patched.setenv(name, "1")
+        multiprocessing.forkserver.ensure_running()
 
 
-def _readline(child: subprocess.Popen[str]) -> str:
-    assert child.stdout is not None
-    line = child.stdout.readline()
-    if not line:
-        assert child.stderr is not None
-        child.wait(30)
-        pytest.fail(f"the child ended early (exit {child.returncode}): {child.stderr.read()[-2000:]}")
-    return line.rstrip("\n")
+class Child:
+    """The new conversion ("b") in a child process: its markers read one at a time, told to go on, killed."""
 
+    def __init__(self, versions: Versions, prefix: Path, mode: str) -> None:
+        self.conn, theirs = FORKS.Pipe()
+        previous = frozenset(name for name in versions.files["a"] if name.endswith(".bin"))
+        self.process = FORKS.Process(target=convert_in_steps, args=(theirs, str(versions.b), str(prefix), mode,
+                                                                    versions.limits["b"], previous))
+        self.process.start()
+        theirs.close()
 
-def _go(child: subprocess.Popen[str]) -> None:
-    assert child.stdin is not None
-    child.stdin.write("go\n")
-    child.stdin.flush()
+    def readline(self) -> str:
+        """The next marker (the test fails if the child ends or fails without one)."""
+        try:
+            if not self.conn.poll(600):
+                pytest.fail("the child sent no marker for 600 s")
+            marker = str(self.conn.recv())
+        except EOFError:
+            self.process.join(30)
+            pytest.fail(f"the child ended early (exit {self.process.exitcode})")
+        if marker.startswith("error in the child"):
+            pytest.fail(marker)
+        return marker
 
+    def go(self) -> None:
+        self.conn.send("go")
 
-def _kill(child: subprocess.Popen[str]) -> None:
-    child.send_signal(signal.SIGKILL)
-    child.wait(30)
-    for stream in (child.stdin, child.stdout, child.stderr):
-        if stream is not None:
-            stream.close()
+    def poll(self) -> int | None:
+        """Its exit status; None while it runs."""
+        return self.process.exitcode
+
+    def wait(self, timeout: float) -> int | None:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        """SIGKILL (once it has ended, nothing), then its pipe closed."""
+        self.process.kill()
+        self.process.join(30)
+        self.conn.close()
 
 
 def _stale(marker: str) -> bool:
@@ -218,29 +193,31 @@ def _stale(marker: str) -> bool:
 def _markers(versions: Versions, directory: Path, previous: str) -> list[str]:
     """Every marker of a conversion over the given previous outputs (step mode), removals aside."""
     _set_previous(versions, directory, previous)
-    child = _start(versions, directory / "out", "step")
+    child = Child(versions, directory / "out", "step")
     markers = []
     while True:
-        marker = _readline(child)
+        marker = child.readline()
         if not _stale(marker):
             markers.append(marker)
-        _go(child)
+        child.go()
         if marker == "done":
             break
     assert child.wait(60) == 0
+    child.kill()
     return markers
 
 
 def _duration(versions: Versions, directory: Path) -> float:
     """How long a free run takes, from its "start" marker to "done"."""
     _set_previous(versions, directory, "a")
-    child = _start(versions, directory / "out", "free")
-    assert _readline(child) == "start"
+    child = Child(versions, directory / "out", "free")
+    assert child.readline() == "start"
     began = time.perf_counter()
-    while _readline(child) != "done":
+    while child.readline() != "done":
         pass
     duration = time.perf_counter() - began
     assert child.wait(60) == 0
+    child.kill()
     return duration
 
 
@@ -290,6 +267,7 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
 
     outcomes: Counter[str] = Counter()
     where: Counter[str] = Counter()
+    held = 0  # trials killed while waiting at a marker (the others may finish before their kill)
     # Every step of the protocol once (from the fingerprint of the last buffer to the end, over previous
     # outputs), then random ones.
     protocol = list(range(last_fingerprint, len(markers["a"]) - 1))
@@ -301,30 +279,33 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
             swept = trial < len(protocol)
             stop = protocol[trial] if swept else rng.randrange(len(expected) - 1)
             delay = 0.0 if swept or rng.random() < 0.5 else rng.uniform(0, 0.02)
-            child = _start(versions, directory / "out", "step")
+            child = Child(versions, directory / "out", "step")
             index = 0
             while True:
-                marker = _readline(child)
+                marker = child.readline()
                 if _stale(marker):
-                    _go(child)
+                    child.go()
                     continue
                 assert marker == expected[index]
                 if index == stop:
                     break
-                _go(child)
+                child.go()
                 index += 1
             label = re.sub(r"entry \S+", "entry", expected[stop]) + (" +delay" if delay else "")
             if delay:
-                _go(child)  # let it run on its own from here, then kill it
+                child.go()  # let it run on its own from here, then kill it
                 _run_freely(child, delay)
         else:
-            child = _start(versions, directory / "out", "free")
-            assert _readline(child) == "start"
+            child = Child(versions, directory / "out", "free")
+            assert child.readline() == "start"
             delay = rng.uniform(0, duration * 1.05)
             time.sleep(delay)
             label = f"free {delay / duration:.0%}"
-        finished = child.poll() == 0  # a free run may finish before its kill
-        _kill(child)  # (Popen signals only a process that has not ended)
+        waiting = trial < len(protocol) + step_trials and not delay  # (at a marker, for its "go")
+        finished = child.poll() == 0  # a run let go may finish before its kill
+        child.kill()
+        assert not (waiting and finished)
+        held += waiting
         if finished:
             outcomes["finished"] += 1
         else:
@@ -333,7 +314,7 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
 
     kills = sum(where.values())
     print(f"\n{kills} kills, seed {seed}: outcomes {dict(outcomes)}; where {dict(where)}")
-    assert kills >= min(20, step_trials) + len(protocol)
+    assert kills >= held >= len(protocol)
     assert outcomes["a->a"] >= 2 and outcomes["a->b"] >= 2  # killed before and after the commit point
     assert sum(n for label, n in where.items() if "entry" in label) >= (3 if one_buffer else 1)  # mid-writing
 
@@ -356,28 +337,19 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
     assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["a"]) + 1
 
 
-def _run_freely(child: subprocess.Popen[str], delay: float) -> None:
+def _run_freely(child: Child, delay: float) -> None:
     """Answer every further marker with "go" for ``delay`` seconds (the child runs on, freely), then return."""
-    assert child.stdout is not None and child.stdin is not None
-    os.set_blocking(child.stdout.fileno(), False)
     deadline = time.perf_counter() + delay
-    buffered = ""
     while time.perf_counter() < deadline and child.poll() is None:
         try:
-            chunk = os.read(child.stdout.fileno(), 4096).decode()
-        except BlockingIOError:
-            chunk = ""
-        buffered += chunk
-        while "\n" in buffered:
-            line, buffered = buffered.split("\n", 1)
-            try:
-                _go(child)
-            except BrokenPipeError:
-                return
-            if line == "done":
-                return
-        if not chunk:
-            time.sleep(0.0005)
+            if not child.conn.poll(0.0005):
+                continue
+            marker = child.conn.recv()
+            child.go()
+        except (EOFError, OSError):  # (it ended)
+            return
+        if marker == "done":
+            return
 
 
 # --- the pieces, one at a time ---------------------------------------------------------------------------------
