@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -384,6 +385,8 @@ def _kernel_filesystem(directory: str) -> str | None:
     """The type of the kernel filesystem ``directory`` is on (devtmpfs for /dev, proc, sysfs, ...), or None: an
     ordinary filesystem, or a system without /proc/self/mountinfo (found by the folder's device number, so a
     symlink or a bind mount cannot hide it)."""
+    if not sys.platform.startswith("linux"):  # (Wine shows Linux's /proc to Windows programs: not theirs)
+        return None
     try:
         device = os.stat(directory).st_dev
         with open(_MOUNTINFO, encoding="utf-8", errors="replace") as file:
