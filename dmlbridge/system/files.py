@@ -26,7 +26,7 @@ import sys
 
 from dmlbridge.system import windows
 
-__all__ = ["NotRegularFileError", "open_regular", "read_at", "read_into", "write_at"]
+__all__ = ["NotRegularFileError", "keep_open", "open_regular", "read_at", "read_into", "write_at"]
 
 _WINDOWS = sys.platform == "win32"
 _PREAD = hasattr(os, "pread")
@@ -112,3 +112,13 @@ def write_at(fd: int, offset: int, data: bytes) -> None:
         return
     os.lseek(fd, offset, os.SEEK_SET)
     os.write(fd, data)
+
+
+def keep_open(fd: int, path: str) -> int:
+    """A descriptor of the file this process is writing through ``fd`` (at ``path``), for a plan to keep reading
+    it: a ``dup`` on POSIX; on Windows the file opened again for reading and shared (a duplicate would keep the
+    writer's sharing, under which no later conversion could remove the file). While ``fd`` is open, nobody can
+    remove or rename the file on Windows, so the second open finds the same file."""
+    if _WINDOWS:
+        return open_regular(path)[0]
+    return os.dup(fd)
