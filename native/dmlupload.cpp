@@ -47,6 +47,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <map>
 #include <vector>
@@ -82,6 +83,16 @@ static void Say(const char* format, ...) {
     fflush(stdout);
     fprintf(stderr, "dmlupload: %s\n", message.c_str());
     exit(2);
+}
+
+// Test faults: DMLUPLOAD_FAULTS=NAME[,NAME...] makes one call fail, or one result change, as a broken device or a
+// GPU with other float rules could, so that the test suite can check that the program notices (README.md lists
+// them). Never set in normal use.
+static const char* const kFaults[] = {"flush", "no-pattern", "no-feature-levels", "no-event", "skip-first-step"};
+static bool Fault(const char* name) {
+    static const char* const set = getenv("DMLUPLOAD_FAULTS");
+    static const std::string faults = "," + std::string(set ? set : "") + ",";
+    return faults.find("," + std::string(name) + ",") != std::string::npos;
 }
 
 static std::string Str(UINT64 v) { return std::to_string((unsigned long long)v); }
@@ -500,7 +511,7 @@ static void RecordFill(Gpu& g, ID3D12Resource* dst, UINT64 size) {
     if (!g.pattern.size) {
         void* p = nullptr;
         D3D12_RANGE none = {0, 0};
-        if (FAILED(Grow(g, g.pattern, kPatternSize, D3D12_HEAP_TYPE_UPLOAD)) ||
+        if (Fault("no-pattern") || FAILED(Grow(g, g.pattern, kPatternSize, D3D12_HEAP_TYPE_UPLOAD)) ||
             FAILED(g.pattern.resource->Map(0, &none, &p)))
             return (void)(g.pattern.size = 0);  // (then the output is not pre-filled)
         memset(p, 0xA5, (size_t)g.pattern.size);
@@ -621,7 +632,8 @@ static HRESULT Dispatch(Gpu& g, std::vector<Step>& steps) {
             if (persist[i].SizeInBytes) t->BindPersistentResource(&persistDesc);
         }
         if (props[i].TemporaryResourceSize) t->BindTemporaryResource(&tempDesc);
-        g.recorder->RecordDispatch(g.list.Get(), what[i], t);
+        if (!(Fault("skip-first-step") && steps.size() > 1 && i == 1))  // (an operator that writes nothing)
+            g.recorder->RecordDispatch(g.list.Get(), what[i], t);
         UavBarrier(g);
     }
     return ExecuteAndWait(g);
@@ -715,10 +727,28 @@ static Bind BindingOf(Run& r, const Binding& b) {
     return {r.buffers[b.buffer].Get(), b.offset, b.desc.total, (b.desc.flags & DML_TENSOR_FLAG_OWNED_BY_DML) != 0};
 }
 
-// Runs the steps, the last one writing the output scratch (pre-filled with 0xA5), and reads that back into capture
-// or else appends it to the dump (dumpAt: where, or -1 without a dump).
-static HRESULT Execute(Run& r, std::vector<Step>& steps, UINT64 outBytes, long long& dumpAt,
-                       std::vector<unsigned char>* capture = nullptr) {
+// The "flush" fault: float values as a GPU that flushes subnormals to zero and keeps no NaN payload may write them
+// (Direct3D's float rules allow both): subnormals become a zero of their sign, NaNs the quiet NaN of their sign.
+static void FlushFloats(DML_TENSOR_DATA_TYPE type, unsigned char* p, size_t n) {
+    UINT bits = type == DML_TENSOR_DATA_TYPE_FLOAT16 ? 16 : type == DML_TENSOR_DATA_TYPE_FLOAT32 ? 32
+              : type == DML_TENSOR_DATA_TYPE_FLOAT64 ? 64 : 0;
+    if (!bits) return;
+    UINT exponentBits = bits == 16 ? 5 : bits == 32 ? 8 : 11, size = bits / 8;
+    UINT64 sign = 1ull << (bits - 1), mantissa = (1ull << (bits - 1 - exponentBits)) - 1;
+    UINT64 exponent = (sign - 1) & ~mantissa, quiet = exponent | (mantissa + 1) >> 1;
+    for (size_t i = 0; i + size <= n; i += size) {
+        UINT64 v = 0;
+        memcpy(&v, p + i, size);
+        if ((v & exponent) == 0 && (v & mantissa)) v &= sign;
+        else if ((v & exponent) == exponent && (v & mantissa)) v = (v & sign) | quiet;
+        memcpy(p + i, &v, size);
+    }
+}
+
+// Runs the steps, the last one writing the output scratch (pre-filled with 0xA5) in outType, and reads that back into
+// capture or else appends it to the dump (dumpAt: where, or -1 without a dump).
+static HRESULT Execute(Run& r, std::vector<Step>& steps, DML_TENSOR_DATA_TYPE outType, UINT64 outBytes,
+                       long long& dumpAt, std::vector<unsigned char>* capture = nullptr) {
     dumpAt = -1;
     HRESULT hr = Grow(r.g, r.g.output, outBytes, D3D12_HEAP_TYPE_DEFAULT);
     if (FAILED(hr)) return hr;
@@ -726,7 +756,13 @@ static HRESULT Execute(Run& r, std::vector<Step>& steps, UINT64 outBytes, long l
     RecordFill(r.g, r.g.output.resource.Get(), outBytes);
     if (FAILED(hr = Dispatch(r.g, steps))) return Discard(r.g), hr;
     UINT64 at = r.dumped;
+    std::vector<unsigned char> flushed;
     hr = ReadBack(r.g, r.g.output.resource.Get(), outBytes, [&](const unsigned char* p, size_t n) {
+        if (Fault("flush")) {
+            flushed.assign(p, p + n);
+            FlushFloats(outType, flushed.data(), n);
+            p = flushed.data();
+        }
         if (capture) capture->insert(capture->end(), p, p + n);
         else if (r.dump && fwrite(p, 1, n, r.dump) != n) BadInput("cannot write the dump file");
         if (!capture && r.dump) r.dumped += n;
@@ -767,7 +803,7 @@ static void ReadTensor(Run& r, const Binding& b) {
     if (plan.op == DML_OPERATOR_DEQUANTIZE)  // the scale 1.0 and zero point 0 all elements broadcast from
         steps[0].inputs.insert(steps[0].inputs.end(), {{r.constants.Get(), 0, 4}, {r.constants.Get(), 16, 4}});
     UINT64 outBytes = Packed(plan.out, b.desc).total;
-    if (SUCCEEDED(hr)) hr = Execute(r, steps, outBytes, dumpAt);
+    if (SUCCEEDED(hr)) hr = Execute(r, steps, plan.out, outBytes, dumpAt);
     Report(r, "read", b.name, plan.name, hr, plan.out, outBytes, dumpAt);
 }
 
@@ -800,7 +836,7 @@ static void Dequantize(Run& r, const QuantForm& q) {
                         : CreateDequantize(r.g, w->desc, s->desc, z->desc, s->desc.type, &steps[0].op);
     steps[0].inputs = {BindingOf(r, *w), BindingOf(r, *s), BindingOf(r, *z)};
     UINT64 outBytes = Packed(s->desc.type, w->desc).total;
-    if (SUCCEEDED(hr)) hr = Execute(r, steps, outBytes, dumpAt);
+    if (SUCCEEDED(hr)) hr = Execute(r, steps, s->desc.type, outBytes, dumpAt);
     Report(r, "dequantize", name, op, hr, s->desc.type, outBytes, dumpAt);
 }
 
@@ -839,7 +875,7 @@ static void RunGemm(Run& r, const Gemm& job) {
         steps[0].inputs = {BindingOf(r, *w), BindingOf(r, *s), BindingOf(r, *z)};
         steps[0].output = dequantized;
         steps[1].inputs = {{aBuffer.Get(), 0, a.total, false}, dequantized, {}};  // A, B, and no C
-        hr = Execute(r, steps, out.total, dumpAt);
+        hr = Execute(r, steps, f32, out.total, dumpAt);
     }
     Report(r, "gemm", job.record, op, hr, DML_TENSOR_DATA_TYPE_FLOAT32, out.total, dumpAt);
 }
@@ -864,7 +900,7 @@ static void CreateDevices(Gpu& g) {
     Need(g.device->CreateCommandList(0, qd.Type, g.allocator.Get(), nullptr, IID_PPV_ARGS(&g.list)),
          "CreateCommandList");
     Need(g.device->CreateFence(0, D3D12_FENCE_FLAG_NONE, IID_PPV_ARGS(&g.fence)), "CreateFence");
-    g.fenceEvent = CreateEventW(nullptr, FALSE, FALSE, nullptr);
+    g.fenceEvent = Fault("no-event") ? nullptr : CreateEventW(nullptr, FALSE, FALSE, nullptr);
 
     // DirectML from the DirectML.dll beside the program (the redistributable, up to feature level 6.4) rather than
     // an older copy in System32: load it by name and look DMLCreateDevice1 up.
@@ -884,7 +920,8 @@ static void CreateDevices(Gpu& g) {
         DML_FEATURE_LEVEL_6_2, DML_FEATURE_LEVEL_6_3, DML_FEATURE_LEVEL_6_4};
     DML_FEATURE_QUERY_FEATURE_LEVELS query = {(UINT)(sizeof levels / sizeof levels[0]), levels};
     DML_FEATURE_DATA_FEATURE_LEVELS data = {};
-    if (SUCCEEDED(g.dml->CheckFeatureSupport(DML_FEATURE_FEATURE_LEVELS, sizeof query, &query, sizeof data, &data)))
+    if (!Fault("no-feature-levels") &&
+        SUCCEEDED(g.dml->CheckFeatureSupport(DML_FEATURE_FEATURE_LEVELS, sizeof query, &query, sizeof data, &data)))
         g.level = data.MaxSupportedFeatureLevel;
 }
 
@@ -926,7 +963,7 @@ static std::string SelfTest(Run& r) {
     auto check = [&](const char* what, HRESULT result, std::vector<Step>& steps, const void* expected, size_t size) {
         std::vector<unsigned char> got;
         long long unused;
-        if (SUCCEEDED(result)) result = Execute(r, steps, size, unused, &got);
+        if (SUCCEEDED(result)) result = Execute(r, steps, DML_TENSOR_DATA_TYPE_FLOAT32, size, unused, &got);
         if (FAILED(result)) snprintf(why, sizeof why, "%s: HRESULT 0x%08x", what, (unsigned)result);
         for (size_t i = 0; !why[0] && i < size; ++i)
             if (got[i] != ((const unsigned char*)expected)[i])
@@ -1032,6 +1069,15 @@ static std::vector<Gemm> CheckOptions(const Options& o, const BindingList& list)
 
 int main(int argc, char** argv) {
     Options opt = ParseOptions(argc, argv);
+    if (const char* faults = getenv("DMLUPLOAD_FAULTS")) {
+        std::string rest = std::string(faults) + ",";
+        for (size_t at = 0, comma; (comma = rest.find(',', at)) != std::string::npos; at = comma + 1) {
+            std::string name = rest.substr(at, comma - at);
+            if (std::find_if(std::begin(kFaults), std::end(kFaults), [&](const char* f) { return name == f; }) ==
+                std::end(kFaults))
+                BadInput("DMLUPLOAD_FAULTS: unknown fault '" + name + "' (README.md lists them)");
+        }
+    }
     Run r;
     std::vector<Gemm> gemms;
     // The input first, whole: a malformed list or a missing file costs no GPU start-up (exit 2).

@@ -72,6 +72,17 @@ class Run:
 
 
 @dataclass
+class Attempt:
+    """One run of the program as it ended, judged by nobody: its exit status, what it printed, and where its
+    ``--dump`` file would be."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    dump: Path
+
+
+@dataclass
 class Tally:
     """What the session's DirectML runs did, printed at the end of the test run."""
 
@@ -101,10 +112,11 @@ class DirectML:
         self.exe, self.env, self.workdir = exe, env, workdir
         self._count = 0
 
-    def run(self, bindings: str | Path, args: Sequence[str] = (), directory: Path | None = None,
-            counted: bool = True) -> Run:
-        """Run the program on ``bindings`` (a path, or the text of a list whose files are in ``directory``);
-        ``counted=False`` for descs broken on purpose (their refusals are not the suite's)."""
+    def attempt(self, bindings: str | Path, args: Sequence[str] = (), directory: Path | None = None,
+                faults: Sequence[str] = ()) -> Attempt:
+        """Run the program on ``bindings`` (a path, or the text of a list whose files are in ``directory``) and
+        return how it ended, asserting nothing; ``faults`` are the test faults it injects (DMLUPLOAD_FAULTS,
+        native/README.md)."""
         self._count += 1
         work = self.workdir / f"run{self._count}"
         work.mkdir()
@@ -119,13 +131,24 @@ class DirectML:
             command += ["--dir", str(directory)]
         if self.env is not None:
             command = [str(WINE), *command]
+        env = dict(self.env if self.env is not None else os.environ)
+        env.pop("DMLUPLOAD_FAULTS", None)
+        if faults:
+            env["DMLUPLOAD_FAULTS"] = ",".join(faults)
         # Files, not pipes: the Wine services the first program of a prefix starts inherit its standard streams
         # and outlive it, so reading a pipe to its end would wait for them.
         with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
-            returncode = subprocess.run(command, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            returncode = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                         check=False).returncode
-        stdout = (work / "stdout").read_text(errors="replace")
-        stderr = (work / "stderr").read_text(errors="replace")
+        return Attempt(returncode, (work / "stdout").read_text(errors="replace"),
+                       (work / "stderr").read_text(errors="replace"), dump)
+
+    def run(self, bindings: str | Path, args: Sequence[str] = (), directory: Path | None = None,
+            counted: bool = True, faults: Sequence[str] = ()) -> Run:
+        """Run the program on ``bindings`` as ``attempt`` does, and hold it to its self-test and exit status 0;
+        ``counted=False`` for descs broken on purpose and injected faults (their refusals are not the suite's)."""
+        ended = self.attempt(bindings, args, directory, faults)
+        returncode, stdout, stderr, dump = ended.returncode, ended.stdout, ended.stderr, ended.dump
         TALLY.runs += 1
         assert "self-test ok" in stdout.splitlines(), (
             f"the program's known-answer self-test did not pass (exit {returncode}):\n{stdout[-3000:]}\n"
@@ -169,7 +192,7 @@ def _missing_on_linux() -> tuple[str | None, dict[str, str], Path, Path]:
         if shutil.which(tool) is None:
             return f"{tool} not found", {}, home, include
     env = dict(os.environ, WINEPREFIX=str(home / "prefix"), WINEARCH="win64", WINEDEBUG="-all",
-               VKD3D_DEBUG="none", WINEDLLOVERRIDES="d3d12=n",
+               VKD3D_DEBUG="none", WINEDLLOVERRIDES="d3d12=n;winedbg.exe=d",  # (a crash exits, not held by winedbg)
                VK_ICD_FILENAMES="/usr/share/vulkan/icd.d/lvp_icd.x86_64.json",
                DMLWINE_FORCE_TYPED_UAV_LOADS="1",  # FLOAT16/UINT16/INT16 readable (DIRECTML_FP16=1 in run.sh)
                XDG_RUNTIME_DIR=str(home / "xdg"))
