@@ -45,14 +45,16 @@ NUMPY = {"FLOAT32": np.float32, "FLOAT64": np.float64, "UINT32": np.uint32, "INT
 
 @dataclass
 class Result:
-    """One output line of the program: what ran, its HRESULT and its output bytes."""
+    """One output line of the program: what ran, its HRESULT and its output bytes; for a FLOAT32 or FLOAT64 read,
+    ``bits`` is the read of the same bytes as UINT32 or UINT64 (a plain copy on every GPU)."""
 
-    kind: str  # read, dequantize, gemm
+    kind: str  # read, bits, dequantize, gemm
     name: str
     operator: str
     hresult: str
     out_type: str
     data: bytes | None
+    bits: Result | None = None
 
     @property
     def ok(self) -> bool:
@@ -91,6 +93,7 @@ class Tally:
     mismatches: int = 0
     refused: int = 0
     flushed: int = 0
+    quieted: int = 0  # NaNs whose payload a float-typed read changed (their bits reads are exact)
     probed: int = 0
     probe_equal: int = 0  # probes whose smallest accepted size equals calc_buffer_tensor_size
     self_tests: int = 0
@@ -161,7 +164,7 @@ class DirectML:
             words = line.split()
             if words[:2] == ["device", "flags"]:
                 run.device_flags = " ".join(words[2:])
-            elif words and words[0] in ("read", "dequantize", "gemm") and len(words) >= 7:
+            elif words and words[0] in ("read", "bits", "dequantize", "gemm") and len(words) >= 7:
                 _, name, operator, hresult, out_type, size, offset = words[:7]
                 data = None
                 if hresult == "0x00000000" and int(offset) >= 0:
@@ -170,7 +173,11 @@ class DirectML:
                     TALLY.executed += counted
                 else:
                     TALLY.refused += counted
-                run.results[name] = Result(words[0], name, operator, hresult, out_type, data)
+                result = Result(words[0], name, operator, hresult, out_type, data)
+                if words[0] == "bits":  # (right after its tensor's read line)
+                    run.results[name].bits = result
+                else:
+                    run.results[name] = result
             elif words and words[0] == "probe":
                 run.probes[words[1]] = int(words[3])
                 TALLY.probed += 1
@@ -255,6 +262,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(
         f"DirectML: {TALLY.runs} runs, each after its known-answer self-test ({TALLY.self_tests} passed); "
         f"{TALLY.executed} operators executed, {TALLY.compared} outputs compared ({groups}), {TALLY.mismatches} "
-        f"mismatches, {TALLY.refused} refused or not run, {TALLY.flushed} subnormals flushed; {TALLY.probed} "
+        f"mismatches, {TALLY.refused} refused or not run, {TALLY.flushed} subnormals flushed and {TALLY.quieted} "
+        f"NaN payloads changed by float-typed reads (allowed; the bits reads of FLOAT32 and FLOAT64 tensors are "
+        f"exact); {TALLY.probed} "
         f"descs probed for their smallest size, {TALLY.probe_equal} of them at exactly calc_buffer_tensor_size"
     )
