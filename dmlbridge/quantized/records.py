@@ -265,9 +265,10 @@ class QuantizedWeight:
         return out.reshape(self.shape)
 
     def blocked_form(self) -> tuple[QuantizedPart, QuantizedPart, QuantizedPart]:
-        """The three parts as ONNX Runtime's DirectML EP binds them to DEQUANTIZE: no split, the weight
+        """The three parts in the form ONNX Runtime's DirectML EP binds to DEQUANTIZE: no split, the weight
         ``[..., K']`` (K' = k_blocks * block_size), scales and zero points ``[..., k_blocks]`` with their own
-        strides (zero-point rows keep their padded stride). Only for a blocked weight quantized on its last axis.
+        strides (zero-point rows keep their padded stride, which ONNX Runtime's packed desc does not). Only for a
+        blocked weight quantized on its last axis.
 
         Example:
             >>> import numpy as np, dmlbridge
