@@ -42,6 +42,7 @@ from dmlbridge.model.consumers import Consumer
 from dmlbridge.quantized.records import QUANTIZED_OPS, Granularity, PartSpec, QuantizedSpec, dequantize_operator
 from dmlbridge.tensor.layout import packed_strides
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType
+from dmlbridge.types.float_bits import cast
 from dmlbridge.types.mapping import resolve
 from dmlbridge.types.target import Target
 
@@ -344,8 +345,8 @@ def _scales_key(key: str, origin: str, scales: ModelConstant, target: Target, sc
 
 
 def _widened(sources: list[np.ndarray]) -> np.ndarray:
-    """``sources[0]`` (float16 scales) as float32: exact."""
-    return sources[0].astype(np.float32)
+    """``sources[0]`` (float16 scales) as float32: exact, NaNs bit for bit (as any FLOAT16 widened to FLOAT32)."""
+    return cast(sources[0], np.float32)
 
 
 def _padded(sources: list[np.ndarray], shape: tuple[int, ...], padded: tuple[int, ...], axis: int) -> np.ndarray:
