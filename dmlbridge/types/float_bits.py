@@ -68,21 +68,23 @@ def cast_into(source: np.ndarray, dest: np.ndarray) -> None:
         >>> hex(out.view(np.uint32)[0])
         '0x7fa00000'
     """
-    with np.errstate(all="ignore"):  # (a signalling NaN raises the invalid flag: defined here)
-        np.copyto(dest, source, casting="unsafe")
     have, want = ieee_format(source.dtype), ieee_format(dest.dtype)
-    if have is None or want is None or have == want:
-        return
-    if source.flags.c_contiguous and dest.flags.c_contiguous:  # (blocks keep the temporaries small)
-        flat_source, flat_dest = source.reshape(-1), dest.reshape(-1)
-        for start in range(0, flat_source.shape[0], _BLOCK):
-            _keep_nans(flat_source[start : start + _BLOCK], flat_dest[start : start + _BLOCK], have, want)
-    else:
-        _keep_nans(source, dest, have, want)
+    with np.errstate(all="ignore"):  # (a signalling NaN raises the invalid flag: defined here)
+        if have is None or want is None or have == want:
+            np.copyto(dest, source, casting="unsafe")
+        elif source.flags.c_contiguous and dest.flags.c_contiguous:  # (a block at a time, while it is in cache)
+            flat_source, flat_dest = source.reshape(-1), dest.reshape(-1)
+            for start in range(0, flat_source.shape[0], _BLOCK):
+                block, out = flat_source[start : start + _BLOCK], flat_dest[start : start + _BLOCK]
+                np.copyto(out, block, casting="unsafe")
+                _keep_nans(block, out, have, want)
+        else:
+            np.copyto(dest, source, casting="unsafe")
+            _keep_nans(source, dest, have, want)
 
 
 _BLOCK = 1 << 16
-"""Elements checked for NaNs at a time (the masks and their temporaries: a few hundred KiB)."""
+"""Elements cast and checked for NaNs at a time (the masks and their temporaries: a few hundred KiB)."""
 
 
 def _keep_nans(source: np.ndarray, dest: np.ndarray, have: tuple[int, int], want: tuple[int, int]) -> None:
@@ -90,14 +92,16 @@ def _keep_nans(source: np.ndarray, dest: np.ndarray, have: tuple[int, int], want
     width, mantissa_bits = have
     bits = _bits(source)
     word = np.dtype(f"u{source.dtype.itemsize}").type
-    exponent = word(((1 << (width - 1 - mantissa_bits)) - 1) << mantissa_bits)
+    infinity = ((1 << (width - 1 - mantissa_bits)) - 1) << mantissa_bits
     mantissa = word((1 << mantissa_bits) - 1)
-    nan = ((bits & exponent) == exponent) & ((bits & mantissa) != 0)
+    nan = (bits & word((1 << (width - 1)) - 1)) > word(infinity)  # (a magnitude above infinity's)
+    if not nan.any():
+        return
     shift = want[1] - mantissa_bits
     if shift < 0:  # narrowing: only the NaNs whose dropped bits are zero, and whose kept bits are not
         nan &= ((bits & word((1 << -shift) - 1)) == 0) & ((bits & mantissa) >> word(-shift) != 0)
-    if not nan.any():
-        return
+        if not nan.any():
+            return
     picked = bits[nan].astype(np.uint64)
     payload = picked & np.uint64((1 << mantissa_bits) - 1)
     payload = payload << np.uint64(shift) if shift >= 0 else payload >> np.uint64(-shift)
