@@ -478,10 +478,10 @@ def _check_entries(fields: Fields, record: QuantizedWeight, parts: list[Quantize
                                 f"{own[:80]!r} nor a constant its node reads as input {index} (the entry's consumers)")
         packed = (record.bits == 4 and entry.onnx_type is OnnxDataType.UINT8 and part.dml_type is DmlDataType.UINT4)
         if name != "scales" and entry.onnx_type is not values and not packed:
-            sign = "signed" if record.signed else "unsigned"
             raise ManifestError(f"{fields.at(name)} reads {entry.onnx_type.name} entry {part.key[:80]!r} as "
-                                f"{part.dml_type.name}, but the {name.replace('_', ' ')} of a {sign} {record.bits}-bit "
-                                f"weight are {values.name} values (or, at 4 bits, UINT8 bytes read as UINT4)")
+                                f"{part.dml_type.name}, but with bits {record.bits} and signed "
+                                f"{json.dumps(record.signed)} the {name.replace('_', ' ')} are {values.name} values "
+                                "(or, at 4 bits, UINT8 bytes read as UINT4)")
 
 
 def _check_roles(fields: Fields, record: QuantizedWeight, parts: list[QuantizedPart], entries: dict[str, PlanEntry],

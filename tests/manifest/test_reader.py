@@ -430,7 +430,8 @@ def test_tampered_quantized_records_are_refused(tmp_path: Path) -> None:
                                                            zero_points=None),
     }
     why = {  # (what the newer damages are refused for: each passes every other check)
-        "bits 2 on a 4-bit MatMulNBits": r"weight.*UINT8 entry 'B' as UINT4.*unsigned 2-bit weight are UINT2",
+        "bits 2 on a 4-bit MatMulNBits": r"weight.*UINT8 entry 'B' as UINT4, but with bits 2 and signed false the "
+                                         r"weight are UINT2 values",
         "zero points over the record's own weight entry": r"name the entries.*entry of its own",
         "zero points over a UINT8 entry the node does not read": r"zero_points.*'u'.*neither the record's own entry "
                                                                  r"'mm/zero_points' nor a constant its node reads",
