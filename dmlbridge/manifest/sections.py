@@ -32,6 +32,7 @@ from dmlbridge.placement.entries import PlanEntry, entry_layout
 from dmlbridge.placement.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
 from dmlbridge.placement.selection import Selection
 from dmlbridge.quantized.records import (
+    QUANTIZED_OPS,
     SIGNED_TYPES,
     DequantizeOperator,
     QuantizedPart,
@@ -351,6 +352,7 @@ OPERATOR_VERSION = 5
 """The first format whose quantized records name their DirectML ``operator``."""
 _OPS = ("MatMulNBits", "DequantizeLinear", "GatherBlockQuantized")
 _OUTPUT_TYPES = ("FLOAT", "FLOAT16", "BFLOAT16")
+_PARTS = ("weight", "scales", "zero_points")
 _REINTERPRETED = {DmlDataType.UINT4: DmlDataType.UINT8}  # a 4-bit view of a native byte entry's bytes
 _WEIGHT_TYPES = {(2, False): OnnxDataType.UINT2, (2, True): OnnxDataType.INT2, (4, False): OnnxDataType.UINT4,
                  (4, True): OnnxDataType.INT4, (8, False): OnnxDataType.UINT8, (8, True): OnnxDataType.INT8}
@@ -361,12 +363,14 @@ def quantized_from_json(
     value: Any, where: str, entries: dict[str, PlanEntry], target: Target, alignment: int, min_dims: int = 0,
     version: int = OPERATOR_VERSION,
 ) -> dict[str, QuantizedWeight]:
-    """A format-4 or later manifest's ``quantized`` records, each checked against the entries it names: every
-    part at its entry's buffer and offset, of the entry's DML type (or UINT4 over a UINT8 entry's bytes), with
-    sizes the weight's shape gives and a TotalTensorSizeInBytes that the layout rules give and the entry holds;
-    each part's DML type the one its role and ``bits`` give at the target (weight and zero points the mapping of
-    the values' type, scales a float type of ``output_type``), ``signed``, ``output_type`` and ``bias`` as its
-    entries say, and from format 5 the ``operator`` the target's level gives (whose table the parts fit)."""
+    """A format-4 or later manifest's ``quantized`` records, each checked against the entries it names: three
+    entries, each of its part's role and of the values' type ``bits`` gives (:func:`_check_entries`), every part
+    at its entry's buffer and offset, of the entry's DML type (or UINT4 over a UINT8 entry's bytes), with sizes
+    the weight's shape gives and a TotalTensorSizeInBytes that the layout rules give and the entry holds; each
+    part's DML type the one its role and ``bits`` give at the target (weight and zero points the mapping of the
+    values' type, scales a float type of ``output_type``), ``signed``, ``output_type`` and ``bias`` as its
+    entries say, and from format 5 the ``operator`` the target's level gives (whose table the parts fit).
+    ``zero_scales`` needs the scales' bytes: ``load_plan`` checks it (``check_zero_scales``)."""
     if not isinstance(value, list) or len(value) > 1 << 20:
         raise ManifestError(f"{where} must be an array of quantized weights, got {kind_of(value)}")
     with_operator = version >= OPERATOR_VERSION
@@ -420,8 +424,8 @@ def quantized_from_json(
             raise ManifestError(f"{fields.at('sizes')} are not the shape {list(shape)} split into blocks of {block} "
                                 f"in {rank} dimensions (min_dims {min_dims}, {operator.name} at feature level "
                                 f"{target.feature_level.dotted})")
-        parts = [_quantized_part(fields, name, sizes, entries, alignment) for name in ("weight", "scales",
-                                                                                        "zero_points")]
+        parts = [_quantized_part(fields, name, sizes, entries, alignment) for name in _PARTS]
+        _check_entries(fields, record, parts, entries)
         _check_roles(fields, record, parts, entries, target, operator if with_operator else None)
         records[key] = QuantizedWeight(**{**vars(record), "sizes": sizes, "weight": parts[0], "scales": parts[1],
                                           "zero_points": parts[2]})
@@ -447,6 +451,37 @@ def _check_form(fields: Fields, record: QuantizedWeight, shape: tuple[int, ...])
         raise ManifestError(f"{fields.where}: a GatherBlockQuantized weight is blocked")
     if record.bias is not None and record.op != "MatMulNBits":
         raise ManifestError(f"{fields.at('bias')} is set; only a MatMulNBits record has a bias")
+
+
+_ROLE_INPUTS = {"MatMulNBits": (1, 2, 3), "DequantizeLinear": (0, 1, 2), "GatherBlockQuantized": (0, 2, 3)}
+"""The node input of each part (weight, scales, zero points), by record op."""
+
+
+def _check_entries(fields: Fields, record: QuantizedWeight, parts: list[QuantizedPart],
+                   entries: dict[str, PlanEntry]) -> None:
+    """The three parts name three entries, each of its role: the record's own derived entry ``<key>/<part>``, or
+    a constant that the record's node reads as that part's input (its ``consumers`` say so); and the weight's and
+    the zero points' entries hold values of the type ``bits`` and ``signed`` give (or, at 4 bits, the packed
+    bytes of a UINT8 entry read as UINT4)."""
+    keys = [part.key for part in parts]
+    if len(set(keys)) != len(keys):
+        raise ManifestError(f"{fields.where}: its weight, scales and zero points name the entries "
+                            f"{json.dumps([key[:80] for key in keys])}; each part of a record has an entry of its own")
+    values = _WEIGHT_TYPES[record.bits, record.signed]
+    for name, part, index in zip(_PARTS, parts, _ROLE_INPUTS[record.op], strict=True):
+        entry = entries[part.key]
+        own = f"{record.key}/{name}"
+        if part.key != own and not any(consumer.node == record.key and consumer.input == index
+                                       and QUANTIZED_OPS.get(consumer.op_type) == record.op
+                                       for consumer in entry.consumers):
+            raise ManifestError(f"{fields.at(name)} reads {part.key[:80]!r}, which is neither the record's own entry "
+                                f"{own[:80]!r} nor a constant its node reads as input {index} (the entry's consumers)")
+        packed = (record.bits == 4 and entry.onnx_type is OnnxDataType.UINT8 and part.dml_type is DmlDataType.UINT4)
+        if name != "scales" and entry.onnx_type is not values and not packed:
+            raise ManifestError(f"{fields.at(name)} reads {entry.onnx_type.name} entry {part.key[:80]!r} as "
+                                f"{part.dml_type.name}, but with bits {record.bits} and signed "
+                                f"{json.dumps(record.signed)} the {name.replace('_', ' ')} are {values.name} values "
+                                "(or, at 4 bits, UINT8 bytes read as UINT4)")
 
 
 def _check_roles(fields: Fields, record: QuantizedWeight, parts: list[QuantizedPart], entries: dict[str, PlanEntry],

@@ -37,7 +37,7 @@ from dmlbridge.plan.fingerprint import fingerprint_problem
 from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
-from dmlbridge.quantized.records import QuantizedWeight, quantized_views
+from dmlbridge.quantized.records import QuantizedWeight, check_zero_scales, quantized_views
 from dmlbridge.tensor.decode import decode
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
 from dmlbridge.tensor.encode import PreparedTensor
@@ -555,6 +555,9 @@ def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: 
         problems = [message for _, message in plan.buffer_checks(sha256=verify, fingerprint=check_fingerprint)]
         if problems:
             raise ManifestError(problems[0])
+        if check_fingerprint:  # (dmlbridge verify compares the records with the model's, reading each byte once)
+            check_zero_scales(plan.quantized_records, plan.entries, lambda entry, start, out: files.read_into(
+                entry.buffer or 0, (entry.offset or 0) + start, out))
     except BaseException:
         files.close()
         raise

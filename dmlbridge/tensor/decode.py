@@ -13,6 +13,7 @@ from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.layout import check_sizes, check_strides, span_of
 from dmlbridge.types.data_types import DmlDataType
+from dmlbridge.types.float_bits import cast, ieee_format
 from dmlbridge.types.nibbles import unpack_nibbles
 
 __all__ = ["decode", "read_elements", "restore_values"]
@@ -76,8 +77,8 @@ def decode(
 def restore_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Decoded DML values back in the source's ``dtype``: the inverse of the type mapping.
 
-    Exact for native and widened values (a widened float narrows back to itself; only NaN payloads of the small
-    floats are not kept); BOOL comes back as ``values != 0``.
+    Exact for native and widened values: a widened float narrows back to its own bits, NaN payloads and
+    signalling NaNs included (:mod:`dmlbridge.types.float_bits`); BOOL comes back as ``values != 0``.
     """
     dtype = np.dtype(dtype)
     with np.errstate(all="ignore"):
@@ -86,4 +87,6 @@ def restore_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         if dtype in _SMALL_INTS or values.dtype in _SMALL_INTS:
             # ml_dtypes casts between its own sub-byte integers only through a regular integer type.
             return values.astype(np.int64).astype(dtype)
+        if ieee_format(values.dtype) and ieee_format(dtype):
+            return cast(values, dtype)
         return values.astype(dtype)

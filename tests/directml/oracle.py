@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 from bindings_format import DML_TYPES, desc_fields, encode, parse
 from dml_runtime import NUMPY, OUTPUT_TYPE, TALLY, Result
@@ -24,10 +25,15 @@ def expected_output(source: np.ndarray, dml_type: str, shape: tuple[int, ...] | 
     values = np.asarray(source)
     if values.dtype == np.bool_:
         values = values.astype(np.uint8)
+    if values.dtype == np.dtype(ml_dtypes.float8_e5m2):
+        # The top byte of a float16, NaN payloads included (ml_dtypes' astype gives the quiet NaN instead).
+        values = (values.view(np.uint8).astype(np.uint16) << 8).view(np.float16)
     out = NUMPY[OUTPUT_TYPE[dml_type]]
     if dml_type in ("INT32", "UINT32") and values.dtype.itemsize == 8:
         values = values.astype(np.int64 if values.dtype.kind == "i" else np.uint64)
-    with np.errstate(over="ignore"):  # (DOUBLE beyond FLOAT32's range rounds to an infinity, as dmlbridge's does)
+    # (DOUBLE beyond FLOAT32's range rounds to an infinity, as dmlbridge's does; numpy's float16 to float32 keeps
+    # a NaN's payload, signalling or not)
+    with np.errstate(over="ignore", invalid="ignore"):
         converted = values.astype(out)
     if shape is not None:
         converted = np.broadcast_to(converted.reshape(values.shape), shape)
