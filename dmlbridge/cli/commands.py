@@ -288,7 +288,13 @@ def _cmd_bindings(args: argparse.Namespace) -> int:
                    max_manifest_bytes=args.max_manifest_bytes) as plan:
         text = binding_list(plan)
     if args.output is None:
-        sys.stdout.write(text)
+        binary = getattr(sys.stdout, "buffer", None)
+        if binary is None:  # (a text stream only)
+            sys.stdout.write(text)
+        else:  # lines end in \n alone, also on Windows, whose text streams would write \r\n
+            sys.stdout.flush()
+            binary.write(text.encode("ascii"))
+            binary.flush()
         return 0
     temporary = f"{args.output}.{os.getpid()}.tmp"
     try:

@@ -125,7 +125,7 @@ class DirectML:
         work.mkdir()
         if isinstance(bindings, str):
             path = work / "list.bindings"
-            path.write_text(bindings)
+            path.write_text(bindings, newline="\n")  # (the list's lines end in \n alone)
         else:
             path = bindings
         dump = work / "dump.bin"

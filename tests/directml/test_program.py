@@ -59,7 +59,7 @@ def test_buffer_files_outside_the_lists_folder_are_neither_read_nor_dumped(direc
         os.utime(target, ns=(OLD, target.stat().st_mtime_ns))
     before = {target: target.stat() for target in targets}
     text = _list(f"buffer 0 {_hostile_file(name, outside)} {len(SECRET)}", "tensor t 0 0 FLOAT32 0 1 16 - 64 0")
-    (inside / "list.bindings").write_text(text)
+    (inside / "list.bindings").write_text(text, newline="\n")
 
     ended = directml.attempt(inside / "list.bindings", directory=inside)
     assert ended.returncode == 2, (ended.returncode, ended.stdout, ended.stderr)

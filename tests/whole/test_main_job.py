@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -85,3 +86,14 @@ def test_the_main_job_on_the_command_line(tmp_path: Path) -> None:
     assert cleaned.returncode == 0, cleaned.stderr
     assert run("table").returncode == 0
     assert run("convert", tmp_path / "missing.onnx", "-o", tmp_path / "x").returncode == 2
+
+
+def test_the_binding_list_on_standard_output_ends_its_lines_in_a_newline_alone(tmp_path: Path) -> None:
+    """`dmlbridge bindings PREFIX.json > FILE` writes the list native programs read, whose lines end in \\n alone:
+    also on Windows, whose text streams would write \\r\\n."""
+    path, _ = build_model(tmp_path)
+    convert_model(path, tmp_path / "w", progress=False).close()
+    listed = subprocess.run([sys.executable, "-m", "dmlbridge", "bindings", str(tmp_path / "w.json")],
+                            capture_output=True, timeout=600, check=True)
+    assert listed.stdout.count(b"\n") > 3 and b"\r" not in listed.stdout
+    assert listed.stdout.decode("ascii") == dmlbridge.binding_list(load_plan(tmp_path / "w.json"))
