@@ -533,7 +533,8 @@ def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: 
                check_fingerprint: bool) -> UploadPlan:
     """The plan of the manifest bytes ``data`` read from ``path``, its buffer files opened and checked."""
     manifest = parse_manifest(data, path, os.path.basename(bin_file))
-    directory = os.path.dirname(os.path.abspath(path))
+    # (the folder as the system resolves it, a symbolic link before "..": where the conversion wrote the files)
+    directory = os.path.realpath(os.path.dirname(path) or os.curdir)
     buffers: tuple[BufferFile, ...]
     if manifest.format_version == 1:
         if not bin_file:
