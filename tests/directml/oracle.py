@@ -27,7 +27,8 @@ def expected_output(source: np.ndarray, dml_type: str, shape: tuple[int, ...] | 
         values = values.astype(np.uint8)
     if values.dtype == np.dtype(ml_dtypes.float8_e5m2):
         # The top byte of a float16, NaN payloads included (ml_dtypes' astype gives the quiet NaN instead).
-        values = (values.view(np.uint8).astype(np.uint16) << 8).view(np.float16)
+        codes = values.reshape(-1).view(np.uint8)  # (flat: numpy 1.26 views no 0-d array as another dtype)
+        values = (codes.astype(np.uint16) << 8).view(np.float16).reshape(values.shape)
     out = NUMPY[OUTPUT_TYPE[dml_type]]
     if dml_type in ("INT32", "UINT32") and values.dtype.itemsize == 8:
         values = values.astype(np.int64 if values.dtype.kind == "i" else np.uint64)
