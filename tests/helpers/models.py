@@ -219,7 +219,7 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
     """Recompute every buffer, offset, desc and byte from the rules, with no help from dmlbridge's layout code."""
     doc = json.loads(Path(str(prefix) + ".json").read_text())
     files = [(Path(str(prefix)).parent / b["file"]).read_bytes() for b in doc["buffers"]]
-    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 5
+    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 6
     assert doc["max_buffer_bytes"] == max_buffer_bytes
     assert [b["size"] for b in doc["buffers"]] == [len(f) for f in files]
     assert all(len(f) <= max_buffer_bytes for f in files)
@@ -276,38 +276,58 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
 PER_CHANNEL = {"Conv": {2}, "ConvTranspose": {2}, "BatchNormalization": {1, 2, 3, 4}, "InstanceNormalization": {1, 2}}
 
 
-def padded_as_format_4(entry: dict[str, Any], min_dims: int, version: int = 4) -> dict[str, Any]:
-    """An entry of the current format as format 4 (and 3) wrote it: no consumer ``dims``, and a 1-D constant
-    padded on the channel axis only when ``min_dims`` is 2 or more, to ``min_dims`` dimensions (the same bytes,
-    offset and TotalTensorSizeInBytes: only Sizes, DimensionCount and padding differ). Before format 3, every
-    entry was padded with leading 1s."""
+def as_older_entry(entry: dict[str, Any], min_dims: int, version: int) -> dict[str, Any]:
+    """An entry of the current format (6) as format ``version`` (5 to 1) wrote it, by that version's rule, worked
+    out here from the entry's shape and consumers (the same bytes, offset and TotalTensorSizeInBytes: only Sizes,
+    Strides, DimensionCount, padding and the consumers' fields differ):
+
+    - format 5: consumers record ``dims`` of per-channel inputs only and no ``sizes``; no ``layout_note``; a 1-D
+      constant that only per-channel inputs of one ``dims`` read is ``[1, C, 1, ...]`` of ``dims`` dimensions (or
+      ``min_dims`` when more), "channel"; "mixed" when some consumers are per-channel and the others not, or their
+      ``dims`` differ; every other entry leading 1s to ``min_dims`` (no spatial, rank or broadcast layout);
+    - formats 4 and 3: no ``dims``, and a 1-D constant padded on the channel axis only when ``min_dims`` is 2 or
+      more, to ``min_dims`` dimensions;
+    - before format 3, every entry padded with leading 1s."""
     old = copy.deepcopy(entry)
-    consumers = [{k: v for k, v in c.items() if k != "dims"} for c in old.get("consumers", [])]
+    old.pop("layout_note", None)
+    consumers = [{k: v for k, v in c.items()
+                  if k not in ("dims", "sizes") or (k == "dims" and version >= 5
+                                                    and c["input"] in PER_CHANNEL.get(c["op_type"], ()))}
+                 for c in old.get("consumers", [])]
     if consumers:
         old["consumers"] = consumers
     per = {c["input"] in PER_CHANNEL.get(c["op_type"], ()) for c in consumers}
-    padding = "leading"
-    if len(old["shape"]) == 1 and consumers and min_dims >= 2 and version >= 3:
+    counts = {c.get("dims") for c in consumers}
+    padding, count = "leading", min_dims
+    if len(old["shape"]) == 1 and consumers and version >= 5:
+        padding = ("channel" if len(counts) == 1 else "mixed") if per == {True} else "mixed" if True in per else \
+            "leading"
+        count = max(min_dims, next(iter(counts)) or 4) if padding == "channel" else min_dims
+    elif len(old["shape"]) == 1 and consumers and min_dims >= 2 and version >= 3:
         padding = "channel" if per == {True} else "mixed" if True in per else "leading"
     old.pop("padding", None)
     if padding != "leading":
         old["padding"] = padding
-    if old["desc"] is not None and len(old["shape"]) == 1:
-        (length,) = old["shape"]
-        sizes = [1, length] + [1] * (min_dims - 2) if padding == "channel" else [1] * max(0, min_dims - 1) + [length]
+    if old["desc"] is not None:
+        own = list(old["shape"]) or [1]
+        sizes = [1, own[0]] + [1] * (count - 2) if padding == "channel" else [1] * max(0, min_dims - len(own)) + own
         strides = old["desc"]["Strides"]
-        if strides is not None:  # (emulated 64-bit integers: twice the packed strides)
+        if old["conversion"] == "emulate":  # (emulated 64-bit integers: twice the packed strides)
             strides = [2 * math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+        elif strides is not None:  # (a broadcast entry of format 6: the ONNX shape's own bytes, packed)
+            strides = None
         old["desc"].update(DimensionCount=len(sizes), Sizes=sizes, Strides=strides)
     return old
 
 
 def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """A manifest ``doc`` (the current format) as format ``version`` (4, 3, 2 or 1; one buffer before 4) wrote
-    it: entries laid out by that version's padding rule."""
+    """A manifest ``doc`` (the current format) as format ``version`` (5, 4, 3, 2 or 1; one buffer before 4) wrote
+    it: entries laid out by that version's rule (:func:`as_older_entry`)."""
     old = copy.deepcopy(doc)
     old["format_version"] = version
-    old["entries"] = [padded_as_format_4(e, old["min_dims"], version) for e in old["entries"]]
+    old["entries"] = [as_older_entry(e, old["min_dims"], version) for e in old["entries"]]
+    if version == 5:
+        return old
     if version == 4:  # (format 5 added each quantized record's operator)
         for record in old["quantized"]:
             del record["operator"]

@@ -34,14 +34,14 @@ def document(tmp_path: Path) -> dict[str, Any]:
 
 def test_the_schema_covers_every_version(manifest_validator: Any, fast_manifest_validator: Any,
                                         document: dict[str, Any]) -> None:
-    assert READABLE_VERSIONS == (1, 2, 3, 4, 5) and MANIFEST_FORMAT_VERSION == 5
+    assert READABLE_VERSIONS == (1, 2, 3, 4, 5, 6) and MANIFEST_FORMAT_VERSION == 6
     schema = manifest_schema()
     assert {schema["$defs"][f"version{v}"]["properties"]["format_version"]["const"] for v in READABLE_VERSIONS} \
         == set(READABLE_VERSIONS)
     assert document["entries"][2]["padding"] == "channel"  # the optional fields are exercised
     assert document["entries"][2]["consumers"] == [{"node": "conv", "op_type": "Conv", "input": 2, "dims": 4}]
     for version in READABLE_VERSIONS:
-        doc = document if version == 5 else older(document, version)
+        doc = document if version == 6 else older(document, version)
         manifest_validator.validate(doc)
         fast_manifest_validator.validate(doc)
     newer_entries = {**older(document, 4), "entries": document["entries"]}  # (dims: 5 on)
@@ -51,7 +51,7 @@ def test_the_schema_covers_every_version(manifest_validator: Any, fast_manifest_
 @pytest.mark.parametrize(
     ("path", "value"),
     [
-        (["format_version"], 6),
+        (["format_version"], 7),
         (["conversion_id"], "XYZ"),
         (["alignment"], 8),
         (["selection", "kinds"], ["initialiser"]),
