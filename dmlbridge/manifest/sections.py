@@ -181,7 +181,8 @@ def _layout_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
             raise ManifestError(f"{fields.at('sizes')} must be {count[0]} to {count[1]} sizes of at most 2^32 - 1 "
                                 f"elements in all, got {list(sizes)[:10]}")
     if (has_dims and dims is None) or (has_sizes and sizes is None):
-        raise ManifestError(f"{what} has '{'dims' if has_dims else 'sizes'}', which this input does not record")
+        extra = "sizes" if has_sizes and sizes is None else "dims"
+        raise ManifestError(f"{what} has '{extra}', which this input does not record")
     return consumer._replace(dims=dims, sizes=sizes)
 
 

@@ -303,7 +303,7 @@ def _int_attribute(node: Any, name: str) -> int:
 
 def _fits(sizes: tuple[int | None, ...]) -> tuple[int, ...] | None:
     """``sizes`` when every one is known and DirectML can hold a tensor of them, else None."""
-    if any(size is None for size in sizes):
+    if any(size is None or size < 1 for size in sizes):
         return None
     known = tuple(size for size in sizes if size is not None)
     return known if math.prod(known) <= _MOST_ELEMENTS and len(known) <= MOST_CHANNEL_DIMS else None
@@ -313,8 +313,8 @@ def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, 
     """The sizes GEMM wants a Gemm's C at, the output's [M, N]: C's own where they are more than 1, else M from A
     (by transA) or the output, N from B (by transB) or the output; None when the model does not give them or C
     does not broadcast to them."""
-    if len(c) > 2:
-        return None
+    if len(c) > 2 or 0 in c:
+        return None  # (an empty C is no DirectML tensor: it is skipped)
     c2 = (1,) * (2 - len(c)) + c
     a, b, y = shapes.of(node.input, 0), shapes.of(node.input, 1), shapes.of(node.output, 0)
     from_a = a[1 if _int_attribute(node, "transA") else 0] if a is not None and len(a) == 2 else None
@@ -328,8 +328,8 @@ def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, 
 def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | None, tuple[int, ...] | None]:
     """(dims, sizes) of a MatMul's B: the sizes GEMM wants it at (the output's batch sizes, numpy-broadcast from
     A's and B's, then B's last two), or where the model does not give every batch size, the output's rank."""
-    if len(b) < 2:
-        return None, None  # (a 1-D B is a column of ONNX's making: not GEMM's B as it is)
+    if len(b) < 2 or 0 in b:
+        return None, None  # (a 1-D B is a column of ONNX's making, not GEMM's B as it is; an empty one is skipped)
     a, y = shapes.of(node.input, 0), shapes.of(node.output, 0)
     if (a is not None and len(a) < 2) or (a is None and y is not None and len(y) < len(b)):
         return None, _fits(b)  # a 1-D A: the output drops its M, and its batch sizes are B's own

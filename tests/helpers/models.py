@@ -3,6 +3,7 @@
 - :func:`build_model`: a constant of every ONNX type in every place and form (initializers raw and typed,
   external data, sparse initializers, Constant nodes of every attribute, an If inside a Loop, a function), with
   the values each key must hold written down here, not taken from dmlbridge.
+- :func:`consumer_layout_model`: a constant for each layout a DirectML operator wants of its input.
 - :func:`small_model`: many small constants of mixed types and forms (the many-small-constants case).
 - :func:`check_independently`: every offset, desc and byte of a written conversion recomputed from the rules and
   the per-element reference encoder (``reference.py``), with no help from dmlbridge's layout code.
@@ -198,6 +199,73 @@ def per_channel_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[st
         + [helper.make_tensor_value_info("y1", TensorProto.FLOAT16, None)],
         inits, value_info=[helper.make_tensor_value_info("h", TensorProto.FLOAT, ["N", 2, 4, 4, 4])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), values, sizes
+
+
+def consumer_layout_model() -> onnx.ModelProto:
+    """A constant for each layout a DirectML operator wants of its input, and their edge cases: convolutions of 1
+    (grouped), 2 and 3 spatial dimensions and a 1-D ConvTranspose, each weight's node declared or told by the
+    weight; Gemms whose M is declared by A (transA 0 and 1), by the output alone, as 1, or not at all, with C of
+    shape [N], [1, N], [M, 1] and [] and B with transB 0 and 1; Gathers of 1-D, 2-D (declared and constant), 0-D
+    and unknown indices; MatMuls of batch [2], [2, 3], [1], unknown, none and of 5 dimensions; a C two Gemms of one
+    M read, one two Gemms of different M read, and a 1-D convolution's weight an Identity reads too. The values are
+    distinct per constant (arange), so a wrong read shows."""
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    shapes = {"W1": (6, 2, 3), "B1": (6,), "W2": (4, 3, 3, 3), "W3": (2, 4, 1, 2, 2), "B3": (2,), "WT": (3, 2, 4),
+              "GB": (6, 5), "GC": (5,), "GBT": (5, 6), "GCT": (1, 5), "GB3": (6, 2), "GC3": (4, 1), "GCS": (),
+              "GCU": (5,), "GCY": (5,), "GC1": (5,), "GCA": (5,), "GCM": (5,),
+              "GD1": (10, 3), "GD2": (10, 3), "GD3": (7, 2), "GD4": (5, 2), "GD5": (5, 2),
+              "MB": (6, 5), "MB4": (3, 6, 5), "MB1": (6, 5), "MBU": (6, 5), "MB2": (6, 5), "MB5": (6, 5),
+              "WI": (2, 2, 3)}
+    start = 0
+    inits = []
+    for name, shape in shapes.items():
+        count = math.prod(shape)
+        inits.append(numpy_helper.from_array((np.arange(count, dtype=np.float32) + start).reshape(shape), name))
+        start += count
+    inits.append(numpy_helper.from_array(np.array([[0, 6], [1, 3]], np.int64), "GI3"))
+    nodes = [
+        helper.make_node("Conv", ["X1", "W1", "B1"], ["Y1"], name="conv1d", group=2),
+        helper.make_node("Conv", ["X2", "W2"], ["Y2"], name="conv2d"),
+        helper.make_node("Conv", ["X3", "W3", "B3"], ["Y3"], name="conv3d"),  # (X3 undeclared: W3 tells)
+        helper.make_node("ConvTranspose", ["XT", "WT"], ["YT"], name="deconv1d"),
+        helper.make_node("Gemm", ["A", "GB", "GC"], ["G"], name="gemm"),
+        helper.make_node("Gemm", ["A", "GBT", "GCT"], ["GT"], name="gemm_tb", transB=1),
+        helper.make_node("Gemm", ["A3", "GB3", "GC3"], ["G3"], name="gemm_ta", transA=1),
+        helper.make_node("Gemm", ["A", "GB", "GCS"], ["GS"], name="gemm_scalar"),
+        helper.make_node("Gemm", ["AU", "GB", "GCU"], ["GU"], name="gemm_batch"),
+        helper.make_node("Gemm", ["AY", "GB", "GCY"], ["GY"], name="gemm_by_y"),
+        helper.make_node("Gemm", ["A1", "GB", "GC1"], ["G1"], name="gemm_m1"),
+        helper.make_node("Gemm", ["A", "GB", "GCA"], ["GA1"], name="gemm_a1"),
+        helper.make_node("Gemm", ["A", "GB", "GCA"], ["GA2"], name="gemm_a2"),
+        helper.make_node("Gemm", ["A", "GB", "GCM"], ["GM1"], name="gemm_m3"),
+        helper.make_node("Gemm", ["A4", "GB", "GCM"], ["GM2"], name="gemm_m4"),
+        helper.make_node("Gather", ["GD1", "I1"], ["E1"], name="gather1"),
+        helper.make_node("Gather", ["GD2", "ids"], ["E2"], name="gather2"),
+        helper.make_node("Gather", ["GD3", "GI3"], ["E3"], name="gather_const", axis=0),
+        helper.make_node("Gather", ["GD4", "I4"], ["E4"], name="gather_unknown"),
+        helper.make_node("Gather", ["GD5", "I0"], ["E5"], name="gather_scalar"),
+        helper.make_node("MatMul", ["MA", "MB"], ["M"], name="matmul"),
+        helper.make_node("MatMul", ["MA4", "MB4"], ["M4"], name="matmul4"),
+        helper.make_node("MatMul", ["MA1", "MB1"], ["M1"], name="matmul_b1"),
+        helper.make_node("MatMul", ["MAU", "MBU"], ["MU"], name="matmul_batch"),
+        helper.make_node("MatMul", ["MA2", "MB2"], ["M2"], name="matmul2"),
+        helper.make_node("MatMul", ["MA5", "MB5"], ["M5"], name="matmul5"),
+        helper.make_node("Conv", ["XI", "WI"], ["YI"], name="conv_shared"),
+        helper.make_node("Identity", ["WI"], ["WI_copy"], name="identity"),
+    ]
+    declared = {"X1": [1, 4, 16], "X2": [1, 3, 8, 8], "XT": [1, 3, 8], "A": [3, 6], "A3": [6, 4], "AU": ["batch", 6],
+                "A1": [1, 6], "A4": [4, 6], "I1": [4], "ids": ["batch", "sequence"], "I0": [],
+                "MA": [2, 4, 6], "MA4": [2, 3, 4, 6], "MA1": [1, 4, 6], "MAU": ["b", 4, 6], "MA2": [4, 6],
+                "MA5": [2, 2, 2, 4, 6], "XI": [1, 2, 8]}
+    inputs = [helper.make_tensor_value_info(name, i64 if name in ("I1", "ids", "I0", "I4") else f32, shape)
+              for name, shape in declared.items()]
+    inputs += [helper.make_tensor_value_info(name, f32, None) for name in ("X3", "AY")]
+    inputs.append(helper.make_tensor_value_info("I4", i64, None))
+    outputs = [helper.make_tensor_value_info("GY", f32, [2, 5])]  # (gemm_by_y's M: its output alone says 2)
+    outputs += [helper.make_tensor_value_info(output, f32, None) for node in nodes for output in node.output
+                if output != "GY"]
+    graph = helper.make_graph(nodes, "layouts", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 # --- the independent recomputation --------------------------------------------------------------------------
