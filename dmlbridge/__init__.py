@@ -47,6 +47,7 @@ from dmlbridge.tensor.descs import (
 )
 from dmlbridge.tensor.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.tensor.layout import calc_buffer_tensor_size
+from dmlbridge.tensor.views import broadcast_desc, with_leading_ones
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType
 from dmlbridge.types.mapping import MappingRow, dml_type_for, mapping_table
 from dmlbridge.types.nibbles import pack_4bit, unpack_4bit
@@ -62,6 +63,8 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "PreparedTensor",
     "BufferTensorDesc",
     "tensor_desc_array",
+    "broadcast_desc",
+    "with_leading_ones",
     "calc_buffer_tensor_size",
     "decode",
     "pack_4bit",

@@ -69,8 +69,8 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "dmlbridge-upload-plan"
-MANIFEST_FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+MANIFEST_FORMAT_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 _CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")

@@ -19,14 +19,13 @@ from typing import Any
 
 from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError
 from dmlbridge.manifest.json_fields import INT64_MAX, Fields, int_list, kind_of
+from dmlbridge.model.consumer_layouts import LEADING, ConsumerLayout, choose_layout
 from dmlbridge.model.consumers import (
     CHANNEL_DIMS,
     CONSUMER_DIMS_VERSION,
+    CONSUMER_LAYOUTS_VERSION,
     MOST_CHANNEL_DIMS,
     Consumer,
-    Padding,
-    channel_dims,
-    padding_of,
 )
 from dmlbridge.placement.entries import PlanEntry, entry_layout
 from dmlbridge.placement.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
@@ -127,27 +126,65 @@ def check_buffers_filled(
 
 
 def _consumers_from_json(value: Any, where: str, version: int) -> tuple[Consumer, ...]:
-    """An entry's ``consumers``; from format 5, ``dims`` on each per-channel input and on no other."""
+    """An entry's ``consumers``; from format 5, ``dims`` on each per-channel input and on no other; from format 6,
+    what each input of LAYOUT_INPUTS records of its node (:func:`_layout_facts`)."""
     if not isinstance(value, list) or len(value) > 1 << 20:
         raise ManifestError(f"{where} must be an array of at most 2^20 consumers, got {kind_of(value)}")
-    with_dims = version >= CONSUMER_DIMS_VERSION
+    optional = ("dims", "sizes") if version >= CONSUMER_LAYOUTS_VERSION else ("dims",) if \
+        version >= CONSUMER_DIMS_VERSION else ()
     consumers = []
     for index, item in enumerate(value):
-        fields = Fields(item, f"{where}[{index}]", ("node", "op_type", "input"), ("dims",) if with_dims else ())
+        fields = Fields(item, f"{where}[{index}]", ("node", "op_type", "input"), optional)
         node, op_type = fields.string("node", nonempty=True), fields.string("op_type", nonempty=True)
         if len(node) > 4 * MAX_KEY_LENGTH or len(op_type) > MAX_KEY_LENGTH:
             raise ManifestError(f"{where}[{index}] has a node key or op type longer than the limits of keys")
         consumer = Consumer(node, op_type, fields.integer("input", 0, 2**31 - 1))
-        if with_dims and consumer.per_channel:
+        what = f"{where}[{index}] ({op_type[:40]} input {consumer.input})"
+        if version >= CONSUMER_LAYOUTS_VERSION:
+            consumer = _layout_facts(fields, consumer, what)
+        elif version >= CONSUMER_DIMS_VERSION and consumer.per_channel:
             if "dims" not in fields.value:
-                raise ManifestError(f"{where}[{index}] ({op_type[:40]} input {consumer.input}) is a per-channel input "
-                                    "and lacks the field 'dims' (format 5 records its node's dimension count)")
+                raise ManifestError(f"{what} is a per-channel input and lacks the field 'dims' (format 5 records its "
+                                    "node's dimension count)")
             consumer = consumer._replace(dims=fields.integer("dims", CHANNEL_DIMS, MOST_CHANNEL_DIMS))
         elif "dims" in fields.value:
-            raise ManifestError(f"{where}[{index}] ({op_type[:40]} input {consumer.input}) has 'dims', which only a "
-                                "per-channel input has")
+            raise ManifestError(f"{what} has 'dims', which only a per-channel input has")
         consumers.append(consumer)
     return tuple(consumers)
+
+
+_MOST_ELEMENTS = 2**32 - 1
+
+
+def _layout_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
+    """A format-6 consumer's ``dims`` and ``sizes``: ``dims`` (4 to 8) on each convolution and normalization
+    input of LAYOUT_INPUTS, ``dims`` (1 to 8) or nothing on a Gather's data, ``sizes`` (2) or nothing on a Gemm's
+    C, ``sizes`` (2 to 8) or ``dims`` (2 to 8) or neither on a MatMul's B, and neither on any other input."""
+    kind = consumer.layout_input
+    has_dims, has_sizes = "dims" in fields.value, "sizes" in fields.value
+    dims = sizes = None
+    if kind in ("channel", "spatial"):
+        if not has_dims:
+            raise ManifestError(f"{what} lacks the field 'dims' (format 6 records the dimension count of a "
+                                "convolution's or normalization's node)")
+        dims = fields.integer("dims", CHANNEL_DIMS, MOST_CHANNEL_DIMS)
+    elif kind == "rank" and has_dims:
+        dims = fields.integer("dims", 1, MOST_CHANNEL_DIMS)
+    elif kind == "broadcast" and has_dims and has_sizes:
+        raise ManifestError(f"{what} has both 'dims' and 'sizes'; a MatMul's B records its sizes, or where the model "
+                            "does not give them the output's rank")
+    elif kind == "broadcast" and consumer.op_type == "MatMul" and has_dims:
+        dims = fields.integer("dims", 2, MOST_CHANNEL_DIMS)
+    elif kind == "broadcast" and has_sizes:
+        count = (2, 2) if consumer.op_type == "Gemm" else (2, MOST_CHANNEL_DIMS)
+        sizes = int_list(fields.get("sizes"), fields.at("sizes"), 1, _MOST_ELEMENTS, count[1])
+        if not count[0] <= len(sizes) <= count[1] or math.prod(sizes) > _MOST_ELEMENTS:
+            raise ManifestError(f"{fields.at('sizes')} must be {count[0]} to {count[1]} sizes of at most 2^32 - 1 "
+                                f"elements in all, got {list(sizes)[:10]}")
+    if (has_dims and dims is None) or (has_sizes and sizes is None):
+        extra = "sizes" if has_sizes and sizes is None else "dims"
+        raise ManifestError(f"{what} has '{extra}', which this input does not record")
+    return consumer._replace(dims=dims, sizes=sizes)
 
 
 def selection_from_json(value: Any, where: str, version: int) -> Selection:
@@ -238,7 +275,7 @@ def target_from_json(value: Any, where: str) -> Target:
 
 def _demanded(
     fields: Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
-    padding: Padding, dims: int, target: Target, alignment: int, min_dims: int,
+    layout: ConsumerLayout, target: Target, alignment: int, min_dims: int,
 ) -> tuple[dict[str, Any], BufferTensorDesc, DmlDataType]:
     """What the target's mapping and the layout rules demand of a converted entry of this type and shape: its
     DML type, sizes, strides, total and desc (ManifestError when the entry's type or conversion is not theirs)."""
@@ -256,7 +293,7 @@ def _demanded(
         )
     try:
         sizes, strides, total = entry_layout(onnx_type, shape, dml_type, conversion, min_dims,
-                                             target.max_dimension_count, padding, dims)
+                                             target.max_dimension_count, layout)
     except LayoutError as exc:
         raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
     desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment)  # (shared by the entries alike)
@@ -272,8 +309,9 @@ def entry_from_json(
 ) -> PlanEntry:
     """One element of ``entries``, checked against the target's mapping, the layout rules and its buffer's size
     (``buffer_sizes``: each buffer's, by index); ``layouts`` keeps what each type and shape demands."""
+    optional = ("clamped", "padding", "consumers") if version >= 3 else ()
     fields = Fields(raw, where, _ENTRY_FIELDS + (("buffer",) if version >= 4 else ()),
-                    ("clamped", "padding", "consumers") if version >= 3 else ())
+                    optional + (("layout_note",) if version >= CONSUMER_LAYOUTS_VERSION else ()))
     key = fields.string("key", nonempty=True)
     where = f"{where} ({key[:80]!r})"
     fields.where = where
@@ -284,19 +322,22 @@ def entry_from_json(
         raise ManifestError(f"{fields.at('onnx_type')} is {type_name[:40]!r}, not an ONNX data type name")
     shape = int_list(fields.get("shape"), fields.at("shape"))
     consumers: tuple[Consumer, ...] = ()
-    padding: Padding = "leading"
-    dims = 0  # the dimension count of a channel-padded entry
+    layout = LEADING
     if version >= 3:
         consumers = _consumers_from_json(fields.value.get("consumers", []), fields.at("consumers"), version)
-        padding = padding_of(shape, consumers, min_dims, version)
-        if fields.value.get("padding", "leading") != padding:
+        try:
+            layout = choose_layout(shape, consumers, min_dims, version)
+        except LayoutError as exc:
+            raise ManifestError(f"{fields.at('consumers')}: {exc}") from None
+        if fields.value.get("padding", "leading") != layout.padding:
             raise ManifestError(
                 f"{fields.at('padding')} is {json.dumps(fields.value.get('padding', 'leading'))[:40]}, but a "
                 f"{len(shape)}-D constant "
-                f"with these consumers at min_dims {min_dims} is padded {json.dumps(padding)} (format {version})"
+                f"with these consumers at min_dims {min_dims} is padded {json.dumps(layout.padding)} (format {version})"
             )
-        if padding == "channel":
-            dims = channel_dims(consumers, min_dims, version)
+        if fields.value.get("layout_note") != layout.note:
+            raise ManifestError(f"{fields.at('layout_note')} is {json.dumps(fields.value.get('layout_note'))[:80]}, "
+                                f"but these consumers give {json.dumps(layout.note)[:200]}")
     skipped = fields.string("skipped", nullable=True)
     if skipped is not None:
         if not skipped:
@@ -304,8 +345,8 @@ def entry_from_json(
         for name in ("conversion", "buffer", "offset", "dml_type", "desc", "clamped"):
             if fields.get(name) is not None:
                 raise ManifestError(f"{where} is skipped but has a {name}; a skipped entry has no bytes")
-        return PlanEntry(key, origin, onnx_type, shape, None, None, None, skipped, padding=padding,
-                         consumers=consumers)
+        return PlanEntry(key, origin, onnx_type, shape, None, None, None, skipped, padding=layout.padding,
+                         consumers=consumers, layout_note=layout.note)
 
     conversion = fields.string("conversion")
     dml_name = fields.string("dml_type")
@@ -317,11 +358,11 @@ def entry_from_json(
     flags = desc.get("Flags") if desc.get("Flags") in (0, 1) and type(desc.get("Flags")) is int else 0
     # What the type, shape, conversion and flags demand is worked out once for each (a model may have 100,000
     # entries of a few shapes).
-    cache_key = (onnx_type, shape, dml_name, conversion, flags, padding, dims)
+    cache_key = (onnx_type, shape, dml_name, conversion, flags, layout)
     demanded = layouts.get(cache_key)
     if demanded is None:
-        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, padding, dims, target,
-                             alignment, min_dims)
+        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, layout, target, alignment,
+                             min_dims)
         layouts[cache_key] = demanded
     expected_desc, buffer_desc, dml_type = demanded
     total = buffer_desc.total_tensor_size_in_bytes
@@ -330,7 +371,7 @@ def entry_from_json(
         if have != want or type(have) is not type(want):  # (type: JSON's true is not the number 1)
             raise ManifestError(
                 f"{desc.at(name)} is {json.dumps(have)[:80]}, but {onnx_type.name} {list(shape)} as {dml_type.name} "
-                f"({conversion}, min_dims {min_dims}, {padding} padding) needs {json.dumps(want)}"
+                f"({conversion}, min_dims {min_dims}, {layout.padding} padding) needs {json.dumps(want)}"
             )
     if offset + total > buffer_sizes[buffer]:
         what = "total_size" if version < 4 else f"the size of buffers[{buffer}]"
@@ -340,8 +381,8 @@ def entry_from_json(
         clamped = fields.integer("clamped", 0, math.prod(shape))
     elif fields.get("clamped") is not None:
         raise ManifestError(f"{fields.at('clamped')} must be null: only a saturate entry counts clamped values")
-    return PlanEntry(key, origin, onnx_type, shape, conversion, offset, buffer_desc, None, clamped, padding,
-                     consumers, buffer)
+    return PlanEntry(key, origin, onnx_type, shape, conversion, offset, buffer_desc, None, clamped, layout.padding,
+                     consumers, buffer, layout.note)
 
 
 

@@ -22,7 +22,15 @@ from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, p
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
-from dmlbridge.placement.entries import ConvertedEntry, Pair, Placement, PlanEntry, place_constants, refuse_oversized
+from dmlbridge.placement.entries import (
+    ConvertedEntry,
+    Pair,
+    Placement,
+    PlanEntry,
+    entry_layout,
+    place_constants,
+    refuse_oversized,
+)
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
@@ -244,30 +252,39 @@ class UploadPlan(Manifest):
         """
         return [Binding(e.key, e.buffer, e.offset, e.total_tensor_size_in_bytes) for e in self.converted]
 
-    def _prepared(self, key: str, max_tensor_bytes: int) -> PreparedTensor:
-        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the buffer file.
+    def _prepared(self, key: str, max_tensor_bytes: int, as_onnx: bool = False) -> PreparedTensor:
+        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the buffer file; ``as_onnx``: read
+        # through the desc of the ONNX shape (its bytes, whatever layout its consumers chose, are its ONNX values
+        # in C order), not the entry's own (which may repeat elements through strides of 0).
         entry = self._entry(key)
-        assert entry.buffer_desc is not None and entry.conversion is not None
+        assert entry.buffer_desc is not None and entry.conversion is not None and entry.dml_type is not None
+        desc = entry.buffer_desc
+        if as_onnx:
+            sizes, strides, total = entry_layout(entry.onnx_type, entry.shape, entry.dml_type, entry.conversion, 1,
+                                                 self.target.max_dimension_count)
+            desc = desc._replace(sizes=sizes, strides=strides, total_tensor_size_in_bytes=total)
         return PreparedTensor(
             onnx_type=entry.onnx_type,
             conversion=entry.conversion,
-            buffer_desc=entry.buffer_desc,
+            buffer_desc=desc,
             data=self.read(key, max_tensor_bytes=max_tensor_bytes),
             source_dtype=entry.onnx_type.numpy(),
             source_shape=entry.shape,
-            element_strides=None,  # whole-model entries are always packed
+            element_strides=None,  # (the ONNX shape's bytes are packed)
         )
 
     def dml_array(self, key: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
-        """The entry as DirectML sees it: its bytes decoded as ``dml_type`` with the desc's sizes and strides."""
+        """The entry as DirectML sees it: its bytes decoded as ``dml_type`` with the desc's sizes and strides (a
+        broadcast entry's repeated elements too)."""
         prepared = self._prepared(key, max_tensor_bytes)
         return decode(prepared.data, prepared.dml_type, prepared.sizes, prepared.strides)
 
     def array(self, key: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
         """The entry's original ONNX values read back from its buffer file: the dtype
-        ``onnx.numpy_helper.to_array`` gives and the ONNX shape. (A "lossy" DOUBLE entry gives its FLOAT32-rounded
-        values.) Entries over ``max_tensor_bytes`` are refused, as :meth:`read` does."""
-        return self._prepared(key, max_tensor_bytes).to_numpy()
+        ``onnx.numpy_helper.to_array`` gives and the ONNX shape, whatever layout its consumers chose. (A "lossy"
+        DOUBLE entry gives its FLOAT32-rounded values.) Entries over ``max_tensor_bytes`` are refused, as
+        :meth:`read` does."""
+        return self._prepared(key, max_tensor_bytes, as_onnx=True).to_numpy()
 
     def verify(
         self,

@@ -344,8 +344,9 @@ def _chunks(index: int, constant: ModelConstant, entry: PlanEntry, fresh_total: 
     fresh conversion's, or it is not packed), and the slices of a constant cut into more than one."""
     assert entry.offset is not None and entry.total_tensor_size_in_bytes is not None
     total = entry.total_tensor_size_in_bytes
-    if fresh_total != total or (entry.strides is not None and entry.conversion != "emulate"):
-        return [], None
+    if fresh_total != total or (entry.strides is not None and entry.conversion != "emulate"
+                                and entry.padding != "broadcast"):
+        return [], None  # (a broadcast entry's strides of 0 repeat its packed bytes: compared as those)
     bits, buffer, offset, size = _bits(entry), entry.buffer or 0, entry.offset, constant.size
     by_job = constant.nbytes >= POOL_MIN_BYTES
     larger = max(constant.nbytes, total)
@@ -551,8 +552,8 @@ def _compare(
 
 
 def _consumer_list(consumers: tuple[Consumer, ...]) -> str:
-    shown = ", ".join(f"{c.node} ({c.op_type} input {c.input}{'' if c.dims is None else f', {c.dims}-D'})"
-                      for c in consumers[:3])
+    shown = ", ".join(f"{c.node} ({c.op_type} input {c.input}{'' if c.dims is None else f', {c.dims}-D'}"
+                      f"{'' if c.sizes is None else f', sizes {list(c.sizes)}'})" for c in consumers[:3])
     return f"[{shown}{', ...' if len(consumers) > 3 else ''}]"
 
 
