@@ -266,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _escape_unencodable_output()  # (before --help, which shows the marker)
         parser = build_parser()
         args = parser.parse_args(argv)
+        if args.command is None:  # a bare `dmlbridge`: its usage and its commands
+            parser.print_help()
+            return 0
         command = f"dmlbridge {args.command}"
         return int(_COMMANDS[args.command](args))
     except DmlBridgeError as exc:

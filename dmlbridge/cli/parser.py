@@ -114,10 +114,13 @@ def _add_wide(parser: argparse.ArgumentParser, wraps: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (exit 2), like every other user error, and an unknown
-    flag is named as such, by the command it was given to, even when a required argument is missing too."""
+    """argparse, but a usage error is one line on stderr (exit 2), like every other user error, an unknown flag is
+    named as such, by the command it was given to, even when a required argument is missing too, and a flag is
+    taken only as it is spelled (argparse's default takes --check for --checksum; the subcommands' parsers are of
+    this class, so they refuse abbreviations too: argparse does not pass allow_abbrev down)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._given: list[str] = []
         self._probing = False
@@ -203,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dmlbridge", description="ONNX tensors and numpy arrays as byte-exact DirectML buffer tensors."
     )
     parser.add_argument("--version", action="version", version=f"dmlbridge {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands (dmlbridge COMMAND --help "
+                                     "tells more)")  # (none: main prints this help)
     table = commands.add_parser("table", help="print the ONNX -> DirectML type mapping for a target",
                                 **_help("Print how each ONNX type becomes a DirectML type on a target.",
                                         "dmlbridge table --feature-level 6.2 --unsupported FLOAT16"))

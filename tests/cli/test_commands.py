@@ -215,7 +215,6 @@ def test_demo(tmp_path: Path) -> None:
         (["verify", "{tmp}/missing.json", "{small}"], ["missing.json"]),
         (["verify", "{tmp}/garbage.json", "{small}"], ["not valid JSON"]),
         (["frobnicate"], ["invalid choice"]),
-        ([], ["required"]),
         (["convert"], ["required: model"]),
     ],
 )
@@ -496,6 +495,27 @@ def test_unknown_flags_are_named(small: Path, args: list[str]) -> None:
     command = next((a for a in args if not a.startswith("-")), None)
     prog = f"dmlbridge {command}" if command in ("convert", "verify", "table") else "dmlbridge"
     assert line.startswith(f"{prog}: error: unrecognized arguments: {flags} (see {prog} --help)"), line
+
+
+@pytest.mark.parametrize(("args", "given"), [(["convert", "{small}", "--check"], "--check"),
+                                             (["inspect", "{small}", "--feature-leve", "6.2"], "--feature-leve 6.2"),
+                                             (["verify", "w.json", "{small}", "--quie"], "--quie"),
+                                             (["--vers"], "--vers")])
+def test_abbreviated_flags_are_refused_not_guessed(small: Path, args: list[str], given: str) -> None:
+    """A flag is taken only as it is spelled: --check is not --checksum, --feature-leve not --feature-level."""
+    line = one_line_error(run(*[a.format(small=small) for a in args]))
+    assert f"error: unrecognized arguments: {given} (see dmlbridge" in line, line
+    assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]  # (convert --check wrote nothing)
+
+
+def test_a_bare_command_prints_the_usage_and_its_commands() -> None:
+    result = run()
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("usage: dmlbridge ")
+    listed = {line.split()[0]: " ".join(line.split()[1:]) for line in result.stdout.splitlines()
+              if line.startswith("    ") and line.split()[0] in commands.build_parser().commands}
+    assert list(listed) == ["table", "inspect", "convert", "verify", "bindings", "clean", "demo"]
+    assert listed["convert"] == "write a model's constants as an upload buffer + manifest"
 
 
 def sentinel_model(path: Path, *, double: bool = False) -> Path:
