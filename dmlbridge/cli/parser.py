@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from dmlbridge.cli.early import VERSION_LINE
 from dmlbridge.cli.report import MIN_WIDTH
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.placement.options import (
@@ -26,7 +27,6 @@ from dmlbridge.placement.selection import CONSTANT_KINDS
 from dmlbridge.system.workers import MAX_WORKERS, check_workers
 from dmlbridge.tensor.descs import DML_TENSOR_FLAG_OWNED_BY_DML
 from dmlbridge.types.data_types import DmlDataType
-from dmlbridge.version import __version__
 
 __all__ = ["FLAG_VALUES", "OUTPUT_RULE", "build_parser"]
 
@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="dmlbridge", description="ONNX tensors and numpy arrays as byte-exact DirectML buffer tensors."
     )
-    parser.add_argument("--version", action="version", version=f"dmlbridge {__version__}")
+    parser.add_argument("--version", action="version", version=VERSION_LINE)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands (dmlbridge COMMAND --help "
                                      "tells more)")  # (none: main prints this help)
     table = commands.add_parser("table", help="print the ONNX -> DirectML type mapping for a target",
