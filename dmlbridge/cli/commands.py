@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import sys
 import threading
 import warnings
@@ -199,21 +200,71 @@ def _entries(count: int) -> str:
 
 
 def _cmd_bindings(args: argparse.Namespace) -> int:
+    folder = None if args.output is None else _file_folder(args.output)  # (refused before the plan is read)
     with read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=True,
                    max_manifest_bytes=args.max_manifest_bytes) as plan:
         text = binding_list(plan)
-    if args.output is None:
+    if args.output is None or folder is None:
         sys.stdout.write(text)
         return 0
-    temporary = f"{args.output}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "x", encoding="ascii", newline="\n") as file:
-            file.write(text)
-        os.replace(temporary, args.output)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+    _replace_file(args.output, folder, text)
     return 0
+
+
+def _file_folder(output: str) -> str:
+    """The folder of the file ``-o`` names, which must exist; DestinationError, saying what to give, for an empty
+    -o, a folder, a path under something that is not a folder, and anything but a regular file (a FIFO, a device:
+    never replaced)."""
+    if not output:
+        raise DestinationError("-o/--output is empty: give the name of a file, or leave -o out to print the list")
+    separators = tuple(s for s in (os.sep, os.altsep) if s)
+    named = output.rstrip("".join(separators)) or output
+    example = os.path.join(named, "w.bindings")
+    if output.endswith(separators) and not os.path.isdir(named) and os.path.lexists(named):
+        raise DestinationError(f"-o/--output {output!r} ends in a slash, but {named!r} is a file, not a folder: give "
+                               "the name of a file")
+    if output.endswith(separators):
+        raise DestinationError(f"-o/--output {output!r} ends in a slash, so it names a folder: give the name of a "
+                               f"file (-o {example})")
+    if os.path.isdir(output):
+        raise DestinationError(f"-o/--output {output!r} is a folder: give the name of a file (-o {example})")
+    folder = os.path.dirname(output) or os.curdir
+    if not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            raise DestinationError(f"-o/--output {output!r}: {folder!r} is a file, not a folder")
+        raise DestinationError(f"-o/--output {output!r}: the folder {folder!r} does not exist: create it "
+                               f"(mkdir -p {folder}) or give a file in a folder that exists")
+    with contextlib.suppress(OSError):
+        mode = os.lstat(output).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # (a symlink is replaced, never followed)
+            kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+            raise DestinationError(f"-o/--output {output!r} is {kind}, not a regular file: give the name of a file, "
+                                   "or leave -o out to print the list on standard output")
+    return folder
+
+
+# What a path is, for messages about what it should have been.
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def _replace_file(output: str, folder: str, text: str) -> None:
+    """Write ``text`` to ``output`` in one step: into a new file beside it, renamed over it (a reader never sees
+    half a list); an error names -o/--output and its folder, never the temporary file, which is removed."""
+    temporary = os.path.join(folder, f".{os.path.basename(output)}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        with os.fdopen(fd, "w", encoding="ascii", newline="\n") as file:
+            file.write(text)
+        os.replace(temporary, output)
+    except OSError as exc:
+        raise DestinationError(
+            f"cannot write -o/--output {output!r}: {exc.strerror or exc} (the list is written beside it and renamed "
+            f"over it, so the folder {folder!r} must be writable)"
+        ) from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
