@@ -671,3 +671,15 @@ def test_a_folder_that_cannot_be_written_is_named_as_such(small: Path, monkeypat
     line = one_line_error(run("convert", small, "-o", folder / "w", "--quiet"))
     assert f"cannot write into the folder {str(folder)!r}" in line and "Permission denied" in line, line
     assert "-o/--output" in line and "lock" not in line, line
+
+
+def test_a_tensor_over_max_buffer_bytes_names_the_flag_value_that_converts_the_model(tmp_path: Path) -> None:
+    """The first constant over --max-buffer-bytes is 6,000 bytes, a later one 12,000: the error names the one
+    round value with which the whole model converts (12 KiB, worked by hand in
+    tests/placement/test_max_buffer_bytes.py), in flags; that value converts it."""
+    model = tmp_path / "m.onnx"
+    onnx.save(model_of({"a": np.ones(1500, np.float32), "b": np.ones(3000, np.float32)}), model)
+    line = one_line_error(run("convert", model, "-o", tmp_path / "w", "--max-buffer-bytes", "4KiB"))
+    assert "pass --max-buffer-bytes 12288 (12KiB): the smallest round limit" in line, line
+    assert "max_buffer_bytes" not in line.replace("--max-buffer-bytes", ""), line
+    assert run("convert", model, "-o", tmp_path / "w", "--max-buffer-bytes", "12KiB", "--quiet").returncode == 0
