@@ -23,7 +23,7 @@ from dmlbridge.cli.demo import run_demo
 from dmlbridge.cli.messages import in_flags, one_line
 from dmlbridge.cli.parser import FLAG_VALUES, build_parser
 from dmlbridge.cli.report import MIN_WIDTH, format_plan, format_table, human_size
-from dmlbridge.errors import CleanupWarning, DestinationError, DmlBridgeError, InvalidArgumentError
+from dmlbridge.errors import CleanupWarning, DestinationError, DmlBridgeError, InvalidArgumentError, ManifestError
 from dmlbridge.placement.entries import ConvertedEntry
 from dmlbridge.placement.options import PlanOptions
 from dmlbridge.placement.selection import Selection
@@ -73,7 +73,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         )
     else:
         layout = PlanOptions.check(options["target"], args.alignment, args.min_dims, 0, args.max_buffer_bytes)
-        plan, notes = plan_with_notes(args.model, layout, Selection.check(**_selection_from(args)), args.strict)
+        plan, notes = plan_with_notes(args.model, layout, Selection.check(**_selection_from(args)), args.strict,
+                                      open_external_data=True, external_data_root=args.external_data_root)
     if args.json:
         document = plan.manifest()
         converted = plan.converted
@@ -160,7 +161,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     # A .bin that fails its fingerprint is reported by find_mismatches, with the constants that differ (exit 1).
     # Exit 1 for every way the files do not match the model (the SHA-256 too); 2 only for usage and configuration.
     limit = args.max_manifest_bytes
-    plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
+    try:
+        plan = read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=False, max_manifest_bytes=limit)
+    except ManifestError as exc:
+        if args.manifest.lower().endswith(".onnx") or args.model.lower().endswith(".json"):
+            raise ManifestError(f"{args.manifest!r} is not a manifest: the arguments look swapped (the manifest "
+                                f"comes first, then the model): dmlbridge verify {args.model} {args.manifest}") from exc
+        raise
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
         sha256=all(b.sha256 is not None for b in plan.buffers), progress=False if args.quiet else None,

@@ -217,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = commands.add_parser("inspect", help="list every constant of a model and how it would convert",
                                   **_help("List every constant of a model and how it would convert, writing "
-                                          "nothing (values and external data are not read).",
+                                          "nothing (values are not read; external data files are opened and "
+                                          "checked, not read).",
                                           "dmlbridge inspect model.onnx --feature-level 6.2 --json"))
     inspect.add_argument("model", help="the .onnx file")
     inspect.add_argument("--json", action="store_true",
@@ -226,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--check", action="store_true",
                          help="read every value (external data too) and report exactly what convert would")
     inspect.add_argument("--strict", action="store_true", help="fail on constants that cannot be converted")
-    inspect.add_argument("--external-data-root", metavar="DIR", help="with --check: allow external data under DIR")
+    inspect.add_argument("--external-data-root", metavar="DIR", help="allow external data files under DIR")
     _add_plan_options(inspect)
     _add_limit_options(inspect, "with --check: ")
     _add_workers(inspect, "convert constants with --check")

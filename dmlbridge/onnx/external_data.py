@@ -329,8 +329,27 @@ class ExternalDataReader:
         finally:
             os.close(fd)
 
-    def _open_checked(self, tensor: Any, nbytes: int) -> tuple[int, int, str]:
-        """Open a tensor's external data file with every check of the module docstring: (fd, offset, where).
+    def examine(self, tensor: Any, nbytes: int) -> None:
+        """Open a tensor's external data file and check it as :meth:`read` does (where it is, what it is, that it
+        holds the tensor's ``nbytes``), reading none of its bytes: a stored checksum, which needs them all, is
+        left to the reading.
+
+        Example:
+            >>> import tempfile
+            >>> from onnx import TensorProto
+            >>> tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4],
+            ...                      data_location=TensorProto.EXTERNAL)
+            >>> _ = tensor.external_data.add(key="location", value="w.bin")
+            >>> ExternalDataReader(tempfile.mkdtemp()).examine(tensor, 16)
+            Traceback (most recent call last):
+            dmlbridge.ExternalDataError: tensor 'w': external data file 'w.bin' cannot be resolved ...
+        """
+        fd, _, _ = self._open_checked(tensor, nbytes, checksum=False)
+        os.close(fd)
+
+    def _open_checked(self, tensor: Any, nbytes: int, checksum: bool = True) -> tuple[int, int, str]:
+        """Open a tensor's external data file with every check of the module docstring (the checksum only with
+        ``checksum``): (fd, offset, where).
 
         The caller closes the descriptor; it is closed here when a check fails.
         """
@@ -359,7 +378,7 @@ class ExternalDataReader:
                 raise ExternalDataError(
                     f"{where}: bytes {info.offset}..{info.offset + nbytes} are past the end of the file ({size} bytes)"
                 )
-            if info.checksum is not None:
+            if checksum and info.checksum is not None:
                 self._verify_checksum(fd, after, info.checksum, where)
         except BaseException:
             os.close(fd)
@@ -375,7 +394,8 @@ class ExternalDataReader:
             real = os.path.realpath(candidate, strict=True)
         except OSError as exc:
             reason = "is a symlink loop" if exc.errno == errno.ELOOP else f"cannot be resolved ({exc.strerror})"
-            raise ExternalDataError(f"{where} {reason}") from None
+            raise ExternalDataError(f"{where} {reason}: looked for {_short(candidate)} (a location is relative to "
+                                    "the model's folder)") from None
         if not _within(real, root):
             raise ExternalDataError(
                 f"{where} resolves to {_short(real)}, outside the allowed directory {_short(root)}; "

@@ -21,7 +21,8 @@ from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLarge
 from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, parse_manifest, read_manifest_file
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
-from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
+from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, model_constants, need_reader, read_model
+from dmlbridge.onnx.tensor_proto import tensor_info
 from dmlbridge.placement.entries import ConvertedEntry, Pair, Placement, PlanEntry, place_constants, refuse_oversized
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
@@ -343,12 +344,19 @@ def plan_model(
 
 def plan_with_notes(
     model: Any, options: PlanOptions, selection: Selection, strict: bool,
-    base_dir: str | os.PathLike[str] | None = None,
+    base_dir: str | os.PathLike[str] | None = None, *, open_external_data: bool = False,
+    external_data_root: str | os.PathLike[str] | None = None,
 ) -> tuple[UploadPlan, dict[str, str]]:
     """:func:`plan_model` of checked options, and per key what it did not check (``dmlbridge inspect``'s note
-    column): "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
+    column): "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated).
+
+    With ``open_external_data`` each external data file the planned constants keep their values in is opened and
+    checked as a conversion checks it, none of its bytes read (:meth:`ExternalDataReader.examine`): a missing one
+    is the ExternalDataError conversion gives (``external_data_root``: as convert_model's)."""
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
         model_plan = plan_loaded(loaded, options, strict, selection)
+        if open_external_data:
+            _examine_external_data(loaded, model_plan, external_data_root)
     refuse_oversized(model_plan.constants, model_plan.placement, options.max_buffer_bytes)
     notes: dict[str, list[str]] = {}
     for constant in model_plan.constants:
@@ -360,6 +368,22 @@ def plan_with_notes(
         elif entry.conversion == "saturate":
             notes.setdefault(entry.key, []).append("values clamped to 32 bits not counted")
     return model_plan.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
+
+
+def _examine_external_data(loaded: LoadedModel, model_plan: ModelAndPlan,
+                           external_data_root: str | os.PathLike[str] | None) -> None:
+    """Open and check the external data file of every constant the plan does not skip (see plan_with_notes)."""
+    entries = model_plan.plan.entries
+    constants = [c for c in model_plan.not_in_the_bytes() if c.key not in entries or not entries[c.key].skipped]
+    reader = external_data_reader(loaded, external_data_root)
+    need_reader(constants, reader)  # (no reader: no external data, or this refuses it)
+    if reader is None:
+        return
+    try:
+        for tensor in iter_external_tensors(constants):
+            reader.examine(tensor, tensor_info(tensor).packed_nbytes)
+    finally:
+        reader.close()
 
 
 class Binding(NamedTuple):

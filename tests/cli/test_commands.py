@@ -683,3 +683,39 @@ def test_a_tensor_over_max_buffer_bytes_names_the_flag_value_that_converts_the_m
     assert "pass --max-buffer-bytes 12288 (12KiB): the smallest round limit" in line, line
     assert "max_buffer_bytes" not in line.replace("--max-buffer-bytes", ""), line
     assert run("convert", model, "-o", tmp_path / "w", "--max-buffer-bytes", "12KiB", "--quiet").returncode == 0
+
+
+def test_swapped_verify_arguments_are_named_as_such(converted: Path, small: Path) -> None:
+    """verify MODEL MANIFEST: the manifest it was given is a model, which is not JSON: the error says the two
+    look swapped and gives the command in the right order."""
+    line = one_line_error(run("verify", small, converted))
+    assert "the arguments look swapped" in line and f"dmlbridge verify {converted} {small}" in line, line
+    assert "codec" not in line, line
+
+
+@pytest.fixture
+def external(tmp_path: Path) -> Path:
+    """``x.onnx`` in a folder of its own, its constant ``e`` in the external file ``data/e.bin`` beside it."""
+    tensor = numpy_helper.from_array(np.arange(64, dtype=np.float32), "e")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "e.bin").write_bytes(tensor.raw_data)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="data/e.bin")
+    onnx.save(model_of([tensor]), tmp_path / "x.onnx")
+    return tmp_path / "x.onnx"
+
+
+def test_missing_external_data_says_where_it_was_looked_for_and_fails_inspect_too(external: Path) -> None:
+    """inspect opens every external data file it lists (it reads none): a missing one is the error convert
+    gives, naming the path it looked for, also without --check; a file too short for its tensor too."""
+    assert run("inspect", external).returncode == 0
+    os.unlink(external.parent / "data" / "e.bin")
+    looked = os.path.join(os.path.realpath(external.parent), "data", "e.bin")
+    lines = [one_line_error(run(*args)) for args in (["inspect", external], ["inspect", external, "--check"],
+                                                      ["convert", external, "-o", external.parent / "w"])]
+    for line in lines:
+        assert "tensor 'e': external data file 'data/e.bin' cannot be resolved (No such file or directory)" in line
+        assert f"looked for {looked!r}" in line, line
+    (external.parent / "data" / "e.bin").write_bytes(b"\0" * 100)
+    one_line_error(run("inspect", external), "'data/e.bin'", "the tensor needs exactly 256")
