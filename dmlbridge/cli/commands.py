@@ -23,7 +23,14 @@ from dmlbridge.cli.demo import run_demo
 from dmlbridge.cli.messages import in_flags, one_line
 from dmlbridge.cli.parser import FLAG_VALUES, build_parser
 from dmlbridge.cli.report import MIN_WIDTH, format_plan, format_table, human_size
-from dmlbridge.errors import CleanupWarning, DestinationError, DmlBridgeError, InvalidArgumentError, ManifestError
+from dmlbridge.errors import (
+    CleanupWarning,
+    DestinationError,
+    DmlBridgeError,
+    InvalidArgumentError,
+    ManifestError,
+    counted,
+)
 from dmlbridge.placement.entries import ConvertedEntry
 from dmlbridge.placement.options import PlanOptions
 from dmlbridge.placement.selection import Selection
@@ -89,9 +96,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=1))
     else:
         if notes:
-            print(f"dmlbridge inspect: {len(notes)} constants unchecked (see the note column): values that must fit "
-                  "32 bits or live in external data are read only by convert; --check reads them now and reports what "
-                  "convert would", file=sys.stderr)
+            print(f"dmlbridge inspect: {counted(len(notes), 'constant')} unchecked (see the note column): values "
+                  "that must fit 32 bits or live in external data are read only by convert; --check reads them now "
+                  "and reports what convert would", file=sys.stderr)
         print(format_plan(plan, _width(args), notes))
     return 0
 
@@ -146,13 +153,13 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             print(f"dmlbridge convert: warning: {one_line(str(warning.message))}", file=sys.stderr)
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    for entry in plan.skipped:  # (--quiet too: only the progress bar and the summary go)
+        print(f"dmlbridge convert: skipped {entry.key!r} ({entry.origin}): {entry.skipped}", file=sys.stderr)
     if not args.quiet:
-        for entry in plan.skipped:
-            print(f"dmlbridge convert: skipped {entry.key!r} ({entry.origin}): {entry.skipped}", file=sys.stderr)
         written = plan.bin_path or f"{len(plan.buffers)} buffer files ({plan.buffers[0].path}, ...)"
         print(
-            f"wrote {written} ({human_size(plan.total_size)}, {len(plan.converted)} tensors) and "
-            f"{plan.manifest_path} ({len(plan.entries)} entries, {len(plan.skipped)} skipped)"
+            f"wrote {written} ({human_size(plan.total_size)}, {counted(len(plan.converted), 'tensor')}) and "
+            f"{plan.manifest_path} ({counted(len(plan.entries), 'entry', 'entries')}, {len(plan.skipped)} skipped)"
         )
     return 0
 
@@ -177,12 +184,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         for problem in problems[:20]:
             print(f"dmlbridge verify: mismatch: {problem}", file=sys.stderr)
         more = " (first 20 shown)" if len(problems) > 20 else ""
-        print(f"dmlbridge verify: FAILED: {len(problems)} mismatches{more}", file=sys.stderr)
+        print(f"dmlbridge verify: FAILED: {counted(len(problems), 'mismatch', 'mismatches')}{more}", file=sys.stderr)
         return 1
     every = "the buffer file's" if len(plan.buffers) == 1 else f"each of the {len(plan.buffers)} buffer files'"
     checksum = f"; {every} SHA-256 matches" if all(b.sha256 for b in plan.buffers) else ""
     changed = _changed(plan.converted)
-    print(f"ok: {len(plan.converted)} converted constants match {args.model} bit for bit"
+    matches = "matches" if len(plan.converted) == 1 else "match"
+    print(f"ok: {counted(len(plan.converted), 'converted constant')} {matches} {args.model} bit for bit"
           f"{f' but for {changed};' if changed else ','} {len(plan.skipped)} skipped{checksum}")
     return 0
 
@@ -195,15 +203,12 @@ def _changed(entries: Sequence[ConvertedEntry]) -> str:
     changes = []
     if clamped:
         values = sum(clamped)
-        changes.append(f"{values} value{'' if values == 1 else 's'} of {len(clamped)} {_entries(len(clamped))} "
+        changes.append(f"{counted(values, 'value')} of {counted(len(clamped), 'entry', 'entries')} "
                        "clamped to the 32-bit range (--int64 saturate)")
     if rounded:
-        changes.append(f"the values of {rounded} {_entries(rounded)} rounded from DOUBLE to FLOAT32 (--allow-lossy)")
+        changes.append(f"the values of {counted(rounded, 'entry', 'entries')} rounded from DOUBLE to FLOAT32 "
+                       "(--allow-lossy)")
     return " and ".join(changes)
-
-
-def _entries(count: int) -> str:
-    return "entry" if count == 1 else "entries"
 
 
 def _cmd_bindings(args: argparse.Namespace) -> int:
@@ -287,8 +292,7 @@ def _cmd_clean(args: argparse.Namespace) -> int:
     for path, why in report.failed:
         print(f"dmlbridge clean: cannot remove {path}: {why}", file=sys.stderr)
     if not args.quiet and report.removed:
-        files = "1 file" if len(report.removed) == 1 else f"{len(report.removed)} files"
-        print(f"{files} removed ({human_size(report.freed)} freed)")
+        print(f"{counted(len(report.removed), 'file')} removed ({human_size(report.freed)} freed)")
     elif not args.quiet and not (report.held or report.failed):
         print(f"nothing to remove: {prefix} holds no file that conversions left behind")
     return 1 if report.failed else 0

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlbridge.errors import ExternalDataError, InvalidArgumentError
+from dmlbridge.errors import ExternalDataError, InvalidArgumentError, counted
 from dmlbridge.system.files import read_at, read_into
 
 __all__ = ["ExternalDataInfo", "ExternalDataReader", "check_location", "parse_external_data", "tensor_label"]
@@ -165,7 +165,7 @@ def parse_external_data(tensor: Any, nbytes: int) -> ExternalDataInfo:
     length = _parse_count(values["length"], "length", label) if "length" in values else None
     if length is not None and length != nbytes:
         raise ExternalDataError(
-            f"{label}: external data length is {length} bytes but its type and dims need exactly {nbytes}"
+            f"{label}: external data length is {counted(length, 'byte')} but its type and dims need exactly {nbytes}"
         )
     checksum = values.get("checksum")
     if checksum is not None and (not isinstance(checksum, str) or not _SHA1.match(checksum)):
@@ -368,15 +368,17 @@ class ExternalDataReader:
             self._check_links(after, where)
             size = after.st_size
             if info.offset > size:
-                raise ExternalDataError(f"{where}: offset {info.offset} is past the end of the file ({size} bytes)")
+                raise ExternalDataError(
+                    f"{where}: offset {info.offset} is past the end of the file ({counted(size, 'byte')})")
             if info.length is None and size - info.offset != nbytes:
                 raise ExternalDataError(
                     f"{where}: no length is given, so the data runs from offset {info.offset} to the end of the "
-                    f"file ({size - info.offset} bytes), but the tensor needs exactly {nbytes}"
+                    f"file ({counted(size - info.offset, 'byte')}), but the tensor needs exactly {nbytes}"
                 )
             if info.offset + nbytes > size:
                 raise ExternalDataError(
-                    f"{where}: bytes {info.offset}..{info.offset + nbytes} are past the end of the file ({size} bytes)"
+                    f"{where}: bytes {info.offset}..{info.offset + nbytes} are past the end of the file "
+                    f"({counted(size, 'byte')})"
                 )
             if checksum and info.checksum is not None:
                 self._verify_checksum(fd, after, info.checksum, where)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
+from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError, counted
 from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, parse_manifest, read_manifest_file
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
@@ -84,7 +84,7 @@ class UploadPlan(Manifest):
 
     def __repr__(self) -> str:
         where = f", manifest_path={self.manifest_path!r}" if self.manifest_path else ""
-        return (f"UploadPlan(<{len(self.entries)} entries>, target={self.target.describe()}, "
+        return (f"UploadPlan(<{counted(len(self.entries), 'entry', 'entries')}>, target={self.target.describe()}, "
                 f"total_size={self.total_size}, buffers={len(self.buffers)}{where})")
 
     @property
@@ -176,8 +176,8 @@ class UploadPlan(Manifest):
         size = entry.total_tensor_size_in_bytes
         if size > check_max_tensor_bytes(max_tensor_bytes):
             raise TensorTooLargeError(
-                f"entry {key!r} holds {size} bytes, more than max_tensor_bytes={max_tensor_bytes}; pass a larger "
-                "max_tensor_bytes= to read it if you have the memory"
+                f"entry {key!r} holds {counted(size, 'byte')}, more than max_tensor_bytes={max_tensor_bytes}; pass a "
+                "larger max_tensor_bytes= to read it if you have the memory"
             )
         try:
             out = np.empty(size, dtype=np.uint8)
@@ -207,8 +207,8 @@ class UploadPlan(Manifest):
             size = files.size(index)
             if size != buffer.size:
                 problems.append(("size",
-                    f"the buffer file {buffer.path!r} holds {size} bytes but the manifest says {buffer.size}; the "
-                    "two files do not belong together (or one was cut short)"
+                    f"the buffer file {buffer.path!r} holds {counted(size, 'byte')} but the manifest says "
+                    f"{buffer.size}; the two files do not belong together (or one was cut short)"
                 ))
                 continue
             problem = fingerprint_problem(files.fd(index), buffer.path, buffer.fingerprint, buffer.size,
@@ -301,7 +301,8 @@ class UploadPlan(Manifest):
         )
         if problems:
             shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
-            raise ManifestError(f"the plan does not match the model ({len(problems)} mismatches): {shown}")
+            found = counted(len(problems), "mismatch", "mismatches")
+            raise ManifestError(f"the plan does not match the model ({found}): {shown}")
 
 
 

@@ -271,7 +271,7 @@ def test_verify_exits_1_for_every_mismatch_and_2_for_configuration(tmp_path: Pat
     buffer.write_bytes(bytes(data))
     result = run("verify", tmp_path / "w.json", model)
     assert result.returncode == 1 and "SHA-256" in result.stderr and "Traceback" not in result.stderr
-    assert "'w': 1 byte(s) differ" in result.stderr and "element [131322]" in result.stderr, result.stderr
+    assert "'w': 1 byte differs" in result.stderr and "element [131322]" in result.stderr, result.stderr
 
     external = numpy_helper.from_array(values[:64], "e")
     (tmp_path / "e.data").write_bytes(external.raw_data)
@@ -576,7 +576,7 @@ def test_verify_says_which_values_were_clamped_not_bit_for_bit(tmp_path: Path,
     assert commands.main(["convert", str(single), "-o", str(tmp_path / "one"), *target, "--checksum"]) == 0
     assert commands.main(["verify", str(tmp_path / "one.json"), str(single), "--quiet"]) == 0
     assert capsys.readouterr().out == (
-        f"ok: 1 converted constants match {single} bit for bit but for 1 value of 1 entry clamped to the 32-bit "
+        f"ok: 1 converted constant matches {single} bit for bit but for 1 value of 1 entry clamped to the 32-bit "
         "range (--int64 saturate); 0 skipped; the buffer file's SHA-256 matches\n")
     assert commands.main(["convert", str(model), "-o", str(tmp_path / "native"), "--quiet"]) == 0
     assert commands.main(["verify", str(tmp_path / "native.json"), str(model), "--quiet"]) == 0
@@ -719,3 +719,59 @@ def test_missing_external_data_says_where_it_was_looked_for_and_fails_inspect_to
         assert f"looked for {looked!r}" in line, line
     (external.parent / "data" / "e.bin").write_bytes(b"\0" * 100)
     one_line_error(run("inspect", external), "'data/e.bin'", "the tensor needs exactly 256")
+
+
+def test_quiet_keeps_the_skipped_lines(tmp_path: Path) -> None:
+    """--quiet drops the progress bar and the summary, as docs/cli.md says, never what was left out."""
+    model = tmp_path / "m.onnx"
+    onnx.save(model_of({"w": np.ones(2, np.float32), "s": np.array(["a"], dtype=object)}), model)
+    result = run("convert", model, "-o", tmp_path / "w", "--quiet")
+    assert result.returncode == 0 and result.stdout == ""
+    assert result.stderr == "dmlbridge convert: skipped 's' (initializer): STRING: DirectML has no string tensors\n"
+
+
+def _one_of_each(folder: Path) -> Path:
+    """One constant in external data (unchecked by inspect) and one MatMulNBits weight: every count is 1."""
+    path = folder / "one.onnx"
+    b = numpy_helper.from_array(np.full((4, 2, 8), 0x98, np.uint8), "B")
+    s = numpy_helper.from_array(np.full((4, 2), 0.5, np.float32), "S")
+    node = onnx.helper.make_node("MatMulNBits", ["A", "B", "S"], ["Y"], "mm", domain="com.microsoft", K=32, N=4,
+                                 bits=4, block_size=16)
+    graph = onnx.helper.make_graph([node], "g", [], [], [b, s])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("com.microsoft", 1)]), path)
+    return path
+
+
+def test_counts_of_one_are_singular(tmp_path: Path, external: Path) -> None:
+    """inspect, convert and verify say "1 constant", "1 tensor", "1 entry", "1 quantized weight", "one buffer
+    of 256 bytes", "1 mismatch", "1 byte" (and the plural for every other count)."""
+    from dmlbridge.cli.report import human_size
+
+    assert (human_size(1), human_size(2), human_size(26116)) == ("1 byte", "2 bytes", "26,116 bytes")
+    inspected = run("inspect", external, "--wide")
+    assert inspected.stderr.startswith("dmlbridge inspect: 1 constant unchecked (see the note column)")
+    lines = inspected.stdout.splitlines()
+    assert lines[-2] == "buffer 0: 256 bytes, 1 tensor", lines
+    assert lines[-1].startswith("1 constant: 1 converted (256 bytes of tensor data in one buffer of 256 bytes (at "
+                                "most 2.00 GiB); alignment 256)"), lines
+    quantized = run("inspect", _one_of_each(tmp_path), "--wide").stdout.splitlines()
+    assert quantized[-1].endswith("; 1 quantized weight") and quantized[-1].startswith("3 constants: "), quantized
+    converted = run("convert", external, "-o", tmp_path / "w")
+    assert converted.stdout.endswith(f"(256 bytes, 1 tensor) and {tmp_path / 'w.json'} (1 entry, 0 skipped)\n")
+    verified = run("verify", tmp_path / "w.json", external)
+    assert verified.stdout.startswith(f"ok: 1 converted constant matches {external} bit for bit, 0 skipped")
+    data = bytearray(buffer_path(tmp_path / "w").read_bytes())
+    data[0] ^= 1
+    buffer_path(tmp_path / "w").write_bytes(bytes(data))
+    failed = run("verify", tmp_path / "w.json", external).stderr.splitlines()
+    assert failed[-1] == "dmlbridge verify: FAILED: 2 mismatches" and "'e': 1 byte differs" in failed[-2], failed
+
+
+def test_a_part_read_as_4_bit_says_so(sample: Path) -> None:
+    """MatMulNBits' B is uint8 in the model and UINT4 in its quantized record (the same bytes, no second copy):
+    inspect says why the row and the record disagree."""
+    lines = run("inspect", sample, "--wide").stdout.splitlines()
+    assert lines[[line.split()[0] for line in lines].index("q_B")].split()[2:5] == ["UINT8", "4x3x8", "UINT8"]
+    qmatmul = next(line for line in lines if line.startswith("quantized 'qmatmul'"))
+    assert "weight 'q_B' UINT4 (its UINT8 row's bytes, two 4-bit values each)" in qmatmul, qmatmul
+    assert "scales 'q_scales' FLOAT32, zero points" in qmatmul, qmatmul
