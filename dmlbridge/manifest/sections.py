@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError
+from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError, counted
 from dmlbridge.manifest.json_fields import INT64_MAX, Fields, int_list, kind_of
 from dmlbridge.model.consumer_layouts import LEADING, ConsumerLayout, choose_layout
 from dmlbridge.model.consumers import (
@@ -91,7 +91,8 @@ def check_buffers_filled(
     if any(not a <= b <= a + 1 for a, b in steps) or (converted and (order[0] != 0 or order[-1] != len(sizes) - 1)) \
             or (not converted and len(sizes) != 1):
         raise ManifestError(
-            f"{where}: the entries do not fill the {len(sizes)} buffers one after another in model order"
+            f"{where}: the entries do not fill the buffers ({counted(len(sizes), 'buffer')}) one after another in "
+            "model order"
         )
     first = 0
     for buffer in range(len(sizes)):
@@ -244,8 +245,8 @@ def buffers_from_json(
         digests = sha256_field(fields, "fingerprint", False), sha256_field(fields, "sha256", True)
         buffers.append(BufferFile(name, size, *digests))
     if sum(b.size for b in buffers) != total_size:
-        raise ManifestError(f"{where}: the buffers hold {sum(b.size for b in buffers)} bytes but total_size is "
-                            f"{total_size}; the two must agree")
+        held = counted(sum(b.size for b in buffers), "byte")
+        raise ManifestError(f"{where}: the buffers hold {held} but total_size is {total_size}; the two must agree")
     return tuple(buffers)
 
 
@@ -463,8 +464,8 @@ def quantized_from_json(
                 or len(sizes) > target.max_dimension_count or (with_operator and not
                                                                operator.dims[0] <= len(sizes) <= operator.dims[1]):
             raise ManifestError(f"{fields.at('sizes')} are not the shape {list(shape)} split into blocks of {block} "
-                                f"in {rank} dimensions (min_dims {min_dims}, {operator.name} at feature level "
-                                f"{target.feature_level.dotted})")
+                                f"in {counted(rank, 'dimension')} (min_dims {min_dims}, {operator.name} at feature "
+                                f"level {target.feature_level.dotted})")
         parts = [_quantized_part(fields, name, sizes, entries, alignment) for name in _PARTS]
         _check_entries(fields, record, parts, entries)
         _check_roles(fields, record, parts, entries, target, operator if with_operator else None)

@@ -32,7 +32,16 @@ from dmlbridge.errors import (
 from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.consumer_layouts import LEADING, ConsumerLayout, Padding, choose_layout
 from dmlbridge.model.consumers import Consumer
-from dmlbridge.placement.options import MAX_BUFFER_BYTES, MAX_BUFFER_COUNT, MAX_KEY_LENGTH, PlanOptions
+from dmlbridge.placement.options import (
+    DEFAULT_MAX_BUFFER_BYTES,
+    MAX_BUFFER_BYTES,
+    MAX_BUFFER_COUNT,
+    MAX_KEY_LENGTH,
+    PlanOptions,
+    byte_count_text,
+    round_limit,
+    smallest_max_buffer_bytes,
+)
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.tensor.layout import (
     buffer_bytes,
@@ -389,6 +398,8 @@ class Placement(NamedTuple):
     buffer_starts: tuple[int, ...] = (0,)
     oversized: int | None = None
     """The position of the first constant larger than ``max_buffer_bytes`` (alone in its buffer), if any."""
+    fitting: int | None = None
+    """With ``oversized``: the round ``max_buffer_bytes`` with which every constant fits (None: there is none)."""
 
     def buffer_range(self, buffer: int) -> slice:
         """The positions of the constants in buffer ``buffer`` (skipped ones between them included)."""
@@ -455,20 +466,42 @@ def place_constants(
                 buffer_sizes.append(end)  # the next buffer starts here
                 buffer_starts.append(len(keys) - 1)
                 buffer, offset = buffer + 1, 0
-                if len(buffer_starts) > MAX_BUFFER_COUNT:
-                    raise InvalidArgumentError(
-                        f"max_buffer_bytes={limit} splits this model's constants into more than "
-                        f"{MAX_BUFFER_COUNT} buffers, the most a conversion writes; raise max_buffer_bytes "
-                        "(--max-buffer-bytes on the command line)"
-                    )
         add_offset(offset)
         add_buffer(buffer)
         end = offset + total
     _check_names(keys, origins)
     buffer_sizes.append(end)
+    fitting = None
+    if oversized is not None or len(buffer_sizes) > MAX_BUFFER_COUNT:  # (the refusal names a limit that works)
+        fitting = _fitting_limit(pairs, alignment)
+    if len(buffer_sizes) > MAX_BUFFER_COUNT:
+        raise InvalidArgumentError(
+            f"max_buffer_bytes={limit} splits this model's constants into more than {MAX_BUFFER_COUNT} buffers, the "
+            f"most a conversion writes; {_what_fits(fitting)}"
+        )
     each = [readers.get(key, ()) for key in keys] if readers else None
     entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers)
-    return Placement(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized)
+    return Placement(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized,
+                     fitting)
+
+
+def _fitting_limit(pairs: list[Pair], alignment: int) -> int | None:
+    """The round max_buffer_bytes with which every converted constant fits a buffer (and few enough buffers are
+    written), None when there is none (see smallest_max_buffer_bytes and round_limit)."""
+    smallest = smallest_max_buffer_bytes([pair.total for pair in pairs if pair.total >= 0], alignment)
+    return None if smallest is None else round_limit(smallest, alignment)
+
+
+def _what_fits(fitting: int | None) -> str:
+    """What to pass instead, in the keyword's terms (the command line names its flag)."""
+    if fitting is None:
+        return ("no max_buffer_bytes up to 0xFFFF0000 (the largest upload buffer Direct3D 12 makes) holds them: "
+                "leave out the largest constants (exclude)")
+    text = byte_count_text(fitting)
+    guaranteed = ("" if fitting <= DEFAULT_MAX_BUFFER_BYTES else
+                  "; buffers over 2 GiB are not guaranteed by Direct3D 12: check that the device makes them")
+    return (f"pass max_buffer_bytes={fitting}{'' if text.isdigit() else f' ({text})'}: the smallest round limit "
+            f"with which every constant of this model fits a buffer{guaranteed}")
 
 
 def _check_names(keys: list[str], origins: list[str]) -> None:
@@ -485,17 +518,18 @@ def _check_names(keys: list[str], origins: list[str]) -> None:
 
 def refuse_oversized(constants: list[ModelConstant], placement: Placement, limit: int) -> None:
     """TensorTooLargeError for the first constant larger than ``max_buffer_bytes`` (a tensor is never split):
-    an image without its largest tensors would be of no use."""
+    an image without its largest tensors would be of no use. It names the limit with which the whole model
+    converts, so that one retry is enough."""
     if placement.oversized is not None:
-        raise _too_large_for_a_buffer(constants[placement.oversized], placement.pairs[placement.oversized].total, limit)
+        raise _too_large_for_a_buffer(constants[placement.oversized], placement.pairs[placement.oversized].total, limit,
+                                      placement.fitting)
 
 
-def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int) -> TensorTooLargeError:
+def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int,
+                            fitting: int | None) -> TensorTooLargeError:
     over = (" It is larger than any upload buffer Direct3D 12 makes (0xFFFF0000 bytes), so it cannot be uploaded "
             "in one piece: leave it out (exclude)." if total > MAX_BUFFER_BYTES else
-            f" Raise max_buffer_bytes (--max-buffer-bytes on the command line) to at least {total} rounded up to "
-            "the alignment, up to 0xFFFF0000; buffers over 2 GiB are not guaranteed by Direct3D 12 (the default "
-            "limit is 2 GiB, so a constant over 2 GiB always needs the option).")
+            f" To convert the model, {_what_fits(fitting)}.")
     return TensorTooLargeError(
         f"constant {constant.key!r} ({constant.origin}) takes {total} bytes ({constant.onnx_type.name} "
         f"{list(constant.shape)}), more than max_buffer_bytes={limit}: a tensor is never split across buffers."

@@ -17,11 +17,12 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
+from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError, counted
 from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, parse_manifest, read_manifest_file
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
-from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
+from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, model_constants, need_reader, read_model
+from dmlbridge.onnx.tensor_proto import tensor_info
 from dmlbridge.placement.entries import (
     ConvertedEntry,
     Pair,
@@ -91,7 +92,7 @@ class UploadPlan(Manifest):
 
     def __repr__(self) -> str:
         where = f", manifest_path={self.manifest_path!r}" if self.manifest_path else ""
-        return (f"UploadPlan(<{len(self.entries)} entries>, target={self.target.describe()}, "
+        return (f"UploadPlan(<{counted(len(self.entries), 'entry', 'entries')}>, target={self.target.describe()}, "
                 f"total_size={self.total_size}, buffers={len(self.buffers)}{where})")
 
     @property
@@ -183,8 +184,8 @@ class UploadPlan(Manifest):
         size = entry.total_tensor_size_in_bytes
         if size > check_max_tensor_bytes(max_tensor_bytes):
             raise TensorTooLargeError(
-                f"entry {key!r} holds {size} bytes, more than max_tensor_bytes={max_tensor_bytes}; pass a larger "
-                "max_tensor_bytes= to read it if you have the memory"
+                f"entry {key!r} holds {counted(size, 'byte')}, more than max_tensor_bytes={max_tensor_bytes}; pass a "
+                "larger max_tensor_bytes= to read it if you have the memory"
             )
         try:
             out = np.empty(size, dtype=np.uint8)
@@ -214,8 +215,8 @@ class UploadPlan(Manifest):
             size = files.size(index)
             if size != buffer.size:
                 problems.append(("size",
-                    f"the buffer file {buffer.path!r} holds {size} bytes but the manifest says {buffer.size}; the "
-                    "two files do not belong together (or one was cut short)"
+                    f"the buffer file {buffer.path!r} holds {counted(size, 'byte')} but the manifest says "
+                    f"{buffer.size}; the two files do not belong together (or one was cut short)"
                 ))
                 continue
             problem = fingerprint_problem(files.fd(index), buffer.path, buffer.fingerprint, buffer.size,
@@ -317,7 +318,8 @@ class UploadPlan(Manifest):
         )
         if problems:
             shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
-            raise ManifestError(f"the plan does not match the model ({len(problems)} mismatches): {shown}")
+            found = counted(len(problems), "mismatch", "mismatches")
+            raise ManifestError(f"the plan does not match the model ({found}): {shown}")
 
 
 
@@ -360,12 +362,19 @@ def plan_model(
 
 def plan_with_notes(
     model: Any, options: PlanOptions, selection: Selection, strict: bool,
-    base_dir: str | os.PathLike[str] | None = None,
+    base_dir: str | os.PathLike[str] | None = None, *, open_external_data: bool = False,
+    external_data_root: str | os.PathLike[str] | None = None,
 ) -> tuple[UploadPlan, dict[str, str]]:
     """:func:`plan_model` of checked options, and per key what it did not check (``dmlbridge inspect``'s note
-    column): "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
+    column): "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated).
+
+    With ``open_external_data`` each external data file the planned constants keep their values in is opened and
+    checked as a conversion checks it, none of its bytes read (:meth:`ExternalDataReader.examine`): a missing one
+    is the ExternalDataError conversion gives (``external_data_root``: as convert_model's)."""
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
         model_plan = plan_loaded(loaded, options, strict, selection)
+        if open_external_data:
+            _examine_external_data(loaded, model_plan, external_data_root)
     refuse_oversized(model_plan.constants, model_plan.placement, options.max_buffer_bytes)
     notes: dict[str, list[str]] = {}
     for constant in model_plan.constants:
@@ -377,6 +386,22 @@ def plan_with_notes(
         elif entry.conversion == "saturate":
             notes.setdefault(entry.key, []).append("values clamped to 32 bits not counted")
     return model_plan.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
+
+
+def _examine_external_data(loaded: LoadedModel, model_plan: ModelAndPlan,
+                           external_data_root: str | os.PathLike[str] | None) -> None:
+    """Open and check the external data file of every constant the plan does not skip (see plan_with_notes)."""
+    entries = model_plan.plan.entries
+    constants = [c for c in model_plan.not_in_the_bytes() if c.key not in entries or not entries[c.key].skipped]
+    reader = external_data_reader(loaded, external_data_root)
+    need_reader(constants, reader)  # (no reader: no external data, or this refuses it)
+    if reader is None:
+        return
+    try:
+        for tensor in iter_external_tensors(constants):
+            reader.examine(tensor, tensor_info(tensor).packed_nbytes)
+    finally:
+        reader.close()
 
 
 class Binding(NamedTuple):

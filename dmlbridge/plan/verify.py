@@ -30,7 +30,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError, ManifestError
+from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError, ManifestError, counted
 from dmlbridge.manifest.format import BufferFile
 from dmlbridge.manifest.sections import OPERATOR_VERSION
 from dmlbridge.model.constants import ModelConstant, find_constants
@@ -152,8 +152,8 @@ def find_mismatches(
         for file, size in plan.source_external:
             seen = None if reader is None else reader.files.get(file)
             if seen is not None and seen != size:
-                problems.insert(0, f"the external data file {file!r} holds {seen} bytes; the plan was made from one "
-                                   f"of {size}")
+                problems.insert(0, f"the external data file {file!r} holds {counted(seen, 'byte')}; the plan was "
+                                   f"made from one of {size}")
         return problems
 
 
@@ -197,8 +197,8 @@ def _find(
     for index, buffer in enumerate(plan.buffers):
         size = files.size(index)
         front.append([] if size == buffer.size else [
-            f"the buffer file {buffer.path!r} holds {size} bytes but the manifest says {buffer.size}; the two files "
-            "do not belong together (or one was cut short)"])
+            f"the buffer file {buffer.path!r} holds {counted(size, 'byte')} but the manifest says {buffer.size}; the "
+            "two files do not belong together (or one was cut short)"])
         if sha256 and buffer.sha256 is None:
             raise ManifestError("verify=True, but the manifest records no SHA-256 of its buffer files; convert with "
                                 "checksum=True (--checksum)")
@@ -456,6 +456,11 @@ def _compare_chunk(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry,
                   first_converted, first_value)
 
 
+def _differ(count: int) -> str:
+    """``1 byte differs``, ``2 bytes differ``."""
+    return f"{counted(count, 'byte')} {'differs' if count == 1 else 'differ'}"
+
+
 def _differing_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The positions where two byte arrays of one length differ (compared eight bytes at a time first: equal
     arrays, the usual case, cost a quarter of a byte-wise pass)."""
@@ -485,11 +490,11 @@ def _merge(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, results
     if differ:
         first = next(result.first for result in results if result.first >= 0)
         assert entry.offset is not None
-        return (f"{differ} byte(s) differ from a fresh conversion, the first at offset {entry.offset + first} of "
+        return (f"{_differ(differ)} from a fresh conversion, the first at offset {entry.offset + first} of "
                 f"the buffer file{_element(constant, next((r.first_value for r in results if r.first_value), None))}")
     clamped = sum(result.clamped for result in results)
     if entry.conversion == "saturate" and entry.clamped != clamped:
-        return f"the plan counts {entry.clamped} values clamped, a fresh conversion {clamped}"
+        return f"the plan counts {counted(entry.clamped or 0, 'value')} clamped, a fresh conversion {clamped}"
     if any(result.values_differ for result in results):
         first_converted = next((r.first_converted for r in results if r.first_converted), None)
         return "the values read back from the buffer file differ from the model's" + _element(constant, first_converted)
@@ -534,14 +539,15 @@ def _compare(
         differ = np.flatnonzero(expected.data != actual) if expected.data.shape == actual.shape else np.array([0])
         first = int(differ[0])
         assert entry.offset is not None
-        return (f"{len(differ)} byte(s) differ from a fresh conversion, the first at offset {entry.offset + first} "
+        return (f"{_differ(len(differ))} from a fresh conversion, the first at offset {entry.offset + first} "
                 f"of the buffer file{_first_element(plan, entry, values)}")
     back = plan.array(entry.key)
     if entry.conversion == "lossy":  # (rounded to FLOAT32 as the conversion rounds, and back: float_bits)
         values = cast(cast(values, np.float32), values.dtype)
     elif entry.conversion == "saturate":
         if entry.clamped != expected.clamped:
-            return f"the plan counts {entry.clamped} values clamped, a fresh conversion {expected.clamped}"
+            planned = counted(entry.clamped or 0, "value")
+            return f"the plan counts {planned} clamped, a fresh conversion {expected.clamped}"
         assert expected.dml_type is not None
         info = np.iinfo(expected.dml_type.numpy())
         values = np.clip(values, info.min, info.max).astype(values.dtype)

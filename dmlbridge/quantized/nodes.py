@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from dmlbridge.errors import DmlBridgeError
+from dmlbridge.errors import DmlBridgeError, counted
 from dmlbridge.model.constants import ModelConstant, make_constant
 from dmlbridge.model.consumers import Consumer
 from dmlbridge.quantized.records import QUANTIZED_OPS, Granularity, PartSpec, QuantizedSpec, dequantize_operator
@@ -307,7 +307,7 @@ def _dequantize_linear(key: str, node: Any, found: dict[int, ModelConstant], tar
         per_scale: tuple[int, ...] = (0,) * rank
         the_axis: int | None = None
     elif not 0 <= axis < rank:
-        return _skip(key, op, origin, f"axis {attrs.get('axis', 1)} is outside x's {rank} dimensions"), []
+        return _skip(key, op, origin, f"axis {attrs.get('axis', 1)} is outside x's {counted(rank, 'dimension')}"), []
     elif block == 0:
         if scale.shape != (shape[axis],):
             return _skip(key, op, origin, f"a per-axis scale must be [{shape[axis]}], not {list(scale.shape)}"), []
@@ -416,7 +416,7 @@ def _gather_block_quantized(key: str, node: Any, found: dict[int, ModelConstant]
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis < rank:
         return _skip(key, op, origin, f"quantize_axis {attrs.get('quantize_axis', 1)} is outside the data's "
-                                      f"{rank} dimensions"), []
+                                      f"{counted(rank, 'dimension')}"), []
     length = shape[axis]
     block = min(block, length)  # (a block longer than the axis is one block of the axis: the same values)
     blocks = -(-length // block)

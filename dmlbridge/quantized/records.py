@@ -43,7 +43,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
+from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError, counted
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
 from dmlbridge.placement.entries import PlanEntry
 from dmlbridge.tensor.descs import BufferDescMethods, BufferTensorDesc
@@ -241,9 +241,9 @@ class QuantizedWeight:
         need = math.prod(dims) * out_type.itemsize
         if need > limit:
             raise TensorTooLargeError(
-                f"quantized weight {self.key!r} decodes to {need} bytes ({self.output_type.name} {list(self.shape)}), "
-                f"more than max_tensor_bytes={max_tensor_bytes}; pass a larger max_tensor_bytes= to dequantize it if "
-                "you have the memory"
+                f"quantized weight {self.key!r} decodes to {counted(need, 'byte')} ({self.output_type.name} "
+                f"{list(self.shape)}), more than max_tensor_bytes={max_tensor_bytes}; pass a larger max_tensor_bytes= "
+                "to dequantize it if you have the memory"
             )
         weight, scales, zero_points = (_Gather(part, self._read(part.key, max_tensor_bytes=limit), self)
                                        for part in parts)

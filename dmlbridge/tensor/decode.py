@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.errors import InvalidArgumentError, counted
 from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.layout import check_sizes, check_strides, span_of
 from dmlbridge.types.data_types import DmlDataType
@@ -62,7 +62,8 @@ def decode(
     need = (span * dml.bitwidth + 7) // 8
     if raw.shape[0] < need:
         raise InvalidArgumentError(
-            f"data holds {raw.shape[0]} bytes but a {dml.name} tensor of sizes {list(checked_sizes)} and strides "
+            f"data holds {counted(raw.shape[0], 'byte')} but a {dml.name} tensor of sizes {list(checked_sizes)} and "
+            f"strides "
             f"{None if checked_strides is None else list(checked_strides)} reaches {need}"
         )
     if dml.bitwidth == 4:

@@ -21,6 +21,7 @@ from dmlbridge.errors import (
     LayoutError,
     UnsupportedTypeError,
     ValueRangeError,
+    counted,
 )
 from dmlbridge.onnx.tensor_proto import tensor_to_array
 from dmlbridge.system.bytes_view import as_writable_bytes
@@ -165,7 +166,7 @@ def _plan(
     ):
         raise InvalidArgumentError(
             f"guaranteed_base_offset_alignment must be 0 or a power of two >= the {dml.name} element size "
-            f"({dml.itemsize} bytes), got {alignment!r}; DirectML recommends 32 or more"
+            f"({counted(dml.itemsize, 'byte')}), got {alignment!r}; DirectML recommends 32 or more"
         )
     desc_strides: tuple[int, ...] | None
     if row.conversion == "emulate":
@@ -272,7 +273,7 @@ def prepare_into(
     offset = int(offset)
     if offset + plan.total > out.shape[0]:
         raise DestinationError(
-            f"the destination holds {out.shape[0]} bytes; this tensor needs {plan.total} at offset {offset} "
+            f"the destination holds {counted(out.shape[0], 'byte')}; this tensor needs {plan.total} at offset {offset} "
             f"(up to byte {offset + plan.total})"
         )
     region = out[offset : offset + plan.total]
