@@ -21,8 +21,7 @@ from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLarge
 from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, parse_manifest, read_manifest_file
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
-from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, model_constants, need_reader, read_model
-from dmlbridge.onnx.tensor_proto import tensor_info
+from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
 from dmlbridge.placement.entries import (
     ConvertedEntry,
     Pair,
@@ -42,6 +41,7 @@ from dmlbridge.placement.options import (
     check_max_tensor_bytes,
 )
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
+from dmlbridge.plan.external_files import examine_external_data
 from dmlbridge.plan.fingerprint import fingerprint_problem
 from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
@@ -373,8 +373,10 @@ def plan_with_notes(
     is the ExternalDataError conversion gives (``external_data_root``: as convert_model's)."""
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
         model_plan = plan_loaded(loaded, options, strict, selection)
-        if open_external_data:
-            _examine_external_data(loaded, model_plan, external_data_root)
+        if open_external_data:  # (what the plan does not skip)
+            entries = model_plan.plan.entries
+            examine_external_data(loaded, [c for c in model_plan.not_in_the_bytes()
+                                           if c.key not in entries or not entries[c.key].skipped], external_data_root)
     refuse_oversized(model_plan.constants, model_plan.placement, options.max_buffer_bytes)
     notes: dict[str, list[str]] = {}
     for constant in model_plan.constants:
@@ -386,22 +388,6 @@ def plan_with_notes(
         elif entry.conversion == "saturate":
             notes.setdefault(entry.key, []).append("values clamped to 32 bits not counted")
     return model_plan.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
-
-
-def _examine_external_data(loaded: LoadedModel, model_plan: ModelAndPlan,
-                           external_data_root: str | os.PathLike[str] | None) -> None:
-    """Open and check the external data file of every constant the plan does not skip (see plan_with_notes)."""
-    entries = model_plan.plan.entries
-    constants = [c for c in model_plan.not_in_the_bytes() if c.key not in entries or not entries[c.key].skipped]
-    reader = external_data_reader(loaded, external_data_root)
-    need_reader(constants, reader)  # (no reader: no external data, or this refuses it)
-    if reader is None:
-        return
-    try:
-        for tensor in iter_external_tensors(constants):
-            reader.examine(tensor, tensor_info(tensor).packed_nbytes)
-    finally:
-        reader.close()
 
 
 class Binding(NamedTuple):
@@ -575,8 +561,7 @@ def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: 
                check_fingerprint: bool) -> UploadPlan:
     """The plan of the manifest bytes ``data`` read from ``path``, its buffer files opened and checked."""
     manifest = parse_manifest(data, path, os.path.basename(bin_file))
-    # (the folder as the system resolves it, a symbolic link before "..": where the conversion wrote the files)
-    directory = os.path.realpath(os.path.dirname(path) or os.curdir)
+    directory = os.path.realpath(os.path.dirname(path) or os.curdir)  # (as the system resolves it: prefix_folder)
     buffers: tuple[BufferFile, ...]
     if manifest.format_version == 1:
         if not bin_file:

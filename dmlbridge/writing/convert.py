@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from dmlbridge.errors import CleanupWarning, DestinationError, InvalidArgumentError, TensorTooLargeError
+from dmlbridge.errors import CleanupWarning, DestinationError, InvalidArgumentError, TensorTooLargeError, counted
 from dmlbridge.manifest.format import MANIFEST_FORMAT, BufferFile, entry_lines, manifest_text
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, need_reader, read_model
@@ -505,7 +505,8 @@ def _warn_left(prefix: str, directory: str, removals: Removals) -> None:
     shown = "; ".join(f"{os.path.join(directory, name)!r}: {why}" for name, why in removals.failed[:3])
     more = f"; and {len(removals.failed) - 3} more" if len(removals.failed) > 3 else ""
     warnings.warn(CleanupWarning(
-        f"the conversion into {prefix!r} is published, but {len(removals.failed)} file(s) it replaces could not be "
+        f"the conversion into {prefix!r} is published, but {counted(len(removals.failed), 'file')} it replaces could "
+        "not be "
         f"removed ({shown}{more}); they stay on the disk until `dmlbridge clean {prefix}` (dmlbridge.clean) "
         "removes them"
     ), stacklevel=5)  # (the caller of convert_model)

@@ -208,6 +208,7 @@ class OutputFolder:
                 except FileExistsError:
                     continue
                 except OSError as exc:
+                    self._refuse_unwritable(exc)
                     raise DestinationError(f"cannot create the lock {where!r}: {exc.strerror or exc}") from None
             except OSError as exc:
                 raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
@@ -217,6 +218,7 @@ class OutputFolder:
             except FileNotFoundError:
                 continue
             except OSError as exc:
+                self._refuse_unwritable(exc)
                 raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
             try:
                 info = os.fstat(fd)
@@ -228,6 +230,15 @@ class OutputFolder:
                 raise
             return fd
         raise DestinationError(f"the lock {where!r} was removed three times while it was opened; try again")
+
+    def _refuse_unwritable(self, exc: OSError) -> None:
+        """DestinationError naming the folder, when ``exc`` says it cannot be written (a read-only filesystem, a
+        folder of another user): the first file a conversion writes is its lock, but the lock is not the matter."""
+        if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
+            raise DestinationError(
+                f"cannot write into the folder {self.directory!r} ({exc.strerror or exc}): the outputs of out_prefix "
+                f"{self.prefix!r} need a folder you can write; give another out_prefix, or make the folder writable"
+            ) from None
 
     def release_lock(self) -> None:
         if self.lock_fd is not None:

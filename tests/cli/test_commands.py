@@ -649,8 +649,6 @@ def test_demo_keep_names_a_folder(tmp_path: Path) -> None:
     assert (tmp_path / "plain").read_text() == "a file"
 
 
-@pytest.mark.xfail(strict=True, reason="dmlbridge/writing/folder.py reports a folder it cannot write as 'cannot "
-                   "create/open the lock': the message should say the folder is not writable and name -o/--output")
 @pytest.mark.parametrize("before", ["no conversion yet", "a previous conversion"])
 def test_a_folder_that_cannot_be_written_is_named_as_such(small: Path, monkeypatch: pytest.MonkeyPatch,
                                                          before: str) -> None:
