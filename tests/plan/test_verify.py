@@ -109,7 +109,7 @@ def test_nans_read_back_and_verify_bit_for_bit_without_a_warning(tmp_path: Path)
             assert offset is not None and data[offset + 2 : offset + 4] == b"\x81\x7f"
             data[offset + 2] = 0x83  # the payload of the first NaN: 0x7F81 becomes 0x7F83
             buffer.write_bytes(bytes(data))
-            with pytest.raises(ManifestError, match=r"'bf': 1 byte\(s\) differ.*element \[0\]: the buffer holds nan "
+            with pytest.raises(ManifestError, match=r"'bf': 1 byte differs.*element \[0\]: the buffer holds nan "
                                                     r"\(bits 0x7f83\), the model nan \(bits 0x7f81\)"):
                 plan.verify(model)
         plan.close()
