@@ -20,12 +20,8 @@ def _quick_run(folder: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = folder / "quick.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
                DMLBRIDGE_BENCH_CACHE=str(folder / "cache"))  # (case 7's model, never in $HOME)
-    # ``python -m benchmarks`` from the repository, the folder put on sys.path by the code itself: Windows'
-    # embeddable CPython ignores PYTHONPATH and puts no current folder on it
-    run_as_main = (f"import runpy, sys; sys.path.insert(0, {str(REPO)!r}); "
-                   "runpy.run_module('benchmarks', run_name='__main__', alter_sys=True)")
     proc = subprocess.run(
-        [sys.executable, "-c", run_as_main, "--quick", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
         cwd=REPO,
         env=env,
         capture_output=True,
