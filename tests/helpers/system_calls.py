@@ -1,7 +1,7 @@
 """The system calls under dmlbridge's file reads, as a test watches them, on every platform: each positioned read
 (``os.pread`` and ``os.preadv`` on POSIX; ``ReadFile`` at an offset, through ``dmlbridge.system.windows``, on
-Windows) recorded, with a hook run before it; and whether this system can make symbolic links at all (Windows
-makes them only with a privilege, and Wine never)."""
+Windows) recorded, with a hook run before it; whether this system can make symbolic links at all (Windows makes
+them only with a privilege, and Wine never); and whether open plans keep their removed files' names (Windows)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,22 @@ import pytest
 
 from dmlbridge.system import windows
 
-SYMLINKS_MISSING = "needs symbolic links, which this Windows cannot make"
-
 
 class Read(NamedTuple):
-    """One positioned read: the descriptor, the offset, the bytes asked for and the bytes read."""
+    """One positioned read: the descriptor, the offset, the bytes asked for, the bytes read, and the file read (its
+    device and inode: a descriptor's number is reused once it is closed, on Windows sooner than on Linux)."""
 
     fd: int
     offset: int
     asked: int
     got: int
+    file: tuple[int, int]
+
+
+def file_of(fd: int) -> tuple[int, int]:
+    """The file a descriptor is, as :class:`Read` names it."""
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
 
 
 def record_positioned_reads(monkeypatch: pytest.MonkeyPatch,
@@ -39,7 +45,7 @@ def record_positioned_reads(monkeypatch: pytest.MonkeyPatch,
         def recorded_pread(fd: int, size: int, offset: int) -> bytes:
             hook()
             data = pread(fd, size, offset)
-            reads.append(Read(fd, offset, size, len(data)))
+            reads.append(Read(fd, offset, size, len(data), file_of(fd)))
             return data
 
         monkeypatch.setattr(os, "pread", recorded_pread)
@@ -49,7 +55,7 @@ def record_positioned_reads(monkeypatch: pytest.MonkeyPatch,
         def recorded_preadv(fd: int, buffers: list[Any], offset: int) -> int:
             hook()
             done = preadv(fd, buffers, offset)
-            reads.append(Read(fd, offset, sum(memoryview(b).nbytes for b in buffers), done))
+            reads.append(Read(fd, offset, sum(memoryview(b).nbytes for b in buffers), done, file_of(fd)))
             return done
 
         monkeypatch.setattr(os, "preadv", recorded_preadv)
@@ -58,7 +64,7 @@ def record_positioned_reads(monkeypatch: pytest.MonkeyPatch,
     def recorded_read_into_at(fd: int, view: memoryview, offset: int) -> int:
         hook()
         done = read_into_at(fd, view, offset)
-        reads.append(Read(fd, offset, view.nbytes, done))
+        reads.append(Read(fd, offset, view.nbytes, done, file_of(fd)))
         return done
 
     monkeypatch.setattr(windows, "read_into_at", recorded_read_into_at)
@@ -67,28 +73,31 @@ def record_positioned_reads(monkeypatch: pytest.MonkeyPatch,
 
 @functools.cache
 def symlinks_work() -> bool:
-    """Whether this process can make a symbolic link (tried once, in a temporary folder)."""
+    """Whether this process can make a symbolic link that leads to its target (tried once, in a temporary folder;
+    Wine's os.symlink returns as if it had made one, and makes nothing)."""
     with tempfile.TemporaryDirectory() as folder:
+        target, link = os.path.join(folder, "target"), os.path.join(folder, "link")
+        with open(target, "wb") as file:
+            file.write(b"x")
         try:
-            os.symlink("target", os.path.join(folder, "link"))
+            os.symlink("target", link)
+            with open(link, "rb") as file:
+                return os.path.islink(link) and file.read() == b"x"
         except (OSError, NotImplementedError):
             return False
-    return True
 
 
-needs_symlinks = pytest.mark.skipif(not symlinks_work(), reason=SYMLINKS_MISSING)
-"""Marks a test that makes symbolic links: skipped where the system cannot make them."""
-
-
-REMOVED_NAMES_LINGER = os.name == "nt"
-"""Whether a removed file's name may stay in its folder while the file is still open: on Windows it stays until the
-file's last handle is closed (Wine's does so always); on POSIX it goes at once, open or not."""
+PLANS_KEEP_NAMES = os.name == "nt"
+"""Whether an open plan keeps its buffer files' names in their folder after a later conversion replaced them: on
+Windows it does (the plan convert_model returns holds its files by the writer's own handles, which mark a live
+writer's files, never removed; a loaded plan's shared handles leave a removed file's name until they are closed);
+on POSIX the names go when the files are removed, open or not."""
 
 
 def let_go(*plans: Any) -> None:
-    """Close ``plans`` (upload plans, holding their buffer files open) where a removed file's name lingers while it is
-    open (:data:`REMOVED_NAMES_LINGER`), so that a folder lists what the conversions left in it; elsewhere leave
-    them open (their files' names went when they were removed)."""
-    if REMOVED_NAMES_LINGER:
+    """Close ``plans`` (upload plans, holding their buffer files open) where open plans keep their files' names
+    (:data:`PLANS_KEEP_NAMES`), so that a folder lists what the conversions after them leave; elsewhere leave them
+    open (a conversion removes their files' names all the same)."""
+    if PLANS_KEEP_NAMES:
         for plan in plans:
             plan.close()

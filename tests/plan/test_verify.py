@@ -21,7 +21,7 @@ from models import (
     build_model,
 )
 from onnx import numpy_helper
-from system_calls import Read, record_positioned_reads
+from system_calls import Read, file_of, record_positioned_reads
 
 from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import (
@@ -133,10 +133,10 @@ def test_verify_memory_stays_within_the_budget(tmp_path: Path) -> None:
 
 
 def _times_read(reads: list[Read], fd: int, size: int) -> np.ndarray:
-    """How many times each byte of the file ``fd`` was read."""
+    """How many times each byte of the file open as ``fd`` was read (through any descriptor)."""
     counts = np.zeros(size + 1, np.int64)
     for read in reads:
-        if read.fd == fd:
+        if read.file == file_of(fd):
             counts[read.offset] += 1
             counts[read.offset + read.got] -= 1
     return np.cumsum(counts)[:size]
