@@ -11,8 +11,7 @@ file a live writer holds, which is what the ``flock`` of each written file says 
 On any other system the functions here raise ``OSError`` (``ENOSYS``); :mod:`dmlbridge.system.files` and
 :mod:`dmlbridge.system.locks` call them only when ``sys.platform == "win32"``.
 
-    >>> import sys
-    >>> sys.platform == "win32" or is_sharing_violation(OSError(2, "No such file"))
+    >>> is_sharing_violation(OSError(2, "No such file"))  # (an error that names no Windows error code)
     False
 """
 
@@ -85,7 +84,10 @@ if sys.platform == "win32":
         open; with ``nofollow``, a symbolic link, junction or other reparse point is refused (``ELOOP``) rather
         than followed. Errors are ``OSError`` as from ``os.open`` (``FileNotFoundError`` and the like)."""
         flags = _FILE_FLAG_BACKUP_SEMANTICS | (_FILE_FLAG_OPEN_REPARSE_POINT if nofollow else 0)
-        handle = _winapi.CreateFile(path, _GENERIC_READ, _FILE_SHARE_ALL, 0, _OPEN_EXISTING, flags, 0)
+        try:
+            handle = _winapi.CreateFile(path, _GENERIC_READ, _FILE_SHARE_ALL, 0, _OPEN_EXISTING, flags, 0)
+        except OSError as exc:  # in the C library's words for its errno, as os.open's: the same on every system
+            raise OSError(exc.errno, os.strerror(exc.errno), path, exc.winerror) from None
         try:
             fd = msvcrt.open_osfhandle(handle, os.O_RDONLY)
         except BaseException:

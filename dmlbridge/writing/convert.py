@@ -163,6 +163,7 @@ def convert_model(
         True
         >>> plan.entries["w"].desc()["DataType"], plan.read("w").tobytes().hex()
         (1, '0000c03f000000c0')
+        >>> plan.close()  # (its files let go: on Windows an open file may not be removable)
         >>> shutil.rmtree(folder)
     """
     layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes)

@@ -394,6 +394,7 @@ def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_M
         >>> report = dmlbridge.clean(os.path.join(folder, "m"))
         >>> report.removed == (killed,), report.freed, os.path.exists(plan.bin_path)
         (True, 256, True)
+        >>> plan.close()  # (its files let go: on Windows an open file may not be removable)
         >>> shutil.rmtree(folder)
     """
     folder = OutputFolder(output_prefix(prefix, "prefix"))
