@@ -396,7 +396,9 @@ class ExternalDataReader:
             # lstat/readlink only: resolving never opens the target, so nothing outside the root is touched.
             real = os.path.realpath(candidate, strict=True)
         except OSError as exc:
-            reason = "is a symlink loop" if exc.errno == errno.ELOOP else f"cannot be resolved ({exc.strerror})"
+            # (the C library's words for the errno: the same on every system, where Windows' own would differ)
+            words = os.strerror(exc.errno) if exc.errno else exc.strerror
+            reason = "is a symlink loop" if exc.errno == errno.ELOOP else f"cannot be resolved ({words})"
             raise ExternalDataError(f"{where} {reason}: looked for {_short(candidate)} (a location is relative to "
                                     "the model's folder)") from None
         if not _within(real, root):
