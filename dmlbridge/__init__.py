@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from dmlbridge.errors import (
     CleanupWarning,
+    ComError,
     DestinationError,
+    DeviceRemovedError,
     DmlBridgeError,
     ExternalDataError,
+    GpuError,
+    GpuUnavailableError,
     InvalidArgumentError,
     LayoutError,
     ManifestError,
@@ -117,6 +121,10 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "ExternalDataError",
     "ManifestError",
     "DestinationError",
+    "GpuError",
+    "GpuUnavailableError",
+    "ComError",
+    "DeviceRemovedError",
     "CleanupWarning",
 ]
 

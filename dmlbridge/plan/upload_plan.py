@@ -38,6 +38,7 @@ from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
+from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.decode import decode
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
 from dmlbridge.tensor.encode import PreparedTensor
@@ -244,15 +245,53 @@ class UploadPlan(Manifest):
         """
         return [Binding(e.key, e.buffer, e.offset, e.total_tensor_size_in_bytes) for e in self.converted]
 
-    def _prepared(self, key: str, max_tensor_bytes: int) -> PreparedTensor:
-        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the buffer file.
+    def read_buffer(self, index: int, offset: int, out: np.ndarray) -> None:
+        """Fill ``out`` (a writable, contiguous uint8 array) with buffer file ``index``'s bytes from ``offset``, read
+        now from the file the plan checked: to stream a buffer file (into a GPU's upload heap) without holding it.
+
+        Example:
+            >>> import dmlbridge, numpy as np, os, tempfile
+            >>> from onnx import helper, numpy_helper
+            >>> w = numpy_helper.from_array(np.array([1, 2, 3], np.int32), "w")
+            >>> plan = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
+            ...                                os.path.join(tempfile.mkdtemp(), "w"), progress=False)
+            >>> out = np.empty(4, np.uint8); plan.read_buffer(0, 4, out); out.tolist()
+            [2, 0, 0, 0]
+        """
+        files = self._open_files()
+        if not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.flags.c_contiguous
+                and out.flags.writeable):
+            raise InvalidArgumentError("out must be a writable, contiguous numpy uint8 array")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (index, offset)) \
+                or not 0 <= index < len(self.buffers) or not 0 <= offset <= self.buffers[index].size - out.size:
+            raise InvalidArgumentError(f"buffer file {index!r} has no {out.size} bytes at offset {offset!r} (the "
+                                       f"plan has {len(self.buffers)} buffer files)")
+        files.read_into(index, offset, out)
+
+    def array_from(self, key: str, data: Any) -> np.ndarray:
+        """The entry's ONNX values (as :meth:`array` gives them) from ``data``, its bytes read from elsewhere (a GPU).
+
+        Example:
+            >>> import dmlbridge, numpy as np
+            >>> from onnx import helper, numpy_helper
+            >>> w = numpy_helper.from_array(np.array([True, False]), "w")
+            >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], [w])))
+            >>> plan.array_from("w", bytes([1, 0, 0, 0]))                   # (bool is stored as UINT8)
+            array([ True, False])
+        """
+        if (raw := as_bytes(data, "data")).size != (size := self._entry(key).total_tensor_size_in_bytes):
+            raise InvalidArgumentError(f"entry {key!r} holds {size} bytes; data has {raw.size}")
+        return self._prepared(key, DEFAULT_MAX_TENSOR_BYTES, raw).to_numpy()
+
+    def _prepared(self, key: str, max_tensor_bytes: int, data: np.ndarray | None = None) -> PreparedTensor:
+        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the buffer file (or to ``data``).
         entry = self._entry(key)
         assert entry.buffer_desc is not None and entry.conversion is not None
         return PreparedTensor(
             onnx_type=entry.onnx_type,
             conversion=entry.conversion,
             buffer_desc=entry.buffer_desc,
-            data=self.read(key, max_tensor_bytes=max_tensor_bytes),
+            data=self.read(key, max_tensor_bytes=max_tensor_bytes) if data is None else data,
             source_dtype=entry.onnx_type.numpy(),
             source_shape=entry.shape,
             element_strides=None,  # whole-model entries are always packed
@@ -301,7 +340,6 @@ class UploadPlan(Manifest):
         if problems:
             shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
             raise ManifestError(f"the plan does not match the model ({len(problems)} mismatches): {shown}")
-
 
 
 def plan_model(
