@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dmlbridge.errors import ComError, DeviceRemovedError, GpuError, GpuUnavailableError
 from dmlbridge.gpu.device import Device, target_of
+from dmlbridge.gpu.dispatch import run_operator
 from dmlbridge.gpu.resources import DEFAULT_STAGING_BYTES
 from dmlbridge.gpu.runtime import create_device
 from dmlbridge.gpu.structs import DML_BINDING_DESC, DML_OPERATOR_DESC
@@ -29,6 +30,8 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "UploadedPlan",
     "UploadedTensors",
     "DEFAULT_STAGING_BYTES",
+    # Operators
+    "run_operator",
     # DirectML's structs as ctypes
     "DML_BINDING_DESC",
     "DML_OPERATOR_DESC",

@@ -11,7 +11,7 @@ result.
     >>> try:
     ...     as_device("not a device")
     ... except InvalidArgumentError as exc:
-    ...     print(str(exc)[:40])
+    ...     print(str(exc)[:39])
     device must be a create_device() result
 """
 
