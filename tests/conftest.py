@@ -107,3 +107,32 @@ def _manifests_follow_the_schema(monkeypatch: pytest.MonkeyPatch, request: pytes
 
     monkeypatch.setattr(Publication, "publish", checked)
     yield
+
+
+# The Windows run (DMLBRIDGE_WINDOWS_RUN=required, set by CI) may skip at most this share of the tests: only those
+# testing what Windows lacks (SIGKILL, fork, FIFOs, /proc, symbolic links without a privilege), each with its reason.
+MAX_WINDOWS_SKIPS = 0.05
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
+                            config: pytest.Config) -> None:
+    if sys.platform != "win32":
+        return
+    counts = {kind: len(terminalreporter.stats.get(kind, [])) for kind in ("passed", "failed", "skipped", "error")}
+    total = sum(counts.values())
+    share = counts["skipped"] / total if total else 0.0
+    terminalreporter.write_line(
+        f"Windows run: {counts['passed']} passed, {counts['failed']} failed, {counts['error']} errors, "
+        f"{counts['skipped']} skipped ({share:.1%} of {total}; at most {MAX_WINDOWS_SKIPS:.0%})")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if sys.platform != "win32" or os.environ.get("DMLBRIDGE_WINDOWS_RUN") != "required":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    stats = getattr(reporter, "stats", {})
+    total = sum(len(stats.get(kind, [])) for kind in ("passed", "failed", "skipped", "error"))
+    if total and len(stats.get("skipped", [])) > MAX_WINDOWS_SKIPS * total:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if reporter is not None:
+            reporter.write_line(f"the Windows run skipped more than {MAX_WINDOWS_SKIPS:.0%} of its tests")

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from dmlbridge.errors import ExternalDataError, InvalidArgumentError
-from dmlbridge.system.files import read_at, read_into
+from dmlbridge.system.files import open_regular, read_at, read_into
 
 __all__ = ["ExternalDataInfo", "ExternalDataReader", "check_location", "parse_external_data", "tensor_label"]
 
@@ -65,7 +65,8 @@ _EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 _MMAP_KW: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 # openat() with O_NOFOLLOW per component (POSIX); elsewhere a plain open followed by the fstat identity check.
 _WALK_OPEN = os.open in os.supports_dir_fd and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
-_PROC_FD = os.path.isdir("/proc/self/fd")  # Linux: a descriptor's directory has a current path there
+# Linux: a descriptor's directory has a current path there (decided by the platform: Wine shows Linux's /proc too)
+_PROC_FD = sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")
 
 
 def tensor_label(tensor: Any) -> str:
@@ -416,6 +417,8 @@ class ExternalDataReader:
                     return os.open(parts[-1], flags | nofollow | getattr(os, "O_NONBLOCK", 0), dir_fd=dir_fd)
                 finally:
                     os.close(dir_fd)
+            if sys.platform == "win32":  # shared for removal, and never through a symbolic link or junction
+                return open_regular(real, nofollow=True)[0]
             return os.open(real, flags | nofollow | getattr(os, "O_NONBLOCK", 0))
         except OSError as exc:
             raise ExternalDataError(f"{where} cannot be opened ({exc.strerror}); it may have changed") from None

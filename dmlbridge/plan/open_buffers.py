@@ -4,7 +4,9 @@
 on a FIFO), checks that it is a regular file of the listed size and fingerprint, and keeps the descriptor. Every
 later read goes through it by position (``pread``), so a conversion that replaces the files afterwards, or a
 file swapped in under the same name, changes nothing a plan returns: it keeps reading the bytes it checked (on
-POSIX, a removed file stays readable while it is open).
+POSIX, a removed file stays readable while it is open; on Windows the files are opened with ``FILE_SHARE_DELETE``,
+so a conversion may remove them all the same: the removal is pending until the plan closes them, and the plan
+keeps reading its own bytes meanwhile).
 
 Across ``fork`` the descriptors are shared, and positioned reads make that safe. A pickled plan carries its paths
 and each file's identity (device, inode, size, modification time), not the descriptors: it opens the files again
@@ -26,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -173,5 +176,12 @@ def _open_regular(name: str, path: str, dir_fd: int | None, *, nofollow: bool = 
             f"cannot open the buffer file {path!r}: {exc.strerror or exc} (the manifest lists it, but it was removed "
             "or moved since; convert the model again)"
         ) from None
+    except PermissionError as exc:
+        if sys.platform == "win32":  # a file whose removal is pending (another plan still holds it) opens so
+            raise BufferFileMissingError(
+                f"cannot open the buffer file {path!r}: {exc.strerror or exc} (the manifest lists it, but it is being "
+                "removed: a newer conversion replaced it while another plan still holds it; load the plan again)"
+            ) from None
+        raise ManifestError(f"cannot open the buffer file {path!r}: {exc.strerror or exc}") from None
     except OSError as exc:
         raise ManifestError(f"cannot open the buffer file {path!r}: {exc.strerror or exc}") from None

@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,7 +58,7 @@ def available_cpus(cgroup_root: str = _CGROUP_ROOT, proc_cgroup: str = "/proc/se
         count = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         count = os.cpu_count() or 1
-    quota = _cgroup_quota(cgroup_root, proc_cgroup)
+    quota = _cgroup_quota(cgroup_root, proc_cgroup) if sys.platform.startswith("linux") else None
     if quota is not None:
         count = min(count, max(1, math.ceil(quota)))
     return max(1, count)

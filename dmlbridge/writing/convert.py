@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -40,6 +41,7 @@ from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.fingerprint import bin_fingerprint
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.upload_plan import ModelAndPlan, UploadPlan, plan_loaded
+from dmlbridge.system.files import keep_open
 from dmlbridge.system.progress import Progress
 from dmlbridge.types.target import Target
 from dmlbridge.writing.folder import LOCK_SUFFIX, Removals
@@ -384,6 +386,8 @@ def _kernel_filesystem(directory: str) -> str | None:
     """The type of the kernel filesystem ``directory`` is on (devtmpfs for /dev, proc, sysfs, ...), or None: an
     ordinary filesystem, or a system without /proc/self/mountinfo (found by the folder's device number, so a
     symlink or a bind mount cannot hide it)."""
+    if not sys.platform.startswith("linux"):  # (Wine shows Linux's /proc to Windows programs: not theirs)
+        return None
     try:
         device = os.stat(directory).st_dev
         with open(_MOUNTINFO, encoding="utf-8", errors="replace") as file:
@@ -446,8 +450,8 @@ def _write_outputs(
                         fingerprint = bin_fingerprint(
                             file.fileno(), size, [o for o in placement.offsets[within] if o is not None],
                             [pair.total for pair in placement.pairs[within] if pair.total >= 0])
-                        kept.append(os.dup(file.fileno()))
-                    path = os.path.join(publication.directory, publication.buffer_names[index])
+                        path = os.path.join(publication.directory, publication.buffer_names[index])
+                        kept.append(keep_open(file.fileno(), path))
                     buffers.append(BufferFile(path, size, fingerprint, image.sha256))
                     clamped.update(image.clamped)
                 external = () if reader is None else tuple(sorted(reader.files.items()))

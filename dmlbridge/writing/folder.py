@@ -10,9 +10,11 @@ digits, ``N`` a buffer index of 5 digits), and no other name is ever taken for o
 - ``.NAME.ID.N.bin.dmlbridge-old``, a retired buffer file (earlier versions renamed the previous conversion's
   buffer files so and removed them one conversion later).
 
-Every name is used relative to the folder, opened once. A file is removed only when no live writer holds it: a
-writer holds a ``flock`` on each file it writes, so a file whose ``flock`` can be taken has none, whatever
-process namespace it ran in. :func:`clean` removes what conversions leave behind (see its docstring).
+Every name is used relative to the folder, opened once (on POSIX; Windows has no ``dir_fd``, so names are joined
+to the folder's path). A file is removed only when no live writer holds it: on POSIX a writer holds a ``flock``
+on each file it writes, so a file whose ``flock`` can be taken has none, whatever process namespace it ran in; on
+Windows a writer's open handle forbids the removal itself (a sharing violation), so a file that can be removed has
+none. :func:`clean` removes what conversions leave behind (see its docstring).
 
     >>> import os, tempfile
     >>> folder = OutputFolder(os.path.join(tempfile.mkdtemp(), "w"))
@@ -30,16 +32,15 @@ import os
 import re
 import socket
 import stat
+import sys
 from typing import NamedTuple
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock; docs/guide.md says what that means
-    fcntl = None  # type: ignore[assignment]
 
 from dmlbridge.errors import DestinationError, InvalidArgumentError, ManifestError
 from dmlbridge.manifest.format import parse_manifest, read_manifest_file
 from dmlbridge.placement.options import DEFAULT_MAX_MANIFEST_BYTES
+from dmlbridge.system.files import read_at, write_at
+from dmlbridge.system.locks import try_lock
+from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
 
 __all__ = ["LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "CleanReport", "OutputFolder", "Removals", "clean",
@@ -55,6 +56,8 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
 _DIR_FD = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd  # (os.replace takes the same)
+_WINDOWS = sys.platform == "win32"
+_FILE_ATTRIBUTE_REPARSE_POINT = 0x400  # (Windows: a symbolic link or a junction)
 _BUFFER_TAIL = re.compile(r"[0-9a-f]{16}\.[0-9]{5}\.bin")  # after "NAME."
 _TEMP_TAIL = re.compile(r"json\.[0-9a-f]{16}" + re.escape(TEMP_SUFFIX))  # after ".NAME."
 _LOCK_TEXT_MAX = 512  # bytes: the most a lock file of dmlbridge holds ("pid N on HOST\n", or nothing)
@@ -156,12 +159,11 @@ class OutputFolder:
         name = self.base + LOCK_SUFFIX
         where = self.where(name)
         fd = self._open_lock(name, where)
-        if fcntl is not None:
-            try:
-                _lock(fd, self.prefix, where, wait)
-            except BaseException:
-                os.close(fd)
-                raise
+        try:
+            _lock(fd, self.prefix, where, wait)
+        except BaseException:
+            os.close(fd)
+            raise
         self.lock_fd = fd
 
     def _open_lock(self, name: str, where: str) -> int:
@@ -205,14 +207,10 @@ class OutputFolder:
 
     # --- removing what no conversion needs ---------------------------------------------------------------------
 
-    def remove_leftovers(self, kinds: tuple[str, ...], keep: set[str], *, without_flock: bool = False) -> Removals:
+    def remove_leftovers(self, kinds: tuple[str, ...], keep: set[str]) -> Removals:
         """Remove the files of this prefix of the given kinds (:meth:`kind`) but those in ``keep`` and those a
-        live writer holds (see the module docstring); Ctrl-C is held back until they are removed. Where there is
-        no flock (Windows), nothing tells a live writer's file from an abandoned one: nothing is removed unless
-        ``without_flock`` (:func:`clean`, which the user runs)."""
+        live writer holds (see the module docstring); Ctrl-C is held back until they are removed."""
         removals = Removals([], [], [])
-        if fcntl is None and not without_flock:
-            return removals
         with sigint_deferred():
             for name in sorted(self.names()):
                 if name not in keep and self.kind(name) in kinds:
@@ -221,34 +219,49 @@ class OutputFolder:
 
     def _remove_unheld(self, name: str, removals: Removals) -> None:
         try:
-            fd = self.open_name(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+            size = self._unheld_size(name)
         except FileNotFoundError:
             return  # (gone already)
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return  # a symlink: no conversion makes one
             removals.failed.append((name, exc.strerror or str(exc)))
             return
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return  # (a folder or a FIFO by that name: no conversion made it)
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    removals.held.append(name)  # a live writer holds it
-                    return
-        finally:
-            os.close(fd)
+        if size is None:
+            return  # not a regular file of its own: no conversion made it
+        if size < 0:
+            removals.held.append(name)  # a live writer holds it
+            return
         try:
             os.unlink(self.path(name), dir_fd=self.dir_fd)
         except FileNotFoundError:
             return
         except OSError as exc:
-            removals.failed.append((name, exc.strerror or str(exc)))
+            if _WINDOWS and is_sharing_violation(exc):
+                removals.held.append(name)  # (Windows: a writer's handle forbids the removal)
+            else:
+                removals.failed.append((name, exc.strerror or str(exc)))
             return
-        removals.removed.append((name, info.st_size))
+        removals.removed.append((name, size))
+
+    def _unheld_size(self, name: str) -> int | None:
+        """The size of ``name`` when it is a regular file no live writer holds, -1 when one holds it, None when
+        it is anything else (a symlink, a folder, a FIFO: no conversion made it)."""
+        if _WINDOWS:  # (whether a writer holds it shows when it is removed)
+            info = os.lstat(self.path(name))
+            reparse = getattr(info, "st_file_attributes", 0) & _FILE_ATTRIBUTE_REPARSE_POINT
+            return info.st_size if stat.S_ISREG(info.st_mode) and not reparse else None
+        try:
+            fd = self.open_name(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            return info.st_size if try_lock(fd) else -1
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         """Release the lock and close the folder."""
@@ -259,27 +272,27 @@ class OutputFolder:
 
 
 def _lock(fd: int, prefix: str, where: str, wait: str) -> None:
-    """Take the flock of the lock file ``fd`` without waiting, check that it is a lock file of dmlbridge and write
-    the holder's name into it."""
+    """Take the lock of the lock file ``fd`` without waiting (:func:`dmlbridge.system.locks.try_lock`), check that
+    it is a lock file of dmlbridge and write the holder's name into it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        taken = try_lock(fd)
     except OSError as exc:
-        if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            raise DestinationError(f"cannot lock {where!r}: {exc.strerror or exc}") from None
-        text = os.pread(fd, _LOCK_TEXT_MAX + 1, 0)
+        raise DestinationError(f"cannot lock {where!r}: {exc.strerror or exc}") from None
+    if not taken:
+        text = read_at(fd, 0, _LOCK_TEXT_MAX + 1)
         holder = text.decode("utf-8", "replace").strip() if _LOCK_TEXT.fullmatch(text) else ""
         raise DestinationError(
             f"another conversion into {prefix!r} is running: it holds the lock {where!r} "
             f"({holder or 'holder unknown'}); {wait}"
         ) from None
-    if not _LOCK_TEXT.fullmatch(os.pread(fd, _LOCK_TEXT_MAX + 1, 0)):
+    if not _LOCK_TEXT.fullmatch(read_at(fd, 0, _LOCK_TEXT_MAX + 1)):
         raise DestinationError(
             f"the lock {where!r} is not a lock file: it holds something else, which the lock's text would "
             "overwrite; move it away (the next conversion creates a new lock), or choose another output prefix"
         )
     with contextlib.suppress(OSError):  # who holds it, for the message above (the file stays in place)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        write_at(fd, 0, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
 
 
 def _refuse_as_lock(info: os.stat_result, where: str) -> None:
@@ -320,12 +333,13 @@ def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_M
     removed when the next one published), temporary manifests and retired buffer files of earlier versions.
 
     Never the current conversion's files (the manifest, the buffer files it lists, the lock), never a file of
-    another prefix, never a file a live writer holds (its ``flock``). It takes the prefix's lock first, so it
-    fails at once (DestinationError naming the lock) while a conversion into the prefix runs; a manifest it cannot
-    read is a ManifestError, and then nothing is removed. A folder with no buffer, temporary or retired file of the
-    prefix is left as it is (no lock is created). Returns a :class:`CleanReport`; ``dmlbridge clean PREFIX`` on
-    the command line. On Windows, where no flock tells a live writer's file from an abandoned one, run it only
-    when no conversion into the prefix runs.
+    another prefix, never a file a live writer holds (its ``flock``; on Windows, its open handle). It takes the
+    prefix's lock first, so it fails at once (DestinationError naming the lock) while a conversion into the prefix
+    runs; a manifest it cannot read is a ManifestError, and then nothing is removed. A folder with no buffer,
+    temporary or retired file of the prefix is left as it is (no lock is created). Returns a
+    :class:`CleanReport`; ``dmlbridge clean PREFIX`` on the command line. On Windows a buffer file that a loaded
+    plan still holds open is removed as far as Windows allows: its removal is pending until the plan is closed,
+    and then it is gone.
 
     Example:
         >>> import dmlbridge, numpy as np, os, shutil, tempfile
@@ -348,7 +362,7 @@ def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_M
         if not any(folder.kind(name) in kinds for name in folder.names()):
             return CleanReport((), 0, (), ())
         folder.take_lock("wait for it to finish, then clean again (a conversion removes what it replaces itself)")
-        removals = folder.remove_leftovers(kinds, _listed(folder, max_manifest_bytes), without_flock=True)
+        removals = folder.remove_leftovers(kinds, _listed(folder, max_manifest_bytes))
     finally:
         folder.close()
     return CleanReport(

@@ -55,17 +55,16 @@ import ctypes
 import errno
 import os
 import secrets
+import shutil
 import sys
 import threading
+import time
 from types import TracebackType
 from typing import Any, BinaryIO
 
-try:
-    import fcntl
-except ImportError:  # Windows: no flock; docs/guide.md says what that means
-    fcntl = None  # type: ignore[assignment]
-
 from dmlbridge.errors import DestinationError
+from dmlbridge.system.locks import mark_busy, unmark_busy
+from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
 from dmlbridge.writing.folder import TEMP_SUFFIX, OutputFolder, Removals, umask_mode
 
@@ -78,6 +77,10 @@ _O_BINARY = getattr(os, "O_BINARY", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
 _EVERY_LEFTOVER = ("buffer", "temporary", "retired")
+_WINDOWS = sys.platform == "win32"
+# Windows: how long the commit rename is tried again while another process has PREFIX.json open without
+# FILE_SHARE_DELETE (a reader of dmlbridge never does; another program may, for a moment)
+_RENAME_TRIES, _RENAME_PAUSE = 50, 0.1
 
 
 def buffer_name(base: str, conversion_id: str, index: int) -> str:
@@ -133,8 +136,7 @@ class Publication:
             raise DestinationError(f"{self._folder.where(name)!r} exists already; convert again") from None
         self._created.append(name)
         self._open.append(fd)
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # held while written: the next conversion leaves a live file alone
+        mark_busy(fd)  # held while written: the next conversion leaves a live file alone
         return fd
 
     def new_buffer(self, index: int) -> BinaryIO:
@@ -162,11 +164,13 @@ class Publication:
                 os.fsync(each)
             if hasattr(os, "fchmod"):
                 os.fchmod(each, mode)  # the ordinary mode, never one copied from what a name pointed at
-            if fcntl is not None:
-                fcntl.flock(each, fcntl.LOCK_UN)  # published files are no one's temporaries (a plan may keep a dup)
+            unmark_busy(each)  # published files are no one's temporaries (a plan may keep a dup)
+        # Closed before it is renamed: Windows refuses to rename a file this process holds open (the lock of the
+        # prefix keeps every other conversion, and clean, away from it meanwhile).
+        self._open.remove(fd)
+        os.close(fd)
         with sigint_deferred():
-            os.replace(folder.path(temp), folder.path(self.manifest_name), src_dir_fd=folder.dir_fd,
-                       dst_dir_fd=folder.dir_fd)
+            self._commit(temp)
             self._created.remove(temp)
             self._published = True
         if self.fsync and folder.dir_fd is not None:
@@ -174,17 +178,40 @@ class Publication:
                 os.fsync(folder.dir_fd)
         return folder.remove_leftovers(_EVERY_LEFTOVER, set(self._created))
 
+    def _commit(self, temp: str) -> None:
+        """Rename the temporary manifest onto PREFIX.json (step 5). On Windows a rename onto a file another program
+        holds open without FILE_SHARE_DELETE fails with a sharing violation: it is tried again for a few seconds,
+        then DestinationError says what holds it."""
+        folder = self._folder
+        for attempt in range(_RENAME_TRIES if _WINDOWS else 1):
+            try:
+                os.replace(folder.path(temp), folder.path(self.manifest_name), src_dir_fd=folder.dir_fd,
+                           dst_dir_fd=folder.dir_fd)
+                return
+            except PermissionError as exc:
+                if not _WINDOWS or attempt == _RENAME_TRIES - 1 or not (
+                        is_sharing_violation(exc) or getattr(exc, "winerror", None) == 5):
+                    raise DestinationError(
+                        f"cannot replace {folder.where(self.manifest_name)!r}: {exc.strerror or exc} (another "
+                        "program holds it open); close it and convert again"
+                    ) from None
+                time.sleep(_RENAME_PAUSE)
+
     # --- the previous conversion ---------------------------------------------------------------------------
 
     def _room_for_another(self, previous: list[int]) -> bool:
         """Whether the filesystem has room for another conversion the size of the previous one without the blocks
         of the retired files (else they are removed before anything is written)."""
         try:
-            stats = os.statvfs(self._folder.dir_fd if self._folder.dir_fd is not None else self.directory)
+            if hasattr(os, "statvfs"):
+                stats = os.statvfs(self._folder.dir_fd if self._folder.dir_fd is not None else self.directory)
+                free = stats.f_bavail * stats.f_frsize
+            else:  # Windows
+                free = shutil.disk_usage(self.directory).free
             needed = sum(os.fstat(fd).st_size for fd in previous)
-        except (OSError, AttributeError):
+        except OSError:
             return False
-        return stats.f_bavail * stats.f_frsize >= needed + (64 << 20)
+        return free >= needed + (64 << 20)
 
     def _previous_buffers(self) -> list[int]:
         """Read-only descriptors of the buffer files of other conversions in this prefix (the previous one's, which

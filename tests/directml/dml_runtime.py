@@ -2,8 +2,8 @@
 ``native/`` (``dmlupload``), reads what dmlbridge wrote.
 
 Where it runs:
-- Linux: DirectML 1.15 under Wine on the CPU, as ``../shared/directml/setup.sh`` installs it (``$DIRECTML_WINE``,
-  default ``~/.cache/directml-wine``), with mingw-w64 to build the program. One Xvfb and one wineserver serve the
+- Linux: DirectML 1.15 under Wine on the CPU, as ``tools/directml/setup.sh`` installs it (``$DIRECTML_WINE``,
+  default ``~/.cache/dmlbridge-directml``), with mingw-w64 to build the program. One Xvfb and one wineserver serve the
   whole session.
 - Windows: ``DMLBRIDGE_DMLUPLOAD`` names a ``dmlupload.exe`` built as ``native/README.md`` says; it loads the
   ``DirectML.dll`` beside it, else the system's.
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "directml"
+SETUP = REPO / "tools" / "directml"
 WINE = Path("/usr/lib/wine/wine64")
 WINESERVER = Path("/usr/lib/wine/wineserver")
 README_HINT = "see 'The DirectML suite' in README.md"
@@ -155,11 +155,11 @@ class DirectML:
 
 
 def _missing_on_linux() -> tuple[str | None, dict[str, str], Path, Path]:
-    home = Path(os.environ.get("DIRECTML_WINE") or Path.home() / ".cache" / "directml-wine")
-    include = Path(os.environ.get("DMLBRIDGE_DIRECTML_INCLUDE") or SHARED / "include")
+    home = Path(os.environ.get("DIRECTML_WINE") or Path.home() / ".cache" / "dmlbridge-directml")
+    include = Path(os.environ.get("DMLBRIDGE_DIRECTML_INCLUDE") or SETUP / "include")
     needs = [
-        (home / "bin" / "DirectML.dll", "DirectML.dll (run ../shared/directml/setup.sh)"),
-        (home / "prefix" / "system.reg", "the Wine prefix (run ../shared/directml/setup.sh)"),
+        (home / "bin" / "DirectML.dll", "DirectML.dll (run tools/directml/setup.sh)"),
+        (home / "prefix" / "system.reg", "the Wine prefix (run tools/directml/setup.sh)"),
         (WINE, "wine64"), (WINESERVER, "wineserver"), (include / "DirectML.h", "DirectML.h"),
     ]
     for path, what in needs:

@@ -40,7 +40,7 @@ from onnx import external_data_helper, helper, numpy_helper
 from dmlbridge import clean, convert_model, load_plan
 from dmlbridge.errors import ManifestError
 
-pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL and flock are POSIX")
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL trials from a fork server are POSIX")
 
 # The random trials (a third of them "free"): DMLBRIDGE_EXAMPLES multiplies them (tests/helpers/budget.py) and
 # DMLBRIDGE_KILL_SEED picks other moments.
@@ -127,8 +127,9 @@ def versions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 # The children are forked from a fork server that has imported the child's module (and dmlbridge with it): a
 # trial starts in milliseconds, not in the second an interpreter takes to import numpy and onnx.
-FORKS = multiprocessing.get_context("forkserver")
-FORKS.set_forkserver_preload(["killed_conversion"])
+FORKS = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")  # (skipped off POSIX)
+if os.name == "posix":
+    FORKS.set_forkserver_preload(["killed_conversion"])
 
 
 @pytest.fixture(scope="module", autouse=True)
