@@ -22,6 +22,7 @@ from typing import Any
 
 from dmlbridge.errors import ComError, DeviceRemovedError, InvalidArgumentError
 from dmlbridge.gpu.com import address_of, failed, hresult_text, invoke, out_pointer, release
+from dmlbridge.gpu.dlls import Event, needs_windows
 from dmlbridge.gpu.interfaces import IID, ID3D12CommandQueue, ID3D12Device, ID3D12Fence, IDMLDevice, IUnknown
 from dmlbridge.gpu.structs import (
     D3D12_COMMAND_LIST_TYPE_DIRECT,
@@ -33,7 +34,6 @@ from dmlbridge.gpu.structs import (
     DML_FEATURE_QUERY_TENSOR_DATA_TYPE_SUPPORT,
     DML_FEATURE_TENSOR_DATA_TYPE_SUPPORT,
 )
-from dmlbridge.gpu.windows import Event, needs_windows
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel
 from dmlbridge.types.target import Int64Mode, Target
 

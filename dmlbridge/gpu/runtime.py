@@ -14,6 +14,7 @@ from typing import Any
 from dmlbridge.errors import ComError, GpuUnavailableError, InvalidArgumentError
 from dmlbridge.gpu.com import address_of, failed, hresult_text, invoke, out_pointer, release
 from dmlbridge.gpu.device import Device, as_device
+from dmlbridge.gpu.dlls import load_dll, needs_windows
 from dmlbridge.gpu.interfaces import HRESULT, IID, ID3D12Debug, IDXGIAdapter1, IDXGIFactory1
 from dmlbridge.gpu.structs import (
     D3D_FEATURE_LEVEL_11_0,
@@ -21,7 +22,6 @@ from dmlbridge.gpu.structs import (
     DML_CREATE_DEVICE_FLAG_NONE,
     DXGI_ADAPTER_DESC1,
 )
-from dmlbridge.gpu.windows import load_dll, needs_windows
 from dmlbridge.types.data_types import FeatureLevel
 
 __all__ = ["create_device", "create_dml_device", "enable_debug_layer", "open_device"]

@@ -1,5 +1,5 @@
-"""What Windows gives the GPU package: the check that this is Windows at all, its DLLs loaded by name, and events
-to wait on a fence with.
+"""The DLLs the GPU package calls into: the check that this is Windows at all, a DLL loaded by name, and the
+kernel's events a fence wait blocks on.
 
 Everything here imports on any system; only calling it needs Windows (a :class:`~dmlbridge.errors.GpuUnavailableError`
 elsewhere).
