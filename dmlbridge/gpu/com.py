@@ -7,8 +7,8 @@ call works on ctypes objects built in Python, which is how the tests exercise th
 
     >>> hresult_text(0x80070057)
     '0x80070057 (E_INVALIDARG)'
-    >>> address_of(ctypes.c_void_p(4096)), address_of(4096)
-    (4096, 4096)
+    >>> address_of(ctypes.c_void_p(0x20000)), address_of(0x20000)
+    (131072, 131072)
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ HRESULT_NAMES = {
 """The names of the HRESULTs Direct3D 12 and DirectML return (winerror.h), for messages."""
 
 _prototypes: dict[Method, Any] = {}
+_LOWEST_ADDRESS = 0x10000  # Windows never maps the lowest 64 KiB: a smaller "address" is a mistake, not an object
 
 
 def hresult_text(hresult: int) -> str:
@@ -99,11 +100,11 @@ def address_of(pointer: Any, what: str = "device") -> int:
     anything else, is an InvalidArgumentError naming ``what``.
 
     Example:
-        >>> address_of(ctypes.cast(4096, ctypes.POINTER(ctypes.c_int)))
-        4096
+        >>> address_of(ctypes.cast(0x20000, ctypes.POINTER(ctypes.c_int)))
+        131072
     """
     address: Any
-    if isinstance(pointer, bool):
+    if isinstance(pointer, (bool, float, complex, str, bytes)):
         address = None
     elif isinstance(pointer, int):
         address = pointer
@@ -115,10 +116,12 @@ def address_of(pointer: Any, what: str = "device") -> int:
         address = int(pointer)
     else:
         address = None
-    if not isinstance(address, int) or isinstance(address, bool) or not 0 < address < 2**64:
+    if not isinstance(address, int) or isinstance(address, bool) or not _LOWEST_ADDRESS <= address < 2**64:
+        null = address == 0 or (address is None and hasattr(pointer, "value"))
+        small = isinstance(address, int) and 0 < address < _LOWEST_ADDRESS
         raise InvalidArgumentError(
             f"{what} must be a create_device() result or the address of a COM object: an int, a ctypes.c_void_p, "
             f"a ctypes or comtypes pointer, or an object with .value or __int__; got {pointer!r}"
-            + (" (a null pointer)" if address == 0 or (address is None and hasattr(pointer, "value")) else "")
+            + (" (a null pointer)" if null else " (no object lives at so low an address)" if small else "")
         )
     return address

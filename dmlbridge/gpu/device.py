@@ -18,15 +18,18 @@ result.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
-from dmlbridge.errors import ComError, DeviceRemovedError, InvalidArgumentError
+from dmlbridge.errors import ComError, DeviceRemovedError, GpuUnavailableError, InvalidArgumentError
 from dmlbridge.gpu.com import address_of, failed, hresult_text, invoke, out_pointer, release
-from dmlbridge.gpu.dlls import Event, needs_windows
-from dmlbridge.gpu.interfaces import IID, ID3D12CommandQueue, ID3D12Device, ID3D12Fence, IDMLDevice, IUnknown
+from dmlbridge.gpu.dlls import Event, load_dll, needs_windows
+from dmlbridge.gpu.interfaces import HRESULT, IID, ID3D12CommandQueue, ID3D12Device, ID3D12Fence, IDMLDevice, IUnknown
 from dmlbridge.gpu.structs import (
     D3D12_COMMAND_LIST_TYPE_DIRECT,
     D3D12_COMMAND_QUEUE_DESC,
+    DML_CREATE_DEVICE_FLAG_DEBUG,
+    DML_CREATE_DEVICE_FLAG_NONE,
     DML_FEATURE_DATA_FEATURE_LEVELS,
     DML_FEATURE_DATA_TENSOR_DATA_TYPE_SUPPORT,
     DML_FEATURE_FEATURE_LEVELS,
@@ -37,9 +40,12 @@ from dmlbridge.gpu.structs import (
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel
 from dmlbridge.types.target import Int64Mode, Target
 
-__all__ = ["Device", "as_device", "target_of"]
+__all__ = ["Device", "as_device", "create_dml_device", "dll_function", "target_of"]
 
 _E_NOINTERFACE = 0x80004002
+_DXGI_ERROR_SDK_COMPONENT_MISSING = 0x887A002D
+_DIRECTML_HINT = ("install it with DirectML's redistributable (the Microsoft.AI.DirectML NuGet package, or the "
+                  "DirectML.dll of the onnxruntime-directml wheel) beside your program, or pass directml_dll=")
 _POLL_MS = 1000  # how often a wait looks whether the device was lost (a lost device may never signal)
 
 
@@ -206,6 +212,40 @@ class Device:
                 f"{' debug' if self.debug else ''}>")
 
 
+def dll_function(dll: Any, name: str, *argtypes: Any) -> Any:
+    """A DLL export returning an HRESULT, with its argument types set."""
+    function = getattr(dll, name)
+    function.restype = HRESULT
+    function.argtypes = list(argtypes)
+    return function
+
+
+def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os.PathLike[str] | None = None) -> int:
+    """A DirectML device on the Direct3D 12 device at ``d3d12`` (``DMLCreateDevice1``, feature level 1.0 at
+    least: the device then reports the highest it has); ``debug`` adds ``DML_CREATE_DEVICE_FLAG_DEBUG``.
+    GpuUnavailableError when DirectML (or its debug layer) is missing."""
+    dll = load_dll(directml_dll if directml_dll is not None else "DirectML.dll", _DIRECTML_HINT)
+    try:
+        create = dll_function(dll, "DMLCreateDevice1", ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
+                           ctypes.c_void_p, ctypes.c_void_p)
+    except AttributeError:
+        raise GpuUnavailableError(f"the DirectML.dll loaded has no DMLCreateDevice1 (it predates DirectML 1.1, "
+                                  f"feature level 2.0); {_DIRECTML_HINT}") from None
+    out = out_pointer()
+    flags = DML_CREATE_DEVICE_FLAG_DEBUG if debug else DML_CREATE_DEVICE_FLAG_NONE
+    hresult = create(d3d12, flags, int(FeatureLevel.FL_1_0), ctypes.byref(IID.IDMLDevice), ctypes.byref(out))
+    if debug and (hresult & 0xFFFFFFFF) == _DXGI_ERROR_SDK_COMPONENT_MISSING:
+        raise GpuUnavailableError(
+            f"debug=True needs DirectML's debug layer, DirectML.Debug.dll beside DirectML.dll, which is not there: "
+            f"DMLCreateDevice1 with DML_CREATE_DEVICE_FLAG_DEBUG failed with HRESULT {hresult_text(hresult)}; take "
+            "DirectML.Debug.dll from the Microsoft.AI.DirectML NuGet package (bin/x64-win), or pass debug=False"
+        )
+    if failed(hresult) or not out.value:
+        raise ComError(f"DMLCreateDevice1 failed with HRESULT {hresult_text(hresult)}", "DMLCreateDevice1",
+                       hresult & 0xFFFFFFFF)
+    return out.value
+
+
 def _check_feature(device: Device, feature: int, query: Any, data: Any) -> bool:
     hresult = invoke(device.dml, IDMLDevice.CheckFeatureSupport, feature, ctypes.sizeof(query), ctypes.byref(query),
                      ctypes.sizeof(data), ctypes.byref(data))
@@ -249,13 +289,13 @@ def _query_interface(this: int, iid: Any) -> int | None:
     return out.value
 
 
-def as_device(device: Any, create_dml: Any = None) -> tuple[Device, bool]:
+def as_device(device: Any, *, directml_dll: str | os.PathLike[str] | None = None) -> tuple[Device, bool]:
     """The :class:`Device` a ``device`` argument names, and whether the caller now owns it (and must close it).
 
     ``device`` is a :class:`Device` (used as it is: not owned), or the address of an ``IDMLDevice`` in any form
     :func:`~dmlbridge.gpu.com.address_of` takes (an int, a ``ctypes.c_void_p``, a comtypes pointer): its Direct3D 12
     device is then found with ``IDMLDevice::GetParentDevice``, and a queue of its own made on it (owned). An
-    ``ID3D12Device`` works too when ``create_dml`` (a function making a DirectML device on it) is given.
+    ``ID3D12Device`` gets a DirectML device of its own (from ``directml_dll``, as ``create_device`` loads it).
     """
     if isinstance(device, Device):
         device._check_open()
@@ -267,12 +307,12 @@ def as_device(device: Any, create_dml: Any = None) -> tuple[Device, bool]:
     try:
         if dml is None:
             d3d12 = _query_interface(address, IID.ID3D12Device)
-            if d3d12 is None or create_dml is None:
+            if d3d12 is None:
                 raise InvalidArgumentError(
                     f"the COM object at 0x{address:x} is neither an IDMLDevice nor an ID3D12Device; pass a "
                     "create_device() result, or the address of your IDMLDevice"
                 )
-            dml = create_dml(d3d12)
+            dml = create_dml_device(d3d12, directml_dll=directml_dll)
         else:
             out = out_pointer()
             hresult = invoke(dml, IDMLDevice.GetParentDevice, ctypes.byref(IID.ID3D12Device), ctypes.byref(out))

@@ -17,6 +17,7 @@ import numpy as np
 from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.gpu.com import invoke, release
 from dmlbridge.gpu.commands import CommandList
+from dmlbridge.gpu.device import as_device
 from dmlbridge.gpu.interfaces import (
     IID,
     ID3D12DescriptorHeap,
@@ -27,7 +28,6 @@ from dmlbridge.gpu.interfaces import (
     IDMLDispatchable,
 )
 from dmlbridge.gpu.resources import PATTERN, Readback, Staging, create_buffer
-from dmlbridge.gpu.runtime import open_device
 from dmlbridge.gpu.structs import (
     D3D12_CPU_DESCRIPTOR_HANDLE,
     D3D12_DESCRIPTOR_HEAP_DESC,
@@ -126,7 +126,7 @@ def run_operator(device: Any, operator: DML_OPERATOR_DESC, inputs: Sequence[DML_
     if isinstance(output_sizes, (str, bytes)) or not isinstance(output_sizes, Sequence) or not output_sizes or \
             not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in output_sizes):
         raise InvalidArgumentError("output_sizes must be a non-empty sequence of byte counts, one per output")
-    held, owns = open_device(device)
+    held, owns = as_device(device)
     try:
         return _Run(held).run(operator, bindings, owned, list(output_sizes))
     finally:

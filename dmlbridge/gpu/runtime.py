@@ -13,30 +13,17 @@ from typing import Any
 
 from dmlbridge.errors import ComError, GpuUnavailableError, InvalidArgumentError
 from dmlbridge.gpu.com import address_of, failed, hresult_text, invoke, out_pointer, release
-from dmlbridge.gpu.device import Device, as_device
+from dmlbridge.gpu.device import Device, create_dml_device, dll_function
 from dmlbridge.gpu.dlls import load_dll, needs_windows
-from dmlbridge.gpu.interfaces import HRESULT, IID, ID3D12Debug, IDXGIAdapter1, IDXGIFactory1
+from dmlbridge.gpu.interfaces import IID, ID3D12Debug, IDXGIAdapter1, IDXGIFactory1
 from dmlbridge.gpu.structs import (
     D3D_FEATURE_LEVEL_11_0,
-    DML_CREATE_DEVICE_FLAG_DEBUG,
-    DML_CREATE_DEVICE_FLAG_NONE,
     DXGI_ADAPTER_DESC1,
 )
-from dmlbridge.types.data_types import FeatureLevel
 
-__all__ = ["create_device", "create_dml_device", "enable_debug_layer", "open_device"]
+__all__ = ["create_device", "enable_debug_layer"]
 
 _DXGI_ERROR_NOT_FOUND = 0x887A0002
-_DXGI_ERROR_SDK_COMPONENT_MISSING = 0x887A002D
-_DIRECTML_HINT = ("install it with DirectML's redistributable (the Microsoft.AI.DirectML NuGet package, or the "
-                  "DirectML.dll of the onnxruntime-directml wheel) beside your program, or pass directml_dll=")
-
-
-def _function(dll: Any, name: str, *argtypes: Any) -> Any:
-    function = getattr(dll, name)
-    function.restype = HRESULT
-    function.argtypes = list(argtypes)
-    return function
 
 
 def enable_debug_layer() -> None:
@@ -52,7 +39,7 @@ def enable_debug_layer() -> None:
     """
     needs_windows("the Direct3D 12 debug layer")
     d3d12 = load_dll("d3d12.dll", "Direct3D 12 is part of Windows 10 and later")
-    get_debug = _function(d3d12, "D3D12GetDebugInterface", ctypes.c_void_p, ctypes.c_void_p)
+    get_debug = dll_function(d3d12, "D3D12GetDebugInterface", ctypes.c_void_p, ctypes.c_void_p)
     debug = out_pointer()
     hresult = get_debug(ctypes.byref(IID.ID3D12Debug), ctypes.byref(debug))
     if failed(hresult) or not debug.value:
@@ -72,7 +59,7 @@ def _adapter(adapter: Any) -> tuple[int | None, str | None]:
     if adapter is None or (isinstance(adapter, int) and not isinstance(adapter, bool) and 0 <= adapter < 2**16):
         index = 0 if adapter is None else adapter
         dxgi = load_dll("dxgi.dll", "DXGI is part of Windows")
-        create_factory = _function(dxgi, "CreateDXGIFactory1", ctypes.c_void_p, ctypes.c_void_p)
+        create_factory = dll_function(dxgi, "CreateDXGIFactory1", ctypes.c_void_p, ctypes.c_void_p)
         factory = out_pointer()
         hresult = create_factory(ctypes.byref(IID.IDXGIFactory1), ctypes.byref(factory))
         if failed(hresult) or not factory.value:
@@ -96,32 +83,6 @@ def _adapter(adapter: Any) -> tuple[int | None, str | None]:
             return found.value, None
         return found.value, desc.Description
     return address_of(adapter, "adapter"), None  # (the caller's: not released here)
-
-
-def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os.PathLike[str] | None = None) -> int:
-    """A DirectML device on the Direct3D 12 device at ``d3d12`` (``DMLCreateDevice1``, feature level 1.0 at
-    least: the device then reports the highest it has); ``debug`` adds ``DML_CREATE_DEVICE_FLAG_DEBUG``.
-    GpuUnavailableError when DirectML (or its debug layer) is missing."""
-    dll = load_dll(directml_dll if directml_dll is not None else "DirectML.dll", _DIRECTML_HINT)
-    try:
-        create = _function(dll, "DMLCreateDevice1", ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
-                           ctypes.c_void_p, ctypes.c_void_p)
-    except AttributeError:
-        raise GpuUnavailableError(f"the DirectML.dll loaded has no DMLCreateDevice1 (it predates DirectML 1.1, "
-                                  f"feature level 2.0); {_DIRECTML_HINT}") from None
-    out = out_pointer()
-    flags = DML_CREATE_DEVICE_FLAG_DEBUG if debug else DML_CREATE_DEVICE_FLAG_NONE
-    hresult = create(d3d12, flags, int(FeatureLevel.FL_1_0), ctypes.byref(IID.IDMLDevice), ctypes.byref(out))
-    if debug and (hresult & 0xFFFFFFFF) == _DXGI_ERROR_SDK_COMPONENT_MISSING:
-        raise GpuUnavailableError(
-            f"debug=True needs DirectML's debug layer, DirectML.Debug.dll beside DirectML.dll, which is not there: "
-            f"DMLCreateDevice1 with DML_CREATE_DEVICE_FLAG_DEBUG failed with HRESULT {hresult_text(hresult)}; take "
-            "DirectML.Debug.dll from the Microsoft.AI.DirectML NuGet package (bin/x64-win), or pass debug=False"
-        )
-    if failed(hresult) or not out.value:
-        raise ComError(f"DMLCreateDevice1 failed with HRESULT {hresult_text(hresult)}", "DMLCreateDevice1",
-                       hresult & 0xFFFFFFFF)
-    return out.value
 
 
 def create_device(adapter: Any = None, debug: bool = False, *,
@@ -157,7 +118,7 @@ def create_device(adapter: Any = None, debug: bool = False, *,
     d3d12 = dml = None
     try:
         dll = load_dll("d3d12.dll", "Direct3D 12 is part of Windows 10 and later")
-        create = _function(dll, "D3D12CreateDevice", ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p,
+        create = dll_function(dll, "D3D12CreateDevice", ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p,
                            ctypes.c_void_p)
         out = out_pointer()
         hresult = create(adapter_pointer, D3D_FEATURE_LEVEL_11_0, ctypes.byref(IID.ID3D12Device), ctypes.byref(out))
@@ -178,8 +139,3 @@ def create_device(adapter: Any = None, debug: bool = False, *,
         release(d3d12)
         for pointer in keep:
             release(pointer)
-
-
-def open_device(device: Any, *, directml_dll: str | os.PathLike[str] | None = None) -> tuple[Device, bool]:
-    """:func:`~dmlbridge.gpu.device.as_device`, where an ``ID3D12Device`` gets a DirectML device of its own."""
-    return as_device(device, lambda d3d12: create_dml_device(d3d12, directml_dll=directml_dll))

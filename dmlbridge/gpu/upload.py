@@ -18,7 +18,7 @@ import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError, TensorTooLargeError
 from dmlbridge.gpu.com import release
-from dmlbridge.gpu.device import Device
+from dmlbridge.gpu.device import Device, as_device
 from dmlbridge.gpu.resources import (
     DEFAULT_STAGING_BYTES,
     Readback,
@@ -26,7 +26,6 @@ from dmlbridge.gpu.resources import (
     check_staging_bytes,
     create_buffer,
 )
-from dmlbridge.gpu.runtime import open_device
 from dmlbridge.gpu.structs import (
     D3D12_HEAP_TYPE_DEFAULT,
     D3D12_RESOURCE_STATE_COPY_DEST,
@@ -315,7 +314,7 @@ def upload(plan: UploadPlan, device: Any, *, staging_bytes: int = DEFAULT_STAGIN
         raise InvalidArgumentError("this plan was not written (plan_model): it has no buffer file to upload; give "
                                    "upload() the plan convert_model or load_plan returns")
     staging = check_staging_bytes(staging_bytes)
-    held, owned = open_device(device)
+    held, owned = as_device(device)
     try:
         return UploadedPlan(plan, held, owned, staging)
     except BaseException:
@@ -345,7 +344,7 @@ def upload_tensors(tensors: Sequence[PreparedTensor], device: Any, *, alignment:
         raise InvalidArgumentError(f"alignment must be a multiple of 16 (DirectML's minimum buffer-tensor "
                                    f"alignment), not {alignment!r}")
     staging = check_staging_bytes(staging_bytes)
-    held, owned = open_device(device)
+    held, owned = as_device(device)
     try:
         return UploadedTensors(items, held, owned, staging, alignment)
     except BaseException:
