@@ -103,6 +103,15 @@ def device(windows: None) -> Iterator[dmlbridge.gpu.Device]:
         made.close()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Off Windows, every skip of the suite is reported at one place, so that ``-ra`` shows it as one line."""
+    report: pytest.TestReport = yield
+    if report.skipped and isinstance(report.longrepr, tuple) and report.longrepr[2].endswith(NEEDS_WINDOWS):
+        report.longrepr = ("tests/gpu/conftest.py", 1, report.longrepr[2])
+    return report
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if TALLY.known_answers == 0:
         return
