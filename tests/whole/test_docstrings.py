@@ -1,14 +1,13 @@
 """Every example in the library's docstrings runs and gives what it shows (doctest).
 
-An example that makes a GPU device (``create_device(``) needs Windows: elsewhere it is left out here, and
-tests/gpu/test_docstrings.py runs every example of ``dmlbridge.gpu`` on Windows against DirectML.
+An example that makes a GPU device (``create_device(``) needs Windows and DirectML: it is left out here, and
+tests/gpu/test_device_examples.py runs it there, with the GPU suite's device (skipped, or required, as that suite is).
 """
 
 from __future__ import annotations
 
 import doctest
 import importlib
-import sys
 import tempfile
 from pathlib import Path
 
@@ -31,7 +30,7 @@ def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.M
     module = importlib.import_module("dmlbridge" if name == "__init__" else f"dmlbridge.{name}")
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     for test in doctest.DocTestFinder().find(module, module.__name__):
-        if sys.platform == "win32" or not needs_a_device(test):
+        if not needs_a_device(test):
             runner.run(test)
     assert runner.failures == 0
 
