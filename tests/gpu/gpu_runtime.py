@@ -14,7 +14,7 @@ import os
 import struct
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -40,6 +40,7 @@ class Tally:
     tensors: int = 0
     operators: int = 0
     mismatches: int = 0
+    uploads: list[str] = field(default_factory=list)  # the measured uploads: size, Python's peak, the heap
 
 
 TALLY = Tally()
@@ -118,4 +119,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(
         f"GPU: {TALLY.known_answers} known-answer checks passed; read back from the GPU and compared: "
         f"{TALLY.entries} plan entries, {TALLY.parts} quantized parts, {TALLY.tensors} prepared tensors; "
-        f"{TALLY.operators} operators run; {TALLY.mismatches} mismatches")
+        f"{TALLY.operators} operators run; {TALLY.mismatches} mismatches"
+        + "".join(f"; {upload}" for upload in TALLY.uploads))

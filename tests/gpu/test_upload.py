@@ -214,6 +214,9 @@ def _upload_within_budget(device: dmlbridge.gpu.Device, prefix: Path, staging_by
         finally:
             tracemalloc.stop()
         with uploaded:
+            TALLY.uploads.append(f"{sum(b.size for b in plan.buffers) / 2**20:.0f} MiB in {len(plan.buffers)} "
+                                 f"buffer files uploaded with a Python peak of {peak / 2**10:.0f} KiB through a "
+                                 f"{uploaded.staging_bytes / 2**10:.0f} KiB upload heap")
             assert peak + uploaded.staging_bytes <= bound, (peak, uploaded.staging_bytes)
             for entry in plan.converted if bound < BUDGET else plan.converted[-1:]:
                 ok = (uploaded.read_bytes(entry.key, max_tensor_bytes=1 << 40).tobytes()
@@ -229,7 +232,7 @@ def test_an_upload_allocates_only_its_bounded_upload_heap(device: dmlbridge.gpu.
     256 KiB, so nothing grew with a tensor or a file; and by default the heap is at most 64 MiB."""
     path = _large_model(tmp_path, 4, 1 << 18)
     dmlbridge.convert_model(path, tmp_path / "w", progress=False, max_buffer_bytes=2 << 20).close()
-    peak, heap = _upload_within_budget(device, tmp_path / "w", 64 << 10, 64 << 10 + (256 << 10))
+    peak, heap = _upload_within_budget(device, tmp_path / "w", 64 << 10, (64 << 10) + (256 << 10))
     assert heap == 64 << 10 and peak < 256 << 10
     with dmlbridge.load_plan(tmp_path / "w.json") as plan, dmlbridge.gpu.upload(plan, device) as uploaded:
         assert uploaded.staging_bytes <= dmlbridge.gpu.DEFAULT_STAGING_BYTES == 64 << 20
