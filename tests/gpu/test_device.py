@@ -46,8 +46,9 @@ def test_create_device_reports_feature_level_6_4_and_the_devices_types(device: d
     assert device.removed_reason() == ("", 0)
     flags = _dmlupload_flags()
     if flags is not None:
-        missing = sorted(EVERY_TYPE - types)
-        assert flags == "--feature-level 6.4" + (f" --unsupported {','.join(missing)}" if missing else "")
+        missing = [t for t in dmlbridge.DmlDataType if t.name in EVERY_TYPE - types]  # (in DirectML.h's order)
+        assert flags == "--feature-level 6.4" + (f" --unsupported {','.join(t.name for t in missing)}"
+                                                  if missing else "")
 
 
 def test_target_of_is_the_devices_level_and_types(device: dmlbridge.gpu.Device) -> None:

@@ -26,12 +26,12 @@ OUTPUT = {"FLOAT32": np.float32, "FLOAT64": np.float64, "UINT32": np.uint32, "IN
 
 
 @pytest.fixture(scope="module")
-def conversion(windows: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sample model (every type, three quantized weights) in several buffer files, and its binding list
-    written by ``dmlbridge bindings``."""
+def conversion(device: dmlbridge.gpu.Device, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample model (every type, three quantized weights) converted for the device's own target, in several
+    buffer files, and its binding list written by ``dmlbridge bindings``."""
     folder = tmp_path_factory.mktemp("bindings")
-    dmlbridge.convert_model(build_sample_model(folder), folder / "w", progress=False,
-                            max_buffer_bytes=16384).close()
+    dmlbridge.convert_model(build_sample_model(folder), folder / "w", target=dmlbridge.gpu.target_of(device),
+                            progress=False, max_buffer_bytes=16384).close()
     run = subprocess.run([sys.executable, "-m", "dmlbridge", "bindings", str(folder / "w.json"), "-o",
                           str(folder / "w.bindings")], capture_output=True, text=True, check=False, timeout=600)
     assert run.returncode == 0, run.stderr
