@@ -29,6 +29,10 @@ def main() -> None:
 
     Once the command has returned, a Ctrl-C is too late to stop anything: it is ignored while Python exits with
     the command's status. One that lands between the return and that line is answered like any other."""
+    from dmlbridge.cli.early import answered_early  # (the version: no numpy, no onnx)
+
+    if answered_early(sys.argv[1:]):
+        sys.exit(0)
     from dmlbridge.cli.commands import main as run  # the heavy imports, under the handler
 
     try:

@@ -1,4 +1,4 @@
-"""The errors dmlbridge raises, and the one warning it gives.
+"""The errors dmlbridge raises, the one warning it gives, and how their messages count (:func:`counted`).
 
 Every error is a :class:`DmlBridgeError`. Each subclass also derives from the builtin exception a Python
 programmer would expect (``TypeError`` for a type that cannot be mapped, ``ValueError`` for bad values), so
@@ -23,6 +23,7 @@ __all__ = [
     "TensorTooLargeError",
     "UnsupportedTypeError",
     "ValueRangeError",
+    "counted",
 ]
 
 
@@ -218,3 +219,13 @@ class CleanupWarning(UserWarning):
         >>> caught[0].category.__name__, issubclass(dmlbridge.CleanupWarning, UserWarning)
         ('CleanupWarning', True)
     """
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, in the plural unless ``count`` is 1 (``plural``: when it is not ``noun`` + s).
+
+    Example:
+        >>> counted(1, "byte"), counted(26116, "byte"), counted(1, "entry", "entries"), counted(0, "entry", "entries")
+        ('1 byte', '26116 bytes', '1 entry', '0 entries')
+    """
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"

@@ -8,10 +8,11 @@
 //    into a packed output of an exact type, and the bytes go to a dump file that the Python tests compare.
 //
 //   dmlupload BINDINGS [--dir DIR] [--dump FILE] [--only NAME]... [--probe-sizes] [--gemm RECORD=A.bin]...
-//             [--self-test-only]
+//             [--self-test-only] [--debug]
 //
-// Exit status: 0 done (operators DirectML refused are reported, not fatal), 1 no usable device, 2 bad input,
-// 3 failed self-test, 4 device removed. README.md in this folder lists the lines it prints.
+// Exit status: 0 done (operators DirectML refused are reported, not fatal), 1 no usable device, 2 bad input
+// (--debug without the debug layers too), 3 failed self-test, 4 device removed, 5 out of memory uploading a buffer.
+// README.md in this folder lists the lines it prints.
 
 #define WIN32_LEAN_AND_MEAN
 #define NOMINMAX
@@ -23,6 +24,7 @@
 #endif
 #include <windows.h>
 #include <d3d12.h>
+#include <d3d12sdklayers.h>  // (ID3D12Debug: --debug)
 #include <wrl/client.h>
 
 // DirectML.h uses two SAL annotations that the Windows SDK defines and mingw does not.
@@ -47,6 +49,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <map>
 #include <vector>
@@ -84,13 +87,29 @@ static void Say(const char* format, ...) {
     exit(2);
 }
 
+// Test faults: DMLUPLOAD_FAULTS=NAME[,NAME...] makes one call fail, or one result change, as a broken device or a
+// GPU with other float rules could, so that the test suite can check that the program notices (README.md lists
+// them). Never set in normal use.
+static const char* const kFaults[] = {"flush", "no-pattern", "no-feature-levels", "no-event", "skip-first-step"};
+static bool Fault(const char* name) {
+    static const char* const set = getenv("DMLUPLOAD_FAULTS");
+    static const std::string faults = "," + std::string(set ? set : "") + ",";
+    return faults.find("," + std::string(name) + ",") != std::string::npos;
+}
+
 static std::string Str(UINT64 v) { return std::to_string((unsigned long long)v); }
+static std::string Hex(HRESULT hr) {
+    char text[16];
+    snprintf(text, sizeof text, "0x%08x", (unsigned)hr);
+    return text;
+}
 static UINT64 Align(UINT64 v, UINT64 a) { return (v + a - 1) / a * a; }
 static std::string LevelText(UINT level) { return Str(level >> 12) + "." + Str((level >> 8) & 0xF); }
 
-static std::wstring Widen(const std::string& s, UINT codePage) {
-    std::wstring w((size_t)MultiByteToWideChar(codePage, 0, s.data(), (int)s.size(), nullptr, 0), L'\0');
-    MultiByteToWideChar(codePage, 0, s.data(), (int)s.size(), &w[0], (int)w.size());
+// s in codePage as UTF-16; empty when s is not valid in it (flags MB_ERR_INVALID_CHARS).
+static std::wstring Widen(const std::string& s, UINT codePage, DWORD flags = 0) {
+    std::wstring w((size_t)MultiByteToWideChar(codePage, flags, s.data(), (int)s.size(), nullptr, 0), L'\0');
+    MultiByteToWideChar(codePage, flags, s.data(), (int)s.size(), &w[0], (int)w.size());
     return w;
 }
 
@@ -114,16 +133,29 @@ struct Desc {
     }
 };
 
+static const UINT64 kMaxElements = 0xFFFFFFFFull;  // what one DirectML tensor holds at most
+
+// The number of elements of these sizes, multiplied with a check: false when it is above kMaxElements (eight UINT
+// sizes can wrap 64 bits: 2^20 x 2^20 x 2^24 is 0 there).
+static bool ElementCount(const Desc& shape, UINT64& n) {
+    n = 1;
+    for (UINT i = 0; i < shape.dims; ++i) {
+        if (shape.sizes[i] && n > kMaxElements / shape.sizes[i]) return false;
+        n *= shape.sizes[i];
+    }
+    return true;
+}
+
 // A packed tensor of these sizes; TotalTensorSizeInBytes as DMLCalcBufferTensorSize has it: bytes rounded up to 4.
-// (The element count saturates far above DirectML's 2^32 - 1, so that no sizes of a list can overflow it.)
+// Callers refuse sizes of more than kMaxElements first (RefuseDesc, CheckOptions); were such sizes to come here,
+// the size is UINT64's maximum, which no binding can hold, never a wrapped small number.
 static Desc Packed(DML_TENSOR_DATA_TYPE type, const Desc& shape) {
     Desc d;
     d.type = type;
     d.dims = shape.dims;
     std::copy(shape.sizes, shape.sizes + 8, d.sizes);
-    UINT64 n = 1;
-    for (UINT i = 0; i < d.dims; ++i) n = std::min<UINT64>(n * d.sizes[i], 1ull << 40);
-    d.total = Align((n * kTypeBits[type] + 7) / 8, 4);
+    UINT64 n = 0;
+    d.total = ElementCount(shape, n) ? Align((n * kTypeBits[type] + 7) / 8, 4) : UINT64(-1);
     return d;
 }
 static Desc Packed(DML_TENSOR_DATA_TYPE type, std::initializer_list<UINT> sizes) {
@@ -154,8 +186,9 @@ struct QuantForm {  // the three part lines of one record and form
 };
 struct BufferLine {
     std::string encoded;  // FILE as the list spells it
-    std::wstring path;
+    std::wstring name;    // FILE decoded: a plain file name in the folder of the buffer files
     UINT64 size = 0;
+    HANDLE file = INVALID_HANDLE_VALUE;  // open from the check of the list to the upload: the file that was checked
 };
 struct BindingList {
     UINT target = 0;
@@ -216,6 +249,70 @@ static std::string Decoded(const std::string& field, const char* what) {
     if (out.empty() || out.find('\0') != std::string::npos)
         Malformed(std::string(what) + " '" + field + "' is empty or has a NUL");
     return out;
+}
+
+// A buffer line's FILE, decoded: a plain file name beside the list, as load_plan takes a manifest's (no folder,
+// drive or stream: no / \ or :; no leading dot: not . or ..; nothing else Windows refuses in a name; UTF-8).
+static std::wstring PlainFileName(const std::string& field) {
+    std::string name = Decoded(field, "FILE");
+    bool plain = name.size() <= 255 && name[0] != '.';
+    for (unsigned char c : name) plain = plain && c >= 0x20 && !strchr("/\\:*?\"<>|", c);
+    if (!plain)
+        Malformed("FILE '" + field + "' is not a plain file name: a buffer file is a file beside the list (no " +
+                  "folder, '..', drive or stream, no leading '.')");
+    std::wstring wide = Widen(name, CP_UTF8, MB_ERR_INVALID_CHARS);
+    if (wide.empty()) Malformed("FILE '" + field + "' is not UTF-8");
+    return wide;
+}
+
+// Where a handle's file or folder really is, every symbolic link and junction resolved (GetFinalPathNameByHandleW),
+// without a trailing separator; empty when that cannot be told.
+static std::wstring FinalPath(HANDLE h) {
+    std::wstring path(512, L'\0');
+    DWORD n = GetFinalPathNameByHandleW(h, &path[0], (DWORD)path.size(), FILE_NAME_NORMALIZED);
+    if (n >= path.size()) {
+        path.resize(n + 1);
+        n = GetFinalPathNameByHandleW(h, &path[0], (DWORD)path.size(), FILE_NAME_NORMALIZED);
+    }
+    path.resize(n < path.size() ? n : 0);
+    while (!path.empty() && (path.back() == L'\\' || path.back() == L'/')) path.pop_back();
+    return path;
+}
+
+// Opens every buffer file in dir and keeps it open for the upload: each must be a regular file that is itself in dir
+// (not a symbolic link or junction leading elsewhere, not a folder, device or pipe), of the size
+// its line says. Nothing outside dir is read.
+static void OpenBufferFiles(BindingList& list, const std::string& dir) {
+    std::wstring folder = Widen(dir, CP_ACP);
+    HANDLE h = CreateFileW(folder.c_str(), 0, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, nullptr,
+                           OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, nullptr);
+    std::wstring where = h == INVALID_HANDLE_VALUE ? L"" : FinalPath(h);
+    if (h != INVALID_HANDLE_VALUE) CloseHandle(h);
+    if (where.empty() && !list.buffers.empty())
+        BadInput("cannot open " + dir + ", the folder of the buffer files (the list's, or --dir)");
+    for (size_t i = 0; i < list.buffers.size(); ++i) {
+        BufferLine& b = list.buffers[i];
+        std::string what = "buffer " + Str(i) + ": " + b.encoded;
+        // FILE_FLAG_OPEN_REPARSE_POINT: a symbolic link is opened itself, and refused below, never followed.
+        b.file = CreateFileW((folder + L"\\" + b.name).c_str(), GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING,
+                             FILE_FLAG_OPEN_REPARSE_POINT | FILE_FLAG_SEQUENTIAL_SCAN, nullptr);
+        if (b.file == INVALID_HANDLE_VALUE) BadInput(what + ": cannot open it in " + dir);
+        BY_HANDLE_FILE_INFORMATION info = {};
+        if (!GetFileInformationByHandle(b.file, &info) ||
+            (info.dwFileAttributes & (FILE_ATTRIBUTE_DIRECTORY | FILE_ATTRIBUTE_REPARSE_POINT)))
+            BadInput(what + " is not a regular file (a symbolic link, junction, folder, device or pipe)");
+        // A link the file system does not report as a reparse point (Wine's view of a POSIX symlink) still shows
+        // here: the file is not where its name says.
+        std::wstring expected = where + L"\\" + b.name, final = FinalPath(b.file);
+        if (final.empty() || CompareStringOrdinal(final.c_str(), (int)final.size(), expected.c_str(),
+                                                  (int)expected.size(), TRUE) != CSTR_EQUAL)
+            BadInput(what + " leads outside " + dir + " (a symbolic link?): a buffer file must be a file of its own "
+                     "beside the list");
+        // (only now: under Wine, GetFileType reads the file)
+        if (GetFileType(b.file) != FILE_TYPE_DISK) BadInput(what + " is not a regular file (a device or pipe)");
+        UINT64 size = (UINT64)info.nFileSizeHigh << 32 | info.nFileSizeLow;
+        if (size != b.size) BadInput(what + " has " + Str(size) + " bytes, the list says " + Str(b.size));
+    }
 }
 
 static Desc ParseDesc(const std::vector<std::string>& f, size_t at) {
@@ -282,8 +379,7 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
             if (bindingsBegun) Malformed("buffer lines come before every tensor and part line");
             if (Number(f[1], 0xFFFFFFFFu, "buffer INDEX") != list.buffers.size())
                 Malformed("buffer INDEX " + f[1] + ": expected " + Str(list.buffers.size()) + " (they are in order)");
-            list.buffers.push_back({f[2], Widen(dir, CP_ACP) + L"/" + Widen(Decoded(f[2], "FILE"), CP_UTF8),
-                                    Number(f[3], 1ull << 62, "buffer SIZE")});
+            list.buffers.push_back({f[2], PlainFileName(f[2]), Number(f[3], 1ull << 62, "buffer SIZE")});
         } else if (f[0] == "quantized") {
             if (f.size() != 3) Malformed("a quantized line is 'quantized RECORD OPERATOR'");
             Decoded(f[1], "RECORD");
@@ -328,14 +424,7 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
     }
     if (list.target == 0) Malformed("the list ends before its target line");
     if (role != 0) Malformed("the list ends inside record " + list.forms.back().record + "'s part lines");
-    for (size_t i = 0; i < list.buffers.size(); ++i) {
-        const BufferLine& b = list.buffers[i];
-        struct _stat64 st;
-        if (_wstat64(b.path.c_str(), &st) != 0) BadInput("buffer " + Str(i) + ": cannot open its file " + b.encoded);
-        if ((UINT64)st.st_size != b.size)
-            BadInput("buffer " + Str(i) + ": " + b.encoded + " has " + Str((UINT64)st.st_size) +
-                     " bytes, the list says " + Str(b.size));
-    }
+    OpenBufferFiles(list, dir);
     return list;
 }
 
@@ -496,13 +585,14 @@ static HRESULT ReadBack(Gpu& g, ID3D12Resource* src, UINT64 size, Sink sink) {
 }
 
 // Records copies of 0xA5 over [0, size) of a default buffer: an operator that silently writes nothing then shows.
-static void RecordFill(Gpu& g, ID3D12Resource* dst, UINT64 size) {
+// Without the pattern buffer nothing is recorded and the operator must not run: its output would not show it.
+static HRESULT RecordFill(Gpu& g, ID3D12Resource* dst, UINT64 size) {
     if (!g.pattern.size) {
         void* p = nullptr;
         D3D12_RANGE none = {0, 0};
-        if (FAILED(Grow(g, g.pattern, kPatternSize, D3D12_HEAP_TYPE_UPLOAD)) ||
-            FAILED(g.pattern.resource->Map(0, &none, &p)))
-            return (void)(g.pattern.size = 0);  // (then the output is not pre-filled)
+        HRESULT hr = Fault("no-pattern") ? E_OUTOFMEMORY : Grow(g, g.pattern, kPatternSize, D3D12_HEAP_TYPE_UPLOAD);
+        if (SUCCEEDED(hr)) hr = g.pattern.resource->Map(0, &none, &p);
+        if (FAILED(hr)) return g.pattern.size = 0, hr;
         memset(p, 0xA5, (size_t)g.pattern.size);
         g.pattern.resource->Unmap(0, nullptr);
     }
@@ -510,6 +600,7 @@ static void RecordFill(Gpu& g, ID3D12Resource* dst, UINT64 size) {
     for (UINT64 done = 0; done < size; done += g.pattern.size)
         g.list->CopyBufferRegion(dst, done, g.pattern.resource.Get(), 0, std::min(g.pattern.size, size - done));
     Transition(g, dst, D3D12_RESOURCE_STATE_COPY_DEST, D3D12_RESOURCE_STATE_UNORDERED_ACCESS);
+    return S_OK;
 }
 
 // ---------------------------------------------------------------------------------------------- DirectML side
@@ -621,7 +712,8 @@ static HRESULT Dispatch(Gpu& g, std::vector<Step>& steps) {
             if (persist[i].SizeInBytes) t->BindPersistentResource(&persistDesc);
         }
         if (props[i].TemporaryResourceSize) t->BindTemporaryResource(&tempDesc);
-        g.recorder->RecordDispatch(g.list.Get(), what[i], t);
+        if (!(Fault("skip-first-step") && steps.size() > 1 && i == 1))  // (an operator that writes nothing)
+            g.recorder->RecordDispatch(g.list.Get(), what[i], t);
         UavBarrier(g);
     }
     return ExecuteAndWait(g);
@@ -708,25 +800,51 @@ struct Run {
     ComPtr<ID3D12Resource> constants;  // scale 1.0 at 0 and zero point 0 at 16 for 4-bit reads; the self-test's data
     FILE* dump = nullptr;
     UINT64 dumped = 0;
-    unsigned executed = 0, refused = 0, bindingRefused = 0;
+    unsigned executed = 0, refused = 0, bindingRefused = 0, descRefused = 0;
 };
 
 static Bind BindingOf(Run& r, const Binding& b) {
     return {r.buffers[b.buffer].Get(), b.offset, b.desc.total, (b.desc.flags & DML_TENSOR_FLAG_OWNED_BY_DML) != 0};
 }
 
-// Runs the steps, the last one writing the output scratch (pre-filled with 0xA5), and reads that back into capture
-// or else appends it to the dump (dumpAt: where, or -1 without a dump).
-static HRESULT Execute(Run& r, std::vector<Step>& steps, UINT64 outBytes, long long& dumpAt,
-                       std::vector<unsigned char>* capture = nullptr) {
+// The "flush" fault: float values as a GPU that flushes subnormals to zero and keeps no NaN payload may write them
+// (Direct3D's float rules allow both): subnormals become a zero of their sign, NaNs the quiet NaN of their sign.
+static void FlushFloats(DML_TENSOR_DATA_TYPE type, unsigned char* p, size_t n) {
+    UINT bits = type == DML_TENSOR_DATA_TYPE_FLOAT16 ? 16 : type == DML_TENSOR_DATA_TYPE_FLOAT32 ? 32
+              : type == DML_TENSOR_DATA_TYPE_FLOAT64 ? 64 : 0;
+    if (!bits) return;
+    UINT exponentBits = bits == 16 ? 5 : bits == 32 ? 8 : 11, size = bits / 8;
+    UINT64 sign = 1ull << (bits - 1), mantissa = (1ull << (bits - 1 - exponentBits)) - 1;
+    UINT64 exponent = (sign - 1) & ~mantissa, quiet = exponent | (mantissa + 1) >> 1;
+    for (size_t i = 0; i + size <= n; i += size) {
+        UINT64 v = 0;
+        memcpy(&v, p + i, size);
+        if ((v & exponent) == 0 && (v & mantissa)) v &= sign;
+        else if ((v & exponent) == exponent && (v & mantissa)) v = (v & sign) | quiet;
+        memcpy(p + i, &v, size);
+    }
+}
+
+// Runs the steps, the last one writing the output scratch (pre-filled with 0xA5) in outType, and reads that back into
+// capture or else appends it to the dump (dumpAt: where, or -1 without a dump).
+static HRESULT Execute(Run& r, std::vector<Step>& steps, DML_TENSOR_DATA_TYPE outType, UINT64 outBytes,
+                       long long& dumpAt, std::vector<unsigned char>* capture = nullptr) {
     dumpAt = -1;
     HRESULT hr = Grow(r.g, r.g.output, outBytes, D3D12_HEAP_TYPE_DEFAULT);
-    if (FAILED(hr)) return hr;
-    steps.back().output = {r.g.output.resource.Get(), 0, outBytes, false};
-    RecordFill(r.g, r.g.output.resource.Get(), outBytes);
-    if (FAILED(hr = Dispatch(r.g, steps))) return Discard(r.g), hr;
+    if (SUCCEEDED(hr)) {
+        steps.back().output = {r.g.output.resource.Get(), 0, outBytes, false};
+        hr = RecordFill(r.g, r.g.output.resource.Get(), outBytes);
+    }
+    if (SUCCEEDED(hr)) hr = Dispatch(r.g, steps);
+    if (FAILED(hr)) return Discard(r.g), hr;  // (nothing recorded for it may run with the next submission)
     UINT64 at = r.dumped;
+    std::vector<unsigned char> flushed;
     hr = ReadBack(r.g, r.g.output.resource.Get(), outBytes, [&](const unsigned char* p, size_t n) {
+        if (Fault("flush")) {
+            flushed.assign(p, p + n);
+            FlushFloats(outType, flushed.data(), n);
+            p = flushed.data();
+        }
         if (capture) capture->insert(capture->end(), p, p + n);
         else if (r.dump && fwrite(p, 1, n, r.dump) != n) BadInput("cannot write the dump file");
         if (!capture && r.dump) r.dumped += n;
@@ -743,6 +861,20 @@ static void Report(Run& r, const char* what, const std::string& name, const char
     ++(SUCCEEDED(hr) ? r.executed : r.refused);
 }
 
+// A tensor of more elements than DirectML's tensors hold has no packed output to read it into: refused before
+// DirectML sees it, with the reason.
+static bool RefuseDesc(Run& r, const char* what, const std::string& name, const char* op, DML_TENSOR_DATA_TYPE out,
+                       const Desc& input) {
+    UINT64 n;
+    if (ElementCount(input, n)) return false;
+    std::string sizes;
+    for (UINT i = 0; i < input.dims; ++i) sizes += (i ? "," : "") + Str(input.sizes[i]);
+    Say("%s %s %s refused-desc %s 0 -1 Sizes %s hold more than the 2^32 - 1 elements of a DirectML tensor", what,
+        name.c_str(), op, kTypeNames[out], sizes.c_str());
+    ++r.descRefused;
+    return true;
+}
+
 static bool RefuseBinding(Run& r, const char* what, const std::string& name, const char* op, DML_TENSOR_DATA_TYPE out,
                           std::initializer_list<const Binding*> bindings) {
     for (const Binding* b : bindings) {
@@ -757,9 +889,17 @@ static bool RefuseBinding(Run& r, const char* what, const std::string& name, con
 
 // One tensor through DirectML: its own desc, bound at its own offset in its uploaded buffer, read into a packed
 // output of an exact type.
+//
+// A FLOAT32 or FLOAT64 tensor is read twice: through its own desc, where Direct3D's float rules let a GPU flush
+// subnormals to zero and drop NaN payloads, and through the same desc as UINT32 or UINT64 over the same bytes (the
+// "bits" line), a plain copy that gives back every bit on every GPU.
 static void ReadTensor(Run& r, const Binding& b) {
     ReadPlan plan = ReadPlanFor(b.desc.type);
     if (RefuseBinding(r, "read", b.name, plan.name, plan.out, {&b})) return;
+    if (RefuseDesc(r, "read", b.name, plan.name, plan.out, b.desc)) return;
+    DML_TENSOR_DATA_TYPE bits = b.desc.type == DML_TENSOR_DATA_TYPE_FLOAT32   ? DML_TENSOR_DATA_TYPE_UINT32
+                                : b.desc.type == DML_TENSOR_DATA_TYPE_FLOAT64 ? DML_TENSOR_DATA_TYPE_UINT64
+                                                                              : DML_TENSOR_DATA_TYPE_UNKNOWN;
     std::vector<Step> steps(1);
     long long dumpAt = -1;
     HRESULT hr = CreateRead(r.g, b.desc, &steps[0].op);
@@ -767,14 +907,25 @@ static void ReadTensor(Run& r, const Binding& b) {
     if (plan.op == DML_OPERATOR_DEQUANTIZE)  // the scale 1.0 and zero point 0 all elements broadcast from
         steps[0].inputs.insert(steps[0].inputs.end(), {{r.constants.Get(), 0, 4}, {r.constants.Get(), 16, 4}});
     UINT64 outBytes = Packed(plan.out, b.desc).total;
-    if (SUCCEEDED(hr)) hr = Execute(r, steps, outBytes, dumpAt);
+    if (SUCCEEDED(hr)) hr = Execute(r, steps, plan.out, outBytes, dumpAt);
     Report(r, "read", b.name, plan.name, hr, plan.out, outBytes, dumpAt);
+    if (bits != DML_TENSOR_DATA_TYPE_UNKNOWN) {
+        Desc raw = b.desc;
+        raw.type = bits;
+        steps[0].op.Reset();
+        hr = CreateRead(r.g, raw, &steps[0].op);
+        outBytes = Packed(bits, raw).total;
+        if (SUCCEEDED(hr)) hr = Execute(r, steps, bits, outBytes, dumpAt);
+        Report(r, "bits", b.name, "IDENTITY", hr, bits, outBytes, dumpAt);
+    }
 }
 
 // The smallest TotalTensorSizeInBytes DirectML accepts for this tensor's read: a binary search, the rest fixed.
 static void ProbeSize(Run& r, const Binding& b) {
     const char* op = ReadPlanFor(b.desc.type).name;
     Desc d = b.desc;
+    UINT64 elements;
+    if (!ElementCount(d, elements)) return Say("probe %s %s -1 refused-desc", b.name.c_str(), op);
     HRESULT hr = CreateRead(r.g, d, nullptr);
     if (FAILED(hr) || d.total == 0) return Say("probe %s %s -1 0x%08x", b.name.c_str(), op, (unsigned)hr);
     UINT64 low = 1, high = b.desc.total;  // high is accepted
@@ -794,13 +945,14 @@ static void Dequantize(Run& r, const QuantForm& q) {
     bool linear = q.op == "ELEMENT_WISE_DEQUANTIZE_LINEAR";
     const char* op = linear ? "ELEMENT_WISE_DEQUANTIZE_LINEAR" : "DEQUANTIZE";
     if (RefuseBinding(r, "dequantize", name, op, s->desc.type, {w, s, z})) return;
+    if (RefuseDesc(r, "dequantize", name, op, s->desc.type, w->desc)) return;
     std::vector<Step> steps(1);
     long long dumpAt = -1;
     HRESULT hr = linear ? CreateDequantizeLinear(r.g, w->desc, s->desc, z->desc, s->desc.type, &steps[0].op)
                         : CreateDequantize(r.g, w->desc, s->desc, z->desc, s->desc.type, &steps[0].op);
     steps[0].inputs = {BindingOf(r, *w), BindingOf(r, *s), BindingOf(r, *z)};
     UINT64 outBytes = Packed(s->desc.type, w->desc).total;
-    if (SUCCEEDED(hr)) hr = Execute(r, steps, outBytes, dumpAt);
+    if (SUCCEEDED(hr)) hr = Execute(r, steps, s->desc.type, outBytes, dumpAt);
     Report(r, "dequantize", name, op, hr, s->desc.type, outBytes, dumpAt);
 }
 
@@ -834,12 +986,15 @@ static void RunGemm(Run& r, const Gemm& job) {
         fclose(f);
     }
     if (SUCCEEDED(hr)) hr = Grow(r.g, r.g.intermediate, b.total, D3D12_HEAP_TYPE_DEFAULT);
+    // DEQUANTIZE's output too starts as 0xA5: a DEQUANTIZE that writes nothing must not hand GEMM the zeros of a new
+    // buffer, or the weight of the product before.
+    if (SUCCEEDED(hr) && FAILED(hr = RecordFill(r.g, r.g.intermediate.resource.Get(), b.total))) Discard(r.g);
     if (SUCCEEDED(hr)) {
         Bind dequantized = {r.g.intermediate.resource.Get(), 0, b.total, false};
         steps[0].inputs = {BindingOf(r, *w), BindingOf(r, *s), BindingOf(r, *z)};
         steps[0].output = dequantized;
         steps[1].inputs = {{aBuffer.Get(), 0, a.total, false}, dequantized, {}};  // A, B, and no C
-        hr = Execute(r, steps, out.total, dumpAt);
+        hr = Execute(r, steps, f32, out.total, dumpAt);
     }
     Report(r, "gemm", job.record, op, hr, DML_TENSOR_DATA_TYPE_FLOAT32, out.total, dumpAt);
 }
@@ -854,7 +1009,17 @@ static void Need(HRESULT hr, const char* what) {
     if (FAILED(hr)) Say("device FAILED %s 0x%08x", what, (unsigned)hr), exit(1);
 }
 
-static void CreateDevices(Gpu& g) {
+// With debug (--debug): the Direct3D 12 debug layer (EnableDebugLayer, before the device) and DirectML's
+// (DML_CREATE_DEVICE_FLAG_DEBUG). Where either is missing, that is exit 2 naming it: a run asked for them.
+static void CreateDevices(Gpu& g, bool debug) {
+    std::string missing;
+    if (debug) {
+        ComPtr<ID3D12Debug> layer;
+        HRESULT hr = D3D12GetDebugInterface(IID_PPV_ARGS(&layer));
+        if (SUCCEEDED(hr)) layer->EnableDebugLayer();
+        else missing = "the Direct3D 12 debug layer (D3D12GetDebugInterface returned " + Hex(hr) + "; on Windows it "
+                       "is the optional feature Graphics Tools)";
+    }
     // Direct3D 12 on the default adapter; one queue, allocator and command list that every step reuses.
     Need(D3D12CreateDevice(nullptr, D3D_FEATURE_LEVEL_11_0, IID_PPV_ARGS(&g.device)), "D3D12CreateDevice");
     D3D12_COMMAND_QUEUE_DESC qd = {};
@@ -864,7 +1029,9 @@ static void CreateDevices(Gpu& g) {
     Need(g.device->CreateCommandList(0, qd.Type, g.allocator.Get(), nullptr, IID_PPV_ARGS(&g.list)),
          "CreateCommandList");
     Need(g.device->CreateFence(0, D3D12_FENCE_FLAG_NONE, IID_PPV_ARGS(&g.fence)), "CreateFence");
-    g.fenceEvent = CreateEventW(nullptr, FALSE, FALSE, nullptr);
+    g.fenceEvent = Fault("no-event") ? (SetLastError(ERROR_NOT_ENOUGH_MEMORY), nullptr)
+                                     : CreateEventW(nullptr, FALSE, FALSE, nullptr);
+    if (!g.fenceEvent) Need(HRESULT_FROM_WIN32(GetLastError()), "CreateEventW");  // (every wait needs it)
 
     // DirectML from the DirectML.dll beside the program (the redistributable, up to feature level 6.4) rather than
     // an older copy in System32: load it by name and look DMLCreateDevice1 up.
@@ -873,8 +1040,14 @@ static void CreateDevices(Gpu& g) {
     FARPROC proc = GetProcAddress(dll, "DMLCreateDevice1");
     auto create = reinterpret_cast<PFN_DMLCreateDevice1>(reinterpret_cast<void (*)()>(proc));
     if (!create) Need(HRESULT_FROM_WIN32(GetLastError()), "GetProcAddress(DMLCreateDevice1)");
-    Need(create(g.device.Get(), DML_CREATE_DEVICE_FLAG_NONE, DML_FEATURE_LEVEL_1_0, IID_PPV_ARGS(&g.dml)),
-         "DMLCreateDevice1");
+    HRESULT hr = create(g.device.Get(), debug ? DML_CREATE_DEVICE_FLAG_DEBUG : DML_CREATE_DEVICE_FLAG_NONE,
+                        DML_FEATURE_LEVEL_1_0, IID_PPV_ARGS(&g.dml));
+    if (debug && hr == DXGI_ERROR_SDK_COMPONENT_MISSING)
+        missing += (missing.empty() ? "" : ", and ") + std::string("the DirectML debug layer (DMLCreateDevice1 with "
+                   "DML_CREATE_DEVICE_FLAG_DEBUG returned ") + Hex(hr) + " DXGI_ERROR_SDK_COMPONENT_MISSING: put "
+                   "DirectML.Debug.dll, from the Microsoft.AI.DirectML package, beside DirectML.dll)";
+    if (!missing.empty()) BadInput("--debug: this machine lacks " + missing + "; run without --debug");
+    Need(hr, "DMLCreateDevice1");
     Need(g.dml->CreateCommandRecorder(IID_PPV_ARGS(&g.recorder)), "CreateCommandRecorder");
 
     const DML_FEATURE_LEVEL levels[] = {
@@ -884,8 +1057,12 @@ static void CreateDevices(Gpu& g) {
         DML_FEATURE_LEVEL_6_2, DML_FEATURE_LEVEL_6_3, DML_FEATURE_LEVEL_6_4};
     DML_FEATURE_QUERY_FEATURE_LEVELS query = {(UINT)(sizeof levels / sizeof levels[0]), levels};
     DML_FEATURE_DATA_FEATURE_LEVELS data = {};
-    if (SUCCEEDED(g.dml->CheckFeatureSupport(DML_FEATURE_FEATURE_LEVELS, sizeof query, &query, sizeof data, &data)))
-        g.level = data.MaxSupportedFeatureLevel;
+    // (a device whose level cannot be told is no usable device: taking it for 1.0 would misjudge every list)
+    Need(Fault("no-feature-levels") ? E_FAIL
+                                    : g.dml->CheckFeatureSupport(DML_FEATURE_FEATURE_LEVELS, sizeof query, &query,
+                                                                 sizeof data, &data),
+         "CheckFeatureSupport(DML_FEATURE_FEATURE_LEVELS)");
+    g.level = data.MaxSupportedFeatureLevel;
 }
 
 // The device as dmlbridge's command line describes a target: its feature level and the types it lacks.
@@ -923,28 +1100,61 @@ static std::string SelfTest(Run& r) {
     if (SUCCEEDED(hr)) hr = Upload(r.g, r.constants.Get(), sizeof data, [&](void* p, size_t n) { memcpy(p, data, n); });
     if (FAILED(hr)) snprintf(why, sizeof why, "uploading its data: HRESULT 0x%08x", (unsigned)hr);
 
-    auto check = [&](const char* what, HRESULT result, std::vector<Step>& steps, const void* expected, size_t size) {
-        std::vector<unsigned char> got;
-        long long unused;
-        if (SUCCEEDED(result)) result = Execute(r, steps, size, unused, &got);
-        if (FAILED(result)) snprintf(why, sizeof why, "%s: HRESULT 0x%08x", what, (unsigned)result);
-        for (size_t i = 0; !why[0] && i < size; ++i)
-            if (got[i] != ((const unsigned char*)expected)[i])
-                snprintf(why, sizeof why, "%s: output byte %u is 0x%02x, expected 0x%02x", what, (unsigned)i, got[i],
-                         ((const unsigned char*)expected)[i]);
-    };
     std::vector<Step> steps(1);
+    // Runs steps[0] into an output of `count` 32-bit values of outType and returns them, or says why in `why`.
+    auto run = [&](const char* what, HRESULT result, DML_TENSOR_DATA_TYPE outType, size_t count) {
+        std::vector<unsigned char> got;
+        std::vector<UINT32> values(count);
+        long long unused;
+        if (SUCCEEDED(result)) result = Execute(r, steps, outType, 4 * count, unused, &got);
+        if (FAILED(result)) snprintf(why, sizeof why, "%s: HRESULT 0x%08x", what, (unsigned)result);
+        else memcpy(values.data(), got.data(), 4 * count);
+        return values;
+    };
+    auto differs = [&](const char* what, size_t i, UINT32 got, UINT32 expected, const char* allowed) {
+        if (!why[0])
+            snprintf(why, sizeof why, "%s: value %u is 0x%08x, expected 0x%08x%s", what, (unsigned)i, (unsigned)got,
+                     (unsigned)expected, allowed);
+    };
+    // The 16 values as UINT32, the same bytes: IDENTITY is then a plain copy, so every bit comes back.
     steps[0].inputs = {{r.constants.Get(), 32, 64, false}};
     if (!why[0]) {
+        hr = CreateRead(r.g, Packed(DML_TENSOR_DATA_TYPE_UINT32, {1, 1, 4, 4}), &steps[0].op);
+        std::vector<UINT32> got = run("IDENTITY as UINT32", hr, DML_TENSOR_DATA_TYPE_UINT32, 16);
+        for (size_t i = 0; !why[0] && i < 16; ++i)
+            if (got[i] != bits[i]) differs("IDENTITY as UINT32", i, got[i], bits[i], "");
+    }
+    // As FLOAT32: Direct3D's float rules let a GPU flush a subnormal to zero and drop a NaN's payload (counted and
+    // printed, not failed); anything else must come back as it went in.
+    if (!why[0]) {
         hr = CreateRead(r.g, Packed(DML_TENSOR_DATA_TYPE_FLOAT32, {1, 1, 4, 4}), &steps[0].op);
-        check("IDENTITY", hr, steps, bits, sizeof bits);
+        std::vector<UINT32> got = run("IDENTITY as FLOAT32", hr, DML_TENSOR_DATA_TYPE_FLOAT32, 16);
+        unsigned subnormals = 0, flushed = 0, nans = 0, changed = 0;
+        for (size_t i = 0; !why[0] && i < 16; ++i) {
+            bool subnormal = (bits[i] & 0x7F800000) == 0 && (bits[i] & 0x007FFFFF);
+            bool nan = (bits[i] & 0x7F800000) == 0x7F800000 && (bits[i] & 0x007FFFFF);
+            bool gotNan = (got[i] & 0x7F800000) == 0x7F800000 && (got[i] & 0x007FFFFF);
+            subnormals += subnormal, nans += nan;
+            if (got[i] == bits[i]) continue;
+            if (subnormal && (got[i] & 0x7FFFFFFF) == 0) ++flushed;
+            else if (nan && gotNan) ++changed;
+            else differs("IDENTITY as FLOAT32", i, got[i], bits[i], " (or a zero for a subnormal, a NaN for a NaN)");
+        }
+        if (!why[0])
+            Say("self-test float-typed IDENTITY: %u of %u subnormals flushed, %u of %u NaN payloads changed", flushed,
+                subnormals, changed, nans);
     }
     if (!why[0] && r.g.level >= DML_FEATURE_LEVEL_6_3) {  // (no 4-bit types below 6.3)
         Desc u4 = Packed(DML_TENSOR_DATA_TYPE_UINT4, {1, 1, 1, 5});
         steps[0].inputs = {{r.constants.Get(), 96, 4}, {r.constants.Get(), 112, 4}, {r.constants.Get(), 128, 4}};
         hr = CreateDequantize(r.g, u4, Broadcast(DML_TENSOR_DATA_TYPE_FLOAT32, u4),
                               Broadcast(DML_TENSOR_DATA_TYPE_UINT4, u4), DML_TENSOR_DATA_TYPE_FLOAT32, &steps[0].op);
-        check("DEQUANTIZE", hr, steps, dequantized, sizeof dequantized);
+        std::vector<UINT32> got = run("DEQUANTIZE", hr, DML_TENSOR_DATA_TYPE_FLOAT32, 5);
+        for (size_t i = 0; !why[0] && i < 5; ++i) {
+            UINT32 expected;
+            memcpy(&expected, &dequantized[i], 4);
+            if (got[i] != expected) differs("DEQUANTIZE", i, got[i], expected, "");  // (no subnormal, no NaN)
+        }
     }
     return why;
 }
@@ -954,14 +1164,14 @@ static std::string SelfTest(Run& r) {
 struct Options {
     std::string bindings, dir, dump;
     std::vector<std::string> only, gemm;
-    bool probeSizes = false, selfTestOnly = false;
+    bool probeSizes = false, selfTestOnly = false, debug = false;
 };
 
 static Options ParseOptions(int argc, char** argv) {
     Options o;
     auto usage = [](const std::string& why) {
         BadInput(why + "\nusage: dmlupload BINDINGS [--dir DIR] [--dump FILE] [--only NAME]... [--probe-sizes]"
-                       " [--gemm RECORD=A.bin]... [--self-test-only]");
+                       " [--gemm RECORD=A.bin]... [--self-test-only] [--debug]");
     };
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -973,6 +1183,7 @@ static Options ParseOptions(int argc, char** argv) {
         else if (a == "--gemm") o.gemm.push_back(argv[++i]);
         else if (a == "--probe-sizes") o.probeSizes = true;
         else if (a == "--self-test-only") o.selfTestOnly = true;
+        else if (a == "--debug") o.debug = true;
         else if (a.size() > 1 && a[0] == '-') usage("unknown option " + a);
         else if (o.bindings.empty()) o.bindings = a;
         else usage("more than one BINDINGS file");
@@ -1014,6 +1225,10 @@ static std::vector<Gemm> CheckOptions(const Options& o, const BindingList& list)
             BadInput("--gemm " + job.record + ": needs a weight [..., N, K] with leading 1s and FLOAT32 scales");
         job.n = w.sizes[w.dims - 2];
         job.k = w.sizes[w.dims - 1];
+        UINT64 elements;
+        if (job.n == 0 || job.k == 0 || !ElementCount(w, elements))
+            BadInput("--gemm " + job.record + ": its weight [N, K] = [" + Str(job.n) + ", " + Str(job.k) + "] is " +
+                     (ElementCount(w, elements) ? "empty" : "more than the 2^32 - 1 elements of a DirectML tensor"));
         FILE* f = fopen(job.file.c_str(), "rb");
         if (!f) BadInput("--gemm: cannot open " + job.file);
         _fseeki64(f, 0, SEEK_END);
@@ -1023,6 +1238,9 @@ static std::vector<Gemm> CheckOptions(const Options& o, const BindingList& list)
             BadInput("--gemm: " + job.file + " (" + Str((UINT64)bytes) + " bytes) is not M rows of K = " + Str(job.k) +
                      " FLOAT32");
         job.m = (UINT)(bytes / row);
+        if ((UINT64)job.m * job.k > kMaxElements || (UINT64)job.m * job.n > kMaxElements)
+            BadInput("--gemm: " + job.file + " is M = " + Str(job.m) + " rows: A [M, K] or the output [M, N] would be "
+                     "more than the 2^32 - 1 elements of a DirectML tensor");
         jobs.push_back(job);
     }
     return jobs;
@@ -1032,6 +1250,15 @@ static std::vector<Gemm> CheckOptions(const Options& o, const BindingList& list)
 
 int main(int argc, char** argv) {
     Options opt = ParseOptions(argc, argv);
+    if (const char* faults = getenv("DMLUPLOAD_FAULTS")) {
+        std::string rest = std::string(faults) + ",";
+        for (size_t at = 0, comma; (comma = rest.find(',', at)) != std::string::npos; at = comma + 1) {
+            std::string name = rest.substr(at, comma - at);
+            if (std::find_if(std::begin(kFaults), std::end(kFaults), [&](const char* f) { return name == f; }) ==
+                std::end(kFaults))
+                BadInput("DMLUPLOAD_FAULTS: unknown fault '" + name + "' (README.md lists them)");
+        }
+    }
     Run r;
     std::vector<Gemm> gemms;
     // The input first, whole: a malformed list or a missing file costs no GPU start-up (exit 2).
@@ -1042,7 +1269,7 @@ int main(int argc, char** argv) {
     }
 
     // 1. The devices: Direct3D 12, then DirectML on it.
-    CreateDevices(r.g);
+    CreateDevices(r.g, opt.debug);
     PrintDevice(r.g);
     if (!opt.selfTestOnly && r.list.target > (UINT)r.g.level)
         fprintf(stderr, "dmlupload: warning: the list targets feature level %s, the device has %s\n",
@@ -1060,14 +1287,21 @@ int main(int argc, char** argv) {
         r.buffers.emplace_back();
         HRESULT hr =
             CreateBuffer(r.g, b.size, D3D12_HEAP_TYPE_DEFAULT, D3D12_RESOURCE_STATE_COPY_DEST, r.buffers.back());
-        FILE* f = SUCCEEDED(hr) ? _wfopen(b.path.c_str(), L"rb") : nullptr;
-        if (SUCCEEDED(hr) && !f) BadInput("buffer " + Str(i) + ": cannot open " + b.encoded);
         if (SUCCEEDED(hr)) hr = Upload(r.g, r.buffers.back().Get(), b.size, [&](void* p, size_t n) {
-            if (fread(p, 1, n, f) != n) BadInput("buffer " + Str(i) + ": cannot read " + b.encoded);
+            // (the handle the list's check opened: the file that was checked, read from its start)
+            for (DWORD got = 0; n > 0; n -= got, p = (char*)p + got)
+                if (!ReadFile(b.file, p, (DWORD)std::min<size_t>(n, 1u << 30), &got, nullptr) || got == 0)
+                    BadInput("buffer " + Str(i) + ": cannot read " + b.encoded);
         });
-        if (f) fclose(f);
+        CloseHandle(b.file);
         Say("buffer %u %s %llu %s", (unsigned)i, b.encoded.c_str(), (unsigned long long)b.size,
             SUCCEEDED(hr) ? "uploaded" : "FAILED");
+        if (hr == E_OUTOFMEMORY) {  // the device works, it has not that much memory: exit 5, not "no usable device"
+            fprintf(stderr, "dmlupload: buffer %u (%s, %llu bytes): out of memory (E_OUTOFMEMORY 0x%08x) creating or "
+                    "filling its Direct3D 12 buffer; convert with a smaller --max-buffer-bytes, or use a device "
+                    "with more memory\n", (unsigned)i, b.encoded.c_str(), (unsigned long long)b.size, (unsigned)hr);
+            return 5;
+        }
         Need(hr, "uploading a buffer");
     }
 
@@ -1087,6 +1321,7 @@ int main(int argc, char** argv) {
             if (job.form == &q) RunGemm(r, job);
     }
     if (r.dump && fclose(r.dump) != 0) BadInput("cannot write the dump file");
-    Say("summary %u executed, %u refused, %u binding-refused", r.executed, r.refused, r.bindingRefused);
+    Say("summary %u executed, %u refused, %u binding-refused, %u desc-refused", r.executed, r.refused,
+        r.bindingRefused, r.descRefused);
     return 0;
 }

@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from dmlbridge.cli.report import format_plan, wrap_text
+from dmlbridge.errors import DestinationError
 from dmlbridge.plan.upload_plan import load_plan
 from dmlbridge.writing.convert import convert_model
 
@@ -156,8 +157,7 @@ def run_demo(keep: str | os.PathLike[str] | None = None, out: TextIO | None = No
     with tempfile.TemporaryDirectory(prefix="dmlbridge-demo-") as scratch:
         folder = scratch
         if keep is not None:
-            folder = os.fspath(keep)
-            os.makedirs(folder, exist_ok=True)
+            folder = _kept_folder(os.fspath(keep))
         model_path = build_sample_model(folder)
         prefix = os.path.join(folder, "sample.dml")
         convert_model(model_path, prefix, checksum=True, progress=False).close()
@@ -180,3 +180,14 @@ def run_demo(keep: str | os.PathLike[str] | None = None, out: TextIO | None = No
         else:
             say("(the files were in a temporary folder, removed now; `dmlbridge demo --keep DIR` keeps them)")
     return 0
+
+
+def _kept_folder(folder: str) -> str:
+    """``folder``, made when missing (its parents too); DestinationError, naming --keep, when it cannot be."""
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise DestinationError(f"--keep {folder!r} is a file, not a folder: give a folder (made if missing)")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise DestinationError(f"cannot create the folder {folder!r} (--keep): {exc.strerror or exc}") from None
+    return folder

@@ -25,8 +25,9 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 
+from dmlbridge.errors import counted
 from dmlbridge.plan.upload_plan import UploadPlan
-from dmlbridge.quantized.records import QuantizedWeight
+from dmlbridge.quantized.records import QuantizedPart, QuantizedWeight
 from dmlbridge.types.mapping import MappingRow
 
 __all__ = ["MARK", "MIN_WIDTH", "format_plan", "format_table", "human_size", "wrap_text"]
@@ -70,8 +71,9 @@ def format_table(rows: Sequence[MappingRow], markdown: bool, width: int | None =
 
 
 def human_size(size: int) -> str:
+    """``size`` bytes as a person reads them: ``1 byte``, ``26,116 bytes``, ``1.5 MiB``, ``2.00 GiB``."""
     if size < 1 << 20:
-        return f"{size:,} bytes"
+        return f"{size:,} byte{'' if size == 1 else 's'}"
     scaled = size / (1 << 20)
     return f"{scaled:.1f} MiB" if scaled < 1024 else f"{scaled / 1024:.2f} GiB"
 
@@ -121,19 +123,20 @@ def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, 
         counts[each.buffer] += 1
     for index, (size, count) in enumerate(zip(sizes, counts, strict=True)):
         name = f" {plan.buffers[index].path}" if plan.buffers else ""
-        text.append(f"buffer {index}{name}: {human_size(size)}, {count} tensors")
+        text.append(f"buffer {index}{name}: {human_size(size)}, {counted(count, 'tensor')}")
     for q in plan.quantized_records.values():
-        text.append(_quantized_line(q))
+        text.append(_quantized_line(q, plan))
     data = sum(e.total_tensor_size_in_bytes for e in converted)
-    limit = "" if plan.max_buffer_bytes is None else f" (at most {human_size(plan.max_buffer_bytes)} each)"
-    where = (f"a {human_size(plan.total_size)} buffer" if len(sizes) == 1 else
+    apiece = " each" if len(sizes) > 1 else ""
+    limit = "" if plan.max_buffer_bytes is None else f" (at most {human_size(plan.max_buffer_bytes)}{apiece})"
+    where = (f"one buffer of {human_size(plan.total_size)}" if len(sizes) == 1 else
              f"{len(sizes)} buffers, {human_size(plan.total_size)} together")
     text.append(
-        f"{len(plan.entries)} constants: {len(converted)} converted ({human_size(data)} of tensor data in {where}"
-        f"{limit}; alignment {plan.alignment}), {len(plan.skipped)} skipped"
+        f"{counted(len(plan.entries), 'constant')}: {len(converted)} converted ({human_size(data)} of tensor data in "
+        f"{where}{limit}; alignment {plan.alignment}), {len(plan.skipped)} skipped"
         + (f"; {derived} derived from quantized weights" if (derived := sum(
             key.rpartition("/")[0] in plan.quantized_records for key in plan.entries)) else "")
-        + (f"; {len(plan.quantized_records)} quantized weights" if plan.quantized_records else "")
+        + (f"; {counted(len(plan.quantized_records), 'quantized weight')}" if plan.quantized_records else "")
     )
     return "\n".join(lines + [line for each in text for line in _wrap(each, width)])
 
@@ -203,17 +206,29 @@ def _wrap_cell(text: str, width: int) -> list[str]:
     return _wrap(text, width, rest="")
 
 
-def _quantized_line(q: QuantizedWeight) -> str:
-    """``quantized 'mm': MatMulNBits 4 bits, block 32, [N, K] = weight 'B' UINT4 [..], scales .., zero points ..``"""
+def _quantized_line(q: QuantizedWeight, plan: UploadPlan) -> str:
+    """``quantized 'mm': MatMulNBits 4 bits, block 32, [N, K] = weight 'B' UINT4 [..], scales .., zero points ..``;
+    a part of another type than its entry's row (MatMulNBits' B is uint8 in the model, the weight is its nibbles)
+    says so."""
     head = (f"quantized {_printable(q.key)!r}: {q.op} {q.bits} bits, {q.granularity}"
             + (f" {q.block_size}" if q.block_size else "") + f", shape {list(q.shape)}")
     if q.skipped is not None:
         return f"{head}: not described ({_printable(q.skipped)})"
-    parts = ", ".join(f"{name} {_printable(p.key)!r} {p.dml_type.name}"
+    parts = ", ".join(f"{name} {_printable(p.key)!r} {p.dml_type.name}{_read_as(p, plan)}"
                       for name, p in (("weight", q.weight), ("scales", q.scales), ("zero points", q.zero_points))
                       if p is not None)
     operator = f" (for {q.operator})" if q.operator else ""
     return f"{head}, sizes {list(q.sizes or ())}{operator}: {parts}"
+
+
+def _read_as(part: QuantizedPart, plan: UploadPlan) -> str:
+    """`` (its UINT8 row's bytes, two 4-bit values each)`` for a part that reads its entry's bytes as another type
+    (the model packs 4-bit values in uint8; DirectML takes them as UINT4 or INT4, no second copy); else ""."""
+    entry = plan.entries.get(part.key)
+    row = None if entry is None or entry.dml_type is None else entry.dml_type
+    if row is None or row is part.dml_type:
+        return ""
+    return f" (its {row.name} row's bytes, two 4-bit values each)"
 
 
 def _short_origin(key: str, origin: str) -> str:

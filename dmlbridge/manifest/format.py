@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from dmlbridge.errors import InvalidArgumentError, ManifestError
+from dmlbridge.errors import InvalidArgumentError, ManifestError, counted
 from dmlbridge.manifest.json_fields import INT64_MAX, Fields, kind_of, parse_json, whole_number
 from dmlbridge.manifest.sections import (
     BufferFile,
@@ -69,8 +69,8 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "dmlbridge-upload-plan"
-MANIFEST_FORMAT_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+MANIFEST_FORMAT_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 _CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -201,7 +201,7 @@ def entry_lines(entries: Mapping[str, PlanEntry], limit: int | None = None) -> l
 def _check_size(size: int, count: int, limit: int | None) -> None:
     if limit is not None and size > limit:
         raise InvalidArgumentError(
-            f"the manifest of these {count} constants would take more than max_manifest_bytes={limit} bytes "
+            f"the manifest of {counted(count, 'constant')} would take more than max_manifest_bytes={limit} bytes "
             f"({limit / 2**20:.3g} MiB; --max-manifest-bytes on the command line), which load_plan also needs to "
             "read it; raise the limit on both if you trust this model"
         )
@@ -360,7 +360,7 @@ def read_manifest_file(path: str, limit: int) -> bytes:
     try:
         if size > limit:
             raise ManifestError(
-                f"manifest {path!r} holds {size} bytes, more than max_manifest_bytes={limit}; raise the "
+                f"manifest {path!r} holds {counted(size, 'byte')}, more than max_manifest_bytes={limit}; raise the "
                 "limit if you trust this file"
             )
         return read_at(fd, 0, size)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dmlbridge.errors import ManifestError
+from dmlbridge.errors import ManifestError, counted
 
 __all__ = ["INT64_MAX", "Fields", "int_list", "kind_of", "parse_json", "whole_number"]
 
@@ -108,5 +108,5 @@ def int_list(value: Any, where: str, low: int = 0, high: int = INT64_MAX, max_le
     if not isinstance(value, list):
         raise ManifestError(f"{where} must be an array of whole numbers, got {kind_of(value)}")
     if len(value) > max_len:
-        raise ManifestError(f"{where} has {len(value)} items, more than {max_len}")
+        raise ManifestError(f"{where} has {counted(len(value), 'item')}, more than {max_len}")
     return tuple(whole_number(v, f"{where}[{i}]", low, high) for i, v in enumerate(value))

@@ -17,21 +17,21 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError
+from dmlbridge.errors import DmlBridgeError, InvalidArgumentError, LayoutError, ManifestError, counted
 from dmlbridge.manifest.json_fields import INT64_MAX, Fields, int_list, kind_of
+from dmlbridge.model.consumer_layouts import LEADING, ConsumerLayout, choose_layout
 from dmlbridge.model.consumers import (
     CHANNEL_DIMS,
     CONSUMER_DIMS_VERSION,
+    CONSUMER_LAYOUTS_VERSION,
     MOST_CHANNEL_DIMS,
     Consumer,
-    Padding,
-    channel_dims,
-    padding_of,
 )
 from dmlbridge.placement.entries import PlanEntry, entry_layout
 from dmlbridge.placement.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
 from dmlbridge.placement.selection import Selection
 from dmlbridge.quantized.records import (
+    QUANTIZED_OPS,
     SIGNED_TYPES,
     DequantizeOperator,
     QuantizedPart,
@@ -91,7 +91,8 @@ def check_buffers_filled(
     if any(not a <= b <= a + 1 for a, b in steps) or (converted and (order[0] != 0 or order[-1] != len(sizes) - 1)) \
             or (not converted and len(sizes) != 1):
         raise ManifestError(
-            f"{where}: the entries do not fill the {len(sizes)} buffers one after another in model order"
+            f"{where}: the entries do not fill the buffers ({counted(len(sizes), 'buffer')}) one after another in "
+            "model order"
         )
     first = 0
     for buffer in range(len(sizes)):
@@ -126,27 +127,65 @@ def check_buffers_filled(
 
 
 def _consumers_from_json(value: Any, where: str, version: int) -> tuple[Consumer, ...]:
-    """An entry's ``consumers``; from format 5, ``dims`` on each per-channel input and on no other."""
+    """An entry's ``consumers``; from format 5, ``dims`` on each per-channel input and on no other; from format 6,
+    what each input of LAYOUT_INPUTS records of its node (:func:`_layout_facts`)."""
     if not isinstance(value, list) or len(value) > 1 << 20:
         raise ManifestError(f"{where} must be an array of at most 2^20 consumers, got {kind_of(value)}")
-    with_dims = version >= CONSUMER_DIMS_VERSION
+    optional = ("dims", "sizes") if version >= CONSUMER_LAYOUTS_VERSION else ("dims",) if \
+        version >= CONSUMER_DIMS_VERSION else ()
     consumers = []
     for index, item in enumerate(value):
-        fields = Fields(item, f"{where}[{index}]", ("node", "op_type", "input"), ("dims",) if with_dims else ())
+        fields = Fields(item, f"{where}[{index}]", ("node", "op_type", "input"), optional)
         node, op_type = fields.string("node", nonempty=True), fields.string("op_type", nonempty=True)
         if len(node) > 4 * MAX_KEY_LENGTH or len(op_type) > MAX_KEY_LENGTH:
             raise ManifestError(f"{where}[{index}] has a node key or op type longer than the limits of keys")
         consumer = Consumer(node, op_type, fields.integer("input", 0, 2**31 - 1))
-        if with_dims and consumer.per_channel:
+        what = f"{where}[{index}] ({op_type[:40]} input {consumer.input})"
+        if version >= CONSUMER_LAYOUTS_VERSION:
+            consumer = _layout_facts(fields, consumer, what)
+        elif version >= CONSUMER_DIMS_VERSION and consumer.per_channel:
             if "dims" not in fields.value:
-                raise ManifestError(f"{where}[{index}] ({op_type[:40]} input {consumer.input}) is a per-channel input "
-                                    "and lacks the field 'dims' (format 5 records its node's dimension count)")
+                raise ManifestError(f"{what} is a per-channel input and lacks the field 'dims' (format 5 records its "
+                                    "node's dimension count)")
             consumer = consumer._replace(dims=fields.integer("dims", CHANNEL_DIMS, MOST_CHANNEL_DIMS))
         elif "dims" in fields.value:
-            raise ManifestError(f"{where}[{index}] ({op_type[:40]} input {consumer.input}) has 'dims', which only a "
-                                "per-channel input has")
+            raise ManifestError(f"{what} has 'dims', which only a per-channel input has")
         consumers.append(consumer)
     return tuple(consumers)
+
+
+_MOST_ELEMENTS = 2**32 - 1
+
+
+def _layout_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
+    """A format-6 consumer's ``dims`` and ``sizes``: ``dims`` (4 to 8) on each convolution and normalization
+    input of LAYOUT_INPUTS, ``dims`` (1 to 8) or nothing on a Gather's data, ``sizes`` (2) or nothing on a Gemm's
+    C, ``sizes`` (2 to 8) or ``dims`` (2 to 8) or neither on a MatMul's B, and neither on any other input."""
+    kind = consumer.layout_input
+    has_dims, has_sizes = "dims" in fields.value, "sizes" in fields.value
+    dims = sizes = None
+    if kind in ("channel", "spatial"):
+        if not has_dims:
+            raise ManifestError(f"{what} lacks the field 'dims' (format 6 records the dimension count of a "
+                                "convolution's or normalization's node)")
+        dims = fields.integer("dims", CHANNEL_DIMS, MOST_CHANNEL_DIMS)
+    elif kind == "rank" and has_dims:
+        dims = fields.integer("dims", 1, MOST_CHANNEL_DIMS)
+    elif kind == "broadcast" and has_dims and has_sizes:
+        raise ManifestError(f"{what} has both 'dims' and 'sizes'; a MatMul's B records its sizes, or where the model "
+                            "does not give them the output's rank")
+    elif kind == "broadcast" and consumer.op_type == "MatMul" and has_dims:
+        dims = fields.integer("dims", 2, MOST_CHANNEL_DIMS)
+    elif kind == "broadcast" and has_sizes:
+        count = (2, 2) if consumer.op_type == "Gemm" else (2, MOST_CHANNEL_DIMS)
+        sizes = int_list(fields.get("sizes"), fields.at("sizes"), 1, _MOST_ELEMENTS, count[1])
+        if not count[0] <= len(sizes) <= count[1] or math.prod(sizes) > _MOST_ELEMENTS:
+            raise ManifestError(f"{fields.at('sizes')} must be {count[0]} to {count[1]} sizes of at most 2^32 - 1 "
+                                f"elements in all, got {list(sizes)[:10]}")
+    if (has_dims and dims is None) or (has_sizes and sizes is None):
+        extra = "sizes" if has_sizes and sizes is None else "dims"
+        raise ManifestError(f"{what} has '{extra}', which this input does not record")
+    return consumer._replace(dims=dims, sizes=sizes)
 
 
 def selection_from_json(value: Any, where: str, version: int) -> Selection:
@@ -206,8 +245,8 @@ def buffers_from_json(
         digests = sha256_field(fields, "fingerprint", False), sha256_field(fields, "sha256", True)
         buffers.append(BufferFile(name, size, *digests))
     if sum(b.size for b in buffers) != total_size:
-        raise ManifestError(f"{where}: the buffers hold {sum(b.size for b in buffers)} bytes but total_size is "
-                            f"{total_size}; the two must agree")
+        held = counted(sum(b.size for b in buffers), "byte")
+        raise ManifestError(f"{where}: the buffers hold {held} but total_size is {total_size}; the two must agree")
     return tuple(buffers)
 
 
@@ -237,7 +276,7 @@ def target_from_json(value: Any, where: str) -> Target:
 
 def _demanded(
     fields: Fields, onnx_type: OnnxDataType, shape: tuple[int, ...], dml_name: str, conversion: str, flags: int,
-    padding: Padding, dims: int, target: Target, alignment: int, min_dims: int,
+    layout: ConsumerLayout, target: Target, alignment: int, min_dims: int,
 ) -> tuple[dict[str, Any], BufferTensorDesc, DmlDataType]:
     """What the target's mapping and the layout rules demand of a converted entry of this type and shape: its
     DML type, sizes, strides, total and desc (ManifestError when the entry's type or conversion is not theirs)."""
@@ -255,7 +294,7 @@ def _demanded(
         )
     try:
         sizes, strides, total = entry_layout(onnx_type, shape, dml_type, conversion, min_dims,
-                                             target.max_dimension_count, padding, dims)
+                                             target.max_dimension_count, layout)
     except LayoutError as exc:
         raise ManifestError(f"{fields.at('shape')} {list(shape)} cannot be a DirectML tensor: {exc}") from None
     desc = BufferTensorDesc(dml_type, flags, sizes, strides, total, alignment)  # (shared by the entries alike)
@@ -271,8 +310,9 @@ def entry_from_json(
 ) -> PlanEntry:
     """One element of ``entries``, checked against the target's mapping, the layout rules and its buffer's size
     (``buffer_sizes``: each buffer's, by index); ``layouts`` keeps what each type and shape demands."""
+    optional = ("clamped", "padding", "consumers") if version >= 3 else ()
     fields = Fields(raw, where, _ENTRY_FIELDS + (("buffer",) if version >= 4 else ()),
-                    ("clamped", "padding", "consumers") if version >= 3 else ())
+                    optional + (("layout_note",) if version >= CONSUMER_LAYOUTS_VERSION else ()))
     key = fields.string("key", nonempty=True)
     where = f"{where} ({key[:80]!r})"
     fields.where = where
@@ -283,19 +323,22 @@ def entry_from_json(
         raise ManifestError(f"{fields.at('onnx_type')} is {type_name[:40]!r}, not an ONNX data type name")
     shape = int_list(fields.get("shape"), fields.at("shape"))
     consumers: tuple[Consumer, ...] = ()
-    padding: Padding = "leading"
-    dims = 0  # the dimension count of a channel-padded entry
+    layout = LEADING
     if version >= 3:
         consumers = _consumers_from_json(fields.value.get("consumers", []), fields.at("consumers"), version)
-        padding = padding_of(shape, consumers, min_dims, version)
-        if fields.value.get("padding", "leading") != padding:
+        try:
+            layout = choose_layout(shape, consumers, min_dims, version)
+        except LayoutError as exc:
+            raise ManifestError(f"{fields.at('consumers')}: {exc}") from None
+        if fields.value.get("padding", "leading") != layout.padding:
             raise ManifestError(
                 f"{fields.at('padding')} is {json.dumps(fields.value.get('padding', 'leading'))[:40]}, but a "
                 f"{len(shape)}-D constant "
-                f"with these consumers at min_dims {min_dims} is padded {json.dumps(padding)} (format {version})"
+                f"with these consumers at min_dims {min_dims} is padded {json.dumps(layout.padding)} (format {version})"
             )
-        if padding == "channel":
-            dims = channel_dims(consumers, min_dims, version)
+        if fields.value.get("layout_note") != layout.note:
+            raise ManifestError(f"{fields.at('layout_note')} is {json.dumps(fields.value.get('layout_note'))[:80]}, "
+                                f"but these consumers give {json.dumps(layout.note)[:200]}")
     skipped = fields.string("skipped", nullable=True)
     if skipped is not None:
         if not skipped:
@@ -303,8 +346,8 @@ def entry_from_json(
         for name in ("conversion", "buffer", "offset", "dml_type", "desc", "clamped"):
             if fields.get(name) is not None:
                 raise ManifestError(f"{where} is skipped but has a {name}; a skipped entry has no bytes")
-        return PlanEntry(key, origin, onnx_type, shape, None, None, None, skipped, padding=padding,
-                         consumers=consumers)
+        return PlanEntry(key, origin, onnx_type, shape, None, None, None, skipped, padding=layout.padding,
+                         consumers=consumers, layout_note=layout.note)
 
     conversion = fields.string("conversion")
     dml_name = fields.string("dml_type")
@@ -316,11 +359,11 @@ def entry_from_json(
     flags = desc.get("Flags") if desc.get("Flags") in (0, 1) and type(desc.get("Flags")) is int else 0
     # What the type, shape, conversion and flags demand is worked out once for each (a model may have 100,000
     # entries of a few shapes).
-    cache_key = (onnx_type, shape, dml_name, conversion, flags, padding, dims)
+    cache_key = (onnx_type, shape, dml_name, conversion, flags, layout)
     demanded = layouts.get(cache_key)
     if demanded is None:
-        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, padding, dims, target,
-                             alignment, min_dims)
+        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, layout, target, alignment,
+                             min_dims)
         layouts[cache_key] = demanded
     expected_desc, buffer_desc, dml_type = demanded
     total = buffer_desc.total_tensor_size_in_bytes
@@ -329,7 +372,7 @@ def entry_from_json(
         if have != want or type(have) is not type(want):  # (type: JSON's true is not the number 1)
             raise ManifestError(
                 f"{desc.at(name)} is {json.dumps(have)[:80]}, but {onnx_type.name} {list(shape)} as {dml_type.name} "
-                f"({conversion}, min_dims {min_dims}, {padding} padding) needs {json.dumps(want)}"
+                f"({conversion}, min_dims {min_dims}, {layout.padding} padding) needs {json.dumps(want)}"
             )
     if offset + total > buffer_sizes[buffer]:
         what = "total_size" if version < 4 else f"the size of buffers[{buffer}]"
@@ -339,8 +382,8 @@ def entry_from_json(
         clamped = fields.integer("clamped", 0, math.prod(shape))
     elif fields.get("clamped") is not None:
         raise ManifestError(f"{fields.at('clamped')} must be null: only a saturate entry counts clamped values")
-    return PlanEntry(key, origin, onnx_type, shape, conversion, offset, buffer_desc, None, clamped, padding,
-                     consumers, buffer)
+    return PlanEntry(key, origin, onnx_type, shape, conversion, offset, buffer_desc, None, clamped, layout.padding,
+                     consumers, buffer, layout.note)
 
 
 
@@ -351,6 +394,7 @@ OPERATOR_VERSION = 5
 """The first format whose quantized records name their DirectML ``operator``."""
 _OPS = ("MatMulNBits", "DequantizeLinear", "GatherBlockQuantized")
 _OUTPUT_TYPES = ("FLOAT", "FLOAT16", "BFLOAT16")
+_PARTS = ("weight", "scales", "zero_points")
 _REINTERPRETED = {DmlDataType.UINT4: DmlDataType.UINT8}  # a 4-bit view of a native byte entry's bytes
 _WEIGHT_TYPES = {(2, False): OnnxDataType.UINT2, (2, True): OnnxDataType.INT2, (4, False): OnnxDataType.UINT4,
                  (4, True): OnnxDataType.INT4, (8, False): OnnxDataType.UINT8, (8, True): OnnxDataType.INT8}
@@ -361,12 +405,14 @@ def quantized_from_json(
     value: Any, where: str, entries: dict[str, PlanEntry], target: Target, alignment: int, min_dims: int = 0,
     version: int = OPERATOR_VERSION,
 ) -> dict[str, QuantizedWeight]:
-    """A format-4 or later manifest's ``quantized`` records, each checked against the entries it names: every
-    part at its entry's buffer and offset, of the entry's DML type (or UINT4 over a UINT8 entry's bytes), with
-    sizes the weight's shape gives and a TotalTensorSizeInBytes that the layout rules give and the entry holds;
-    each part's DML type the one its role and ``bits`` give at the target (weight and zero points the mapping of
-    the values' type, scales a float type of ``output_type``), ``signed``, ``output_type`` and ``bias`` as its
-    entries say, and from format 5 the ``operator`` the target's level gives (whose table the parts fit)."""
+    """A format-4 or later manifest's ``quantized`` records, each checked against the entries it names: three
+    entries, each of its part's role and of the values' type ``bits`` gives (:func:`_check_entries`), every part
+    at its entry's buffer and offset, of the entry's DML type (or UINT4 over a UINT8 entry's bytes), with sizes
+    the weight's shape gives and a TotalTensorSizeInBytes that the layout rules give and the entry holds; each
+    part's DML type the one its role and ``bits`` give at the target (weight and zero points the mapping of the
+    values' type, scales a float type of ``output_type``), ``signed``, ``output_type`` and ``bias`` as its
+    entries say, and from format 5 the ``operator`` the target's level gives (whose table the parts fit).
+    ``zero_scales`` needs the scales' bytes: ``load_plan`` checks it (``check_zero_scales``)."""
     if not isinstance(value, list) or len(value) > 1 << 20:
         raise ManifestError(f"{where} must be an array of quantized weights, got {kind_of(value)}")
     with_operator = version >= OPERATOR_VERSION
@@ -418,10 +464,10 @@ def quantized_from_json(
                 or len(sizes) > target.max_dimension_count or (with_operator and not
                                                                operator.dims[0] <= len(sizes) <= operator.dims[1]):
             raise ManifestError(f"{fields.at('sizes')} are not the shape {list(shape)} split into blocks of {block} "
-                                f"in {rank} dimensions (min_dims {min_dims}, {operator.name} at feature level "
-                                f"{target.feature_level.dotted})")
-        parts = [_quantized_part(fields, name, sizes, entries, alignment) for name in ("weight", "scales",
-                                                                                        "zero_points")]
+                                f"in {counted(rank, 'dimension')} (min_dims {min_dims}, {operator.name} at feature "
+                                f"level {target.feature_level.dotted})")
+        parts = [_quantized_part(fields, name, sizes, entries, alignment) for name in _PARTS]
+        _check_entries(fields, record, parts, entries)
         _check_roles(fields, record, parts, entries, target, operator if with_operator else None)
         records[key] = QuantizedWeight(**{**vars(record), "sizes": sizes, "weight": parts[0], "scales": parts[1],
                                           "zero_points": parts[2]})
@@ -447,6 +493,37 @@ def _check_form(fields: Fields, record: QuantizedWeight, shape: tuple[int, ...])
         raise ManifestError(f"{fields.where}: a GatherBlockQuantized weight is blocked")
     if record.bias is not None and record.op != "MatMulNBits":
         raise ManifestError(f"{fields.at('bias')} is set; only a MatMulNBits record has a bias")
+
+
+_ROLE_INPUTS = {"MatMulNBits": (1, 2, 3), "DequantizeLinear": (0, 1, 2), "GatherBlockQuantized": (0, 2, 3)}
+"""The node input of each part (weight, scales, zero points), by record op."""
+
+
+def _check_entries(fields: Fields, record: QuantizedWeight, parts: list[QuantizedPart],
+                   entries: dict[str, PlanEntry]) -> None:
+    """The three parts name three entries, each of its role: the record's own derived entry ``<key>/<part>``, or
+    a constant that the record's node reads as that part's input (its ``consumers`` say so); and the weight's and
+    the zero points' entries hold values of the type ``bits`` and ``signed`` give (or, at 4 bits, the packed
+    bytes of a UINT8 entry read as UINT4)."""
+    keys = [part.key for part in parts]
+    if len(set(keys)) != len(keys):
+        raise ManifestError(f"{fields.where}: its weight, scales and zero points name the entries "
+                            f"{json.dumps([key[:80] for key in keys])}; each part of a record has an entry of its own")
+    values = _WEIGHT_TYPES[record.bits, record.signed]
+    for name, part, index in zip(_PARTS, parts, _ROLE_INPUTS[record.op], strict=True):
+        entry = entries[part.key]
+        own = f"{record.key}/{name}"
+        if part.key != own and not any(consumer.node == record.key and consumer.input == index
+                                       and QUANTIZED_OPS.get(consumer.op_type) == record.op
+                                       for consumer in entry.consumers):
+            raise ManifestError(f"{fields.at(name)} reads {part.key[:80]!r}, which is neither the record's own entry "
+                                f"{own[:80]!r} nor a constant its node reads as input {index} (the entry's consumers)")
+        packed = (record.bits == 4 and entry.onnx_type is OnnxDataType.UINT8 and part.dml_type is DmlDataType.UINT4)
+        if name != "scales" and entry.onnx_type is not values and not packed:
+            raise ManifestError(f"{fields.at(name)} reads {entry.onnx_type.name} entry {part.key[:80]!r} as "
+                                f"{part.dml_type.name}, but with bits {record.bits} and signed "
+                                f"{json.dumps(record.signed)} the {name.replace('_', ' ')} are {values.name} values "
+                                "(or, at 4 bits, UINT8 bytes read as UINT4)")
 
 
 def _check_roles(fields: Fields, record: QuantizedWeight, parts: list[QuantizedPart], entries: dict[str, PlanEntry],

@@ -30,7 +30,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLargeError
+from dmlbridge.errors import InvalidArgumentError, TensorProtoError, TensorTooLargeError, counted
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.onnx.sparse import densify_sparse
 from dmlbridge.onnx.tensor_proto import (
@@ -434,8 +434,8 @@ def _sparse_info(sparse: Any, where: str) -> tuple[OnnxDataType, tuple[int, ...]
         raise TensorProtoError(f"{where}: indices must be an integer tensor (INT64), got {indices.onnx_type.name}")
     if indices.shape not in ((nnz,), (nnz, len(shape))):
         raise TensorProtoError(
-            f"{where}: indices have shape {list(indices.shape)}; with {nnz} values and {len(shape)} dims they must "
-            f"be [{nnz}] (linear indices) or [{nnz}, {len(shape)}] (coordinates)"
+            f"{where}: indices have shape {list(indices.shape)}; with {counted(nnz, 'value')} and "
+            f"{counted(len(shape), 'dim')} they must be [{nnz}] (linear indices) or [{nnz}, {len(shape)}] (coordinates)"
         )
     return values.onnx_type, shape, math.prod(shape) * itemsize
 

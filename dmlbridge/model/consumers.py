@@ -1,20 +1,18 @@
-"""Which nodes read each constant, and where a 1-D constant's one axis goes when its sizes are padded.
+"""Which nodes read each constant, and what the model says about the tensors each such node reads beside it.
 
 A *consumer* is a node input that names a constant: the node's key (its name, or ``{op_type}_{index}``, under the
 path of its enclosing nodes, as constant keys are), its op type and the input's index. Names are resolved as ONNX
 scopes them: a graph sees its own constants and the names of the graphs around it, unless a graph input or a node
 output of its own shadows them; a model-local function sees only its own.
 
-Padding to ``min_dims`` puts leading 1s before the sizes (``[C]`` becomes ``[1, 1, 1, C]``). DirectML's
-convolution bias and the normalization operators' scale, bias, mean and variance want their channels on axis 1
-of as many dimensions as the operator's input (``[1, C, 1, 1]`` for a 2-D convolution, DirectML's NCHW;
-``[1, C, 1, 1, 1]`` for a 3-D one), and DirectML refuses them 1-D. So a consumer that is one of those inputs
-records its node's dimension count (``dims``, :func:`node_dims`), and a 1-D constant every consumer of which is
-such an input, all of one count, gets the *channel* padding: ``[1, C, 1, ...]`` of that count, or of ``min_dims``
-when it asks for more, whatever ``min_dims`` is. One whose consumers disagree (on the count, or some are other
-inputs) keeps the leading 1s (*mixed*, noted in its entry). Manifests of format 3 and 4 followed an older rule
-(channel padding only when ``min_dims`` pads, to ``min_dims``; no ``dims``): the ``version`` arguments below
-apply it.
+Some inputs are read by DirectML operators that want them in a layout of their node's: a convolution's bias and a
+normalization's scale, bias, mean and variance on the channel axis, a convolution's weight at the convolution's
+dimension count, a Gather's data at the output's rank, a Gemm's C at the output's sizes and a MatMul's B at the
+output's batch sizes (:data:`LAYOUT_INPUTS`; ``dmlbridge.model.consumer_layouts`` has the rule). A consumer that is
+one of those inputs records what the model declares of its node (the constants' shapes, and the shapes of graph
+inputs, outputs and value_info): ``dims``, the dimension count DirectML reads the node's tensors at, or ``sizes``,
+the sizes DirectML reads the input at; neither when the model does not declare them. Manifests before format 6 recorded
+``dims`` of per-channel inputs only, and before format 5 none (:func:`recorded`).
 
     >>> from onnx import helper, numpy_helper
     >>> import numpy as np
@@ -24,23 +22,25 @@ apply it.
     >>> model = helper.make_model(helper.make_graph([conv], "g", [], [], [weight, bias]))
     >>> consumers = find_consumers(model)
     >>> consumers["b"]
-    (Consumer(node='conv1', op_type='Conv', input=2, dims=4),)
-    >>> padding_of((8,), consumers["b"], 1), padded_sizes((8,), "channel", channel_dims(consumers["b"], 1))
-    ('channel', (1, 8, 1, 1))
+    (Consumer(node='conv1', op_type='Conv', input=2, dims=4, sizes=None),)
+    >>> consumers["w"][0].dims, consumers["w"][0].layout_input
+    (4, 'spatial')
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, NamedTuple
 
 from dmlbridge.model.constants import ModelConstant, find_constants
 
 __all__ = [
-    "CHANNEL_DIMS", "CONSUMER_DIMS_VERSION", "MOST_CHANNEL_DIMS", "PER_CHANNEL_INPUTS", "Consumer", "Padding",
-    "channel_dims", "find_consumers", "node_dims", "padded_sizes", "padding_of", "recorded",
+    "CHANNEL_DIMS", "CONSUMER_DIMS_VERSION", "CONSUMER_LAYOUTS_VERSION", "LAYOUT_INPUTS", "MOST_CHANNEL_DIMS",
+    "PER_CHANNEL_INPUTS", "Consumer", "LayoutInput", "find_consumers", "node_dims", "recorded",
 ]
 
-Padding = Literal["leading", "channel", "mixed"]
+LayoutInput = Literal["channel", "spatial", "rank", "broadcast"]
+"""The layout an input of :data:`LAYOUT_INPUTS` may want (``dmlbridge.model.consumer_layouts`` says what each is)."""
 
 PER_CHANNEL_INPUTS: dict[str, frozenset[int]] = {
     "Conv": frozenset({2}),  # B: one bias per output channel
@@ -51,6 +51,19 @@ PER_CHANNEL_INPUTS: dict[str, frozenset[int]] = {
 """The inputs (by op type of the ONNX domain, by index) that hold one value per channel, which DirectML reads on
 axis 1 of a 4-D or 5-D tensor."""
 
+LAYOUT_INPUTS: dict[str, dict[int, LayoutInput]] = {
+    "Conv": {1: "spatial", 2: "channel"},  # W at the convolution's dimension count; B per channel
+    "ConvTranspose": {1: "spatial", 2: "channel"},
+    "BatchNormalization": dict.fromkeys((1, 2, 3, 4), "channel"),
+    "InstanceNormalization": dict.fromkeys((1, 2), "channel"),
+    "Gather": {0: "rank"},  # data, at the output's rank (GATHER: one DimensionCount)
+    "Gemm": {2: "broadcast"},  # C, at the output's sizes (GEMM: C's sizes are the output's)
+    "MatMul": {1: "broadcast"},  # B, at the output's batch sizes (GEMM: one DimensionCount, batch sizes alike)
+}
+"""The inputs (by op type of the ONNX domain, by index) that a DirectML operator reads in a layout of its node's,
+and which one: the channel axis, the convolution's dimension count (a weight), the output's rank, or sizes the
+node's output gives (broadcast)."""
+
 CHANNEL_DIMS = 4
 """The dimension count of a per-channel input whose node's rank the model does not tell: DirectML's fewest for its
 NCHW convolution and normalization operators (a 1-D convolution runs as a 2-D one)."""
@@ -59,6 +72,9 @@ MOST_CHANNEL_DIMS = 8
 CONSUMER_DIMS_VERSION = 5
 """The first manifest format version whose padding rule is consumer-aware (its per-channel consumers record
 ``dims``); versions 3 and 4 padded on the channel axis only when ``min_dims`` pads, and 1 and 2 never."""
+CONSUMER_LAYOUTS_VERSION = 6
+"""The first manifest format version whose consumers record what every input of :data:`LAYOUT_INPUTS` needs
+(``dims`` of convolution weights and Gather data, ``sizes`` of Gemm's C and MatMul's B)."""
 
 _RANK_SOURCES: dict[str, tuple[tuple[str, int], ...]] = {  # where a node's rank is read, first found wins
     "Conv": (("input", 1), ("input", 0), ("output", 0)),  # W (its rank is the convolution's), X, Y
@@ -69,11 +85,18 @@ _RANK_SOURCES: dict[str, tuple[tuple[str, int], ...]] = {  # where a node's rank
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
+Shape = tuple[int | None, ...]
+"""A value's shape as the model gives it: a constant's sizes, or a declared shape (None: a dimension the model
+does not fix, a ``dim_param`` or nothing)."""
+
 
 class Consumer(NamedTuple):
-    """One node input that reads a constant. ``dims``: for a per-channel input (PER_CHANNEL_INPUTS), the
-    dimension count DirectML reads its node's tensors at (:func:`node_dims`); None for any other input, and in
-    plans read from manifests before format 5.
+    """One node input that reads a constant. For an input of :data:`LAYOUT_INPUTS`, what the model declares of its
+    node: ``dims``, the dimension count DirectML reads the node's tensors at (a convolution or normalization: its
+    rank raised to 4, :func:`node_dims`; a Gather: the output's rank; a MatMul whose output's batch sizes are not
+    declared: the output's rank), or ``sizes``, the sizes DirectML reads the input at (a Gemm's C: the output's
+    ``[M, N]``; a MatMul's B: the output's batch sizes, then B's last two); None where the model does not declare
+    them, for every other input, and in plans read from manifests before format 6 (before 5, ``dims`` too).
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -82,23 +105,33 @@ class Consumer(NamedTuple):
         >>> w = numpy_helper.from_array(np.ones(3, np.float32), "w")
         >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([node], "g", [], [], [w])))
         >>> plan.entries["w"].consumers
-        (Consumer(node='add', op_type='Add', input=1, dims=None),)
+        (Consumer(node='add', op_type='Add', input=1, dims=None, sizes=None),)
     """
 
     node: str
     op_type: str
     input: int
     dims: int | None = None
+    sizes: tuple[int, ...] | None = None
 
     @property
     def per_channel(self) -> bool:
         """True for the per-channel inputs of PER_CHANNEL_INPUTS (ONNX domain only; see :func:`find_consumers`)."""
         return self.input in PER_CHANNEL_INPUTS.get(self.op_type, ())
 
+    @property
+    def layout_input(self) -> LayoutInput | None:
+        """The layout this input may want (:data:`LAYOUT_INPUTS`; ONNX domain only), None for any other input."""
+        return LAYOUT_INPUTS.get(self.op_type, {}).get(self.input)
+
     def to_json(self) -> dict[str, Any]:
-        """The manifest form: node, op_type, input, and dims when there is one."""
-        fields = {"node": self.node, "op_type": self.op_type, "input": self.input}
-        return fields if self.dims is None else {**fields, "dims": self.dims}
+        """The manifest form: node, op_type, input, and dims and sizes where there are some."""
+        fields: dict[str, Any] = {"node": self.node, "op_type": self.op_type, "input": self.input}
+        if self.dims is not None:
+            fields["dims"] = self.dims
+        if self.sizes is not None:
+            fields["sizes"] = list(self.sizes)
+        return fields
 
 
 def node_dims(rank: int | None) -> int:
@@ -114,52 +147,17 @@ def node_dims(rank: int | None) -> int:
     return max(CHANNEL_DIMS, rank)
 
 
-def padding_of(
-    shape: tuple[int, ...], consumers: tuple[Consumer, ...], min_dims: int, version: int | None = None
-) -> Padding:
-    """How a constant's sizes are padded: "channel" for a 1-D constant read only by per-channel inputs of one
-    dimension count, "mixed" when some of its consumers are per-channel inputs and others are not or the counts
-    differ, "leading" otherwise. ``version``: the manifest format version whose rule applies (None: the current
-    one); before CONSUMER_DIMS_VERSION only a ``min_dims`` of 2 or more pads on the channel axis, and the counts
-    are not looked at; before format 3, every constant is padded with leading 1s."""
-    if len(shape) != 1 or not consumers:
-        return "leading"
-    rule = CONSUMER_DIMS_VERSION if version is None else version
-    if rule < 3 or (rule < CONSUMER_DIMS_VERSION and min_dims < 2):
-        return "leading"
-    wanted = {consumer.per_channel for consumer in consumers}
-    if wanted == {True}:
-        same = rule < CONSUMER_DIMS_VERSION or len({consumer.dims for consumer in consumers}) == 1
-        return "channel" if same else "mixed"
-    return "mixed" if True in wanted else "leading"
-
-
-def channel_dims(consumers: tuple[Consumer, ...], min_dims: int, version: int | None = None) -> int:
-    """The dimension count of a constant these consumers read with "channel" padding (:func:`padding_of`): their
-    ``dims``, or ``min_dims`` when it is more; ``min_dims`` before CONSUMER_DIMS_VERSION."""
-    if version is not None and version < CONSUMER_DIMS_VERSION:
-        return min_dims
-    return max(min_dims, consumers[0].dims or CHANNEL_DIMS)
-
-
-def padded_sizes(shape: tuple[int, ...], padding: Padding, min_dims: int) -> tuple[int, ...]:
-    """The sizes of a packed constant: ``[1, C, 1, ...]`` for channel padding (``min_dims``: the count
-    :func:`channel_dims` gives), else leading 1s (a 0-d constant is ``[1]``); at least ``min_dims`` dimensions
-    either way."""
-    if padding == "channel":
-        return (1, shape[0], *(1,) * (min_dims - 2))
-    base = shape or (1,)
-    return (1,) * max(0, min_dims - len(base)) + tuple(base)
-
-
 def recorded(consumers: tuple[Consumer, ...], version: int | None) -> tuple[Consumer, ...]:
     """The consumers as a manifest of format ``version`` records them (None: the current one): none before
-    format 3, without ``dims`` before CONSUMER_DIMS_VERSION."""
-    if version is None or version >= CONSUMER_DIMS_VERSION:
+    format 3, without ``dims`` before CONSUMER_DIMS_VERSION, with ``dims`` of per-channel inputs only and no
+    ``sizes`` before CONSUMER_LAYOUTS_VERSION."""
+    if version is None or version >= CONSUMER_LAYOUTS_VERSION:
         return consumers
     if version < 3:
         return ()
-    return tuple(consumer._replace(dims=None) if consumer.dims is not None else consumer for consumer in consumers)
+    keep = version >= CONSUMER_DIMS_VERSION
+    return tuple(consumer._replace(dims=consumer.dims if keep and consumer.per_channel else None, sizes=None)
+                 for consumer in consumers)
 
 
 def find_consumers(
@@ -221,7 +219,7 @@ Wanted = tuple[frozenset[str], dict[str, Any]]  # op types whose nodes are colle
 
 class _Walk:
     """What the walk over the graphs shares: the constants by scope, the nodes of each scope, the consumers found,
-    the nodes collected, and the constants' shapes by key (made when a per-channel input first needs them)."""
+    the nodes collected, and the constants' shapes by key (made when a layout input first needs them)."""
 
     def __init__(self, by_scope: dict[str, dict[str, str]], others: dict[str, list[tuple[int, Any]]],
                  wanted: Wanted, constants: list[ModelConstant]) -> None:
@@ -236,41 +234,137 @@ class _Walk:
 
 
 class _Declared:
-    """The ranks a graph's inputs, outputs and value_info declare (None: declared without a shape), read on first
+    """The shapes a graph's inputs, outputs and value_info declare (None: declared without a shape), read on first
     use, before those of the graphs around it."""
 
     def __init__(self, inputs: Any, outputs: Any, value_info: Any, outer: _Declared | None) -> None:
         self._values, self._outer = (inputs, outputs, value_info), outer
-        self._ranks: dict[str, int | None] | None = None
+        self._shapes: dict[str, Shape | None] | None = None
 
-    def rank(self, name: str) -> int | None:
-        if self._ranks is None:
-            ranks: dict[str, int | None] = {}
+    def shape(self, name: str) -> Shape | None:
+        if self._shapes is None:
+            shapes: dict[str, Shape | None] = {}
             for values in self._values:
                 for value in values:
-                    ranks.setdefault(_text(value.name), None)
+                    shapes.setdefault(_text(value.name), None)
                     tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
-                    if tensor is not None and tensor.HasField("shape") and ranks[_text(value.name)] is None:
-                        ranks[_text(value.name)] = len(tensor.shape.dim)
-            self._ranks = ranks
-        if name in self._ranks:
-            return self._ranks[name]
-        return None if self._outer is None else self._outer.rank(name)
+                    if tensor is not None and tensor.HasField("shape") and shapes[_text(value.name)] is None:
+                        shapes[_text(value.name)] = tuple(
+                            dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
+                            for dim in tensor.shape.dim)
+            self._shapes = shapes
+        if name in self._shapes:
+            return self._shapes[name]
+        return None if self._outer is None else self._outer.shape(name)
 
 
-def _rank_of(node: Any, op_type: str, visible: dict[str, str], declared: _Declared, walk: _Walk) -> int | None:
+class _Shapes:
+    """The shapes of the values a scope's nodes read and write: a visible constant's, else what the graphs
+    declare (``visible`` is the walk's own dict: a node output that shadows a constant is seen as it goes)."""
+
+    def __init__(self, visible: dict[str, str], declared: _Declared, walk: _Walk) -> None:
+        self.visible, self.declared, self.walk = visible, declared, walk
+
+    def of(self, names: Any, position: int) -> Shape | None:
+        name = names[position] if position < len(names) else ""
+        if not name:
+            return None
+        key = self.visible.get(name)
+        return self.walk.shape(key) if key is not None else self.declared.shape(name)
+
+
+_MOST_ELEMENTS = 2**32 - 1  # a DirectML tensor's most elements, and its most for one size
+
+
+def _rank_of(node: Any, op_type: str, shapes: _Shapes) -> int | None:
     """The rank of a convolution or normalization node (see _RANK_SOURCES): the first of its values whose rank is
     known, from a constant's shape or a declared one, and at most MOST_CHANNEL_DIMS."""
     for kind, position in _RANK_SOURCES[op_type]:
-        names = node.input if kind == "input" else node.output
-        name = names[position] if position < len(names) else ""
-        if not name:
-            continue
-        key = visible.get(name)
-        rank = len(walk.shape(key)) if key is not None else declared.rank(name)
-        if rank is not None and rank <= MOST_CHANNEL_DIMS:
-            return rank
+        shape = shapes.of(node.input if kind == "input" else node.output, position)
+        if shape is not None and len(shape) <= MOST_CHANNEL_DIMS:
+            return len(shape)
     return None
+
+
+def _gather_dims(node: Any, data: tuple[int, ...], shapes: _Shapes) -> int | None:
+    """A Gather's dimension count: the output's rank (the data's, less one, plus the indices'), or the data's when
+    that is more (0-D indices); None when the model gives neither the indices' rank nor the output's."""
+    indices, output = shapes.of(node.input, 1), shapes.of(node.output, 0)
+    if not data or (indices is None and output is None):
+        return None
+    rank = len(data) - 1 + len(indices) if indices is not None else len(output or ())
+    dims = max(len(data), rank)
+    return dims if dims <= MOST_CHANNEL_DIMS else None
+
+
+def _int_attribute(node: Any, name: str) -> int:
+    return next((int(attr.i) for attr in node.attribute if _text(attr.name) == name), 0)
+
+
+def _fits(sizes: tuple[int | None, ...]) -> tuple[int, ...] | None:
+    """``sizes`` when every one is known and DirectML can hold a tensor of them, else None."""
+    if any(size is None or size < 1 for size in sizes):
+        return None
+    known = tuple(size for size in sizes if size is not None)
+    return known if math.prod(known) <= _MOST_ELEMENTS and len(known) <= MOST_CHANNEL_DIMS else None
+
+
+def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, ...] | None:
+    """The sizes GEMM wants a Gemm's C at, the output's [M, N]: C's own where they are more than 1, else M from A
+    (by transA) or the output, N from B (by transB) or the output; None when the model does not give them or C
+    does not broadcast to them."""
+    if len(c) > 2 or 0 in c:
+        return None  # (an empty C is no DirectML tensor: it is skipped)
+    c2 = (1,) * (2 - len(c)) + c
+    a, b, y = shapes.of(node.input, 0), shapes.of(node.input, 1), shapes.of(node.output, 0)
+    from_a = a[1 if _int_attribute(node, "transA") else 0] if a is not None and len(a) == 2 else None
+    from_b = b[0 if _int_attribute(node, "transB") else 1] if b is not None and len(b) == 2 else None
+    from_y = y if y is not None and len(y) == 2 else (None, None)
+    m = c2[0] if c2[0] > 1 else from_a or from_y[0]
+    n = c2[1] if c2[1] > 1 else from_b or from_y[1]
+    return _fits((m, n))
+
+
+def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | None, tuple[int, ...] | None]:
+    """(dims, sizes) of a MatMul's B: the sizes GEMM wants it at (the output's batch sizes, numpy-broadcast from
+    A's and B's, then B's last two), or where the model does not give every batch size, the output's rank."""
+    if len(b) < 2 or 0 in b:
+        return None, None  # (a 1-D B is a column of ONNX's making, not GEMM's B as it is; an empty one is skipped)
+    a, y = shapes.of(node.input, 0), shapes.of(node.output, 0)
+    if (a is not None and len(a) < 2) or (a is None and y is not None and len(y) < len(b)):
+        return None, _fits(b)  # a 1-D A: the output drops its M, and its batch sizes are B's own
+    given = a if a is not None else y
+    if given is None:
+        return None, None
+    rank = max(len(given), len(b))
+    if rank > MOST_CHANNEL_DIMS:
+        return None, None
+    batch: list[int | None] = []
+    for k in range(rank - 2, 0, -1):  # batch positions counted from the right, left to right
+        own = b[-2 - k] if k <= len(b) - 2 else 1
+        other = given[-2 - k] if k <= len(given) - 2 else 1
+        if own > 1:
+            batch.append(own if other in (None, 1, own) else None)
+        else:
+            out = y[-2 - k] if other is None and y is not None and len(y) == rank else None
+            batch.append(other if other is not None else out)
+    sizes = _fits((*batch, *b[-2:]))
+    return (None, sizes) if sizes is not None else (rank, None)
+
+
+def _layout_facts(kind: LayoutInput, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
+                  rank: list[int | None]) -> tuple[int | None, tuple[int, ...] | None]:
+    """(dims, sizes) of a consumer that is an input of LAYOUT_INPUTS (see :class:`Consumer`); ``rank`` holds the
+    node's rank once a convolution or normalization input has found it."""
+    if kind in ("channel", "spatial"):
+        if not rank:
+            rank.append(_rank_of(node, op_type, shapes))
+        return node_dims(rank[0]), None
+    if kind == "rank":
+        return _gather_dims(node, constant, shapes), None
+    if op_type == "Gemm":
+        return None, _gemm_c_sizes(node, constant, shapes)
+    return _matmul_b(node, constant, shapes)
 
 
 def _walk(graph: Any, scope: str, outer: dict[str, str], outer_declared: _Declared | None, walk: _Walk) -> None:
@@ -284,6 +378,7 @@ def _walk(graph: Any, scope: str, outer: dict[str, str], outer_declared: _Declar
 def _walk_nodes(scope: str, visible: dict[str, str], declared: _Declared, walk: _Walk) -> None:
     own = walk.by_scope.get(scope, {})
     found, wanted = walk.found, walk.wanted
+    shapes = _Shapes(visible, declared, walk)
     for index, node in walk.others.get(scope, ()):  # (no Constant node: their outputs are this scope's constants)
         op_type = _text(node.op_type)
         onnx_domain = node.domain in _ONNX_DOMAINS
@@ -291,19 +386,19 @@ def _walk_nodes(scope: str, visible: dict[str, str], declared: _Declared, walk: 
         if wanted[0] and (op_type if onnx_domain else f"{_text(node.domain)}:{op_type}") in wanted[0]:
             node_key = _node_key(node, op_type, index, scope)
             wanted[1][node_key] = node
-        per_channel = PER_CHANNEL_INPUTS.get(op_type, ()) if onnx_domain else ()
-        dims = None  # the node's dimension count, found when a per-channel input of it reads a constant
+        layout = LAYOUT_INPUTS.get(op_type, {}) if onnx_domain else {}
+        rank: list[int | None] = []  # the node's rank, found when a convolution's input first needs it
         for position, name in enumerate(node.input):
             key = visible.get(name) if name else None
             if key is not None:
                 node_key = node_key or _node_key(node, op_type, index, scope)
-                if position in per_channel:
-                    dims = dims or node_dims(_rank_of(node, op_type, visible, declared, walk))
-                # (Another domain's op of the same name is not ONNX's: its inputs are never per-channel.)
+                kind = layout.get(position)
+                # (Another domain's op of the same name is not ONNX's: its inputs are never layout inputs.)
+                facts = (None, None) if kind is None else _layout_facts(kind, node, op_type, walk.shape(key),
+                                                                          shapes, rank)
                 # (A node without an op type is a broken model's: it is named "?", never the empty string.)
                 found.setdefault(key, []).append(Consumer(node_key, (op_type or "?") if onnx_domain else
-                                                          f"{_text(node.domain)}:{op_type}", position,
-                                                          dims if position in per_channel else None))
+                                                          f"{_text(node.domain)}:{op_type}", position, *facts))
         for attr in node.attribute:  # subgraphs, scoped as constants.py scopes them
             if attr.HasField("g") or len(attr.graphs):
                 prefix = f"{_node_key(node, op_type, index, scope)}/{_text(attr.name)}"

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlbridge.errors import ExternalDataError, InvalidArgumentError
+from dmlbridge.errors import ExternalDataError, InvalidArgumentError, counted
 from dmlbridge.system.files import open_regular, read_at, read_into
 
 __all__ = ["ExternalDataInfo", "ExternalDataReader", "check_location", "parse_external_data", "tensor_label"]
@@ -166,7 +166,7 @@ def parse_external_data(tensor: Any, nbytes: int) -> ExternalDataInfo:
     length = _parse_count(values["length"], "length", label) if "length" in values else None
     if length is not None and length != nbytes:
         raise ExternalDataError(
-            f"{label}: external data length is {length} bytes but its type and dims need exactly {nbytes}"
+            f"{label}: external data length is {counted(length, 'byte')} but its type and dims need exactly {nbytes}"
         )
     checksum = values.get("checksum")
     if checksum is not None and (not isinstance(checksum, str) or not _SHA1.match(checksum)):
@@ -330,8 +330,27 @@ class ExternalDataReader:
         finally:
             os.close(fd)
 
-    def _open_checked(self, tensor: Any, nbytes: int) -> tuple[int, int, str]:
-        """Open a tensor's external data file with every check of the module docstring: (fd, offset, where).
+    def examine(self, tensor: Any, nbytes: int) -> None:
+        """Open a tensor's external data file and check it as :meth:`read` does (where it is, what it is, that it
+        holds the tensor's ``nbytes``), reading none of its bytes: a stored checksum, which needs them all, is
+        left to the reading.
+
+        Example:
+            >>> import tempfile
+            >>> from onnx import TensorProto
+            >>> tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4],
+            ...                      data_location=TensorProto.EXTERNAL)
+            >>> _ = tensor.external_data.add(key="location", value="w.bin")
+            >>> ExternalDataReader(tempfile.mkdtemp()).examine(tensor, 16)
+            Traceback (most recent call last):
+            dmlbridge.ExternalDataError: tensor 'w': external data file 'w.bin' cannot be resolved ...
+        """
+        fd, _, _ = self._open_checked(tensor, nbytes, checksum=False)
+        os.close(fd)
+
+    def _open_checked(self, tensor: Any, nbytes: int, checksum: bool = True) -> tuple[int, int, str]:
+        """Open a tensor's external data file with every check of the module docstring (the checksum only with
+        ``checksum``): (fd, offset, where).
 
         The caller closes the descriptor; it is closed here when a check fails.
         """
@@ -350,17 +369,19 @@ class ExternalDataReader:
             self._check_links(after, where)
             size = after.st_size
             if info.offset > size:
-                raise ExternalDataError(f"{where}: offset {info.offset} is past the end of the file ({size} bytes)")
+                raise ExternalDataError(
+                    f"{where}: offset {info.offset} is past the end of the file ({counted(size, 'byte')})")
             if info.length is None and size - info.offset != nbytes:
                 raise ExternalDataError(
                     f"{where}: no length is given, so the data runs from offset {info.offset} to the end of the "
-                    f"file ({size - info.offset} bytes), but the tensor needs exactly {nbytes}"
+                    f"file ({counted(size - info.offset, 'byte')}), but the tensor needs exactly {nbytes}"
                 )
             if info.offset + nbytes > size:
                 raise ExternalDataError(
-                    f"{where}: bytes {info.offset}..{info.offset + nbytes} are past the end of the file ({size} bytes)"
+                    f"{where}: bytes {info.offset}..{info.offset + nbytes} are past the end of the file "
+                    f"({counted(size, 'byte')})"
                 )
-            if info.checksum is not None:
+            if checksum and info.checksum is not None:
                 self._verify_checksum(fd, after, info.checksum, where)
         except BaseException:
             os.close(fd)
@@ -376,7 +397,8 @@ class ExternalDataReader:
             real = os.path.realpath(candidate, strict=True)
         except OSError as exc:
             reason = "is a symlink loop" if exc.errno == errno.ELOOP else f"cannot be resolved ({exc.strerror})"
-            raise ExternalDataError(f"{where} {reason}") from None
+            raise ExternalDataError(f"{where} {reason}: looked for {_short(candidate)} (a location is relative to "
+                                    "the model's folder)") from None
         if not _within(real, root):
             raise ExternalDataError(
                 f"{where} resolves to {_short(real)}, outside the allowed directory {_short(root)}; "

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from dmlbridge.errors import TensorProtoError
+from dmlbridge.errors import TensorProtoError, counted
 
 __all__ = ["INDEX_BLOCK", "WORK_BYTES", "SparseIndices", "densify_sparse"]
 
@@ -64,8 +64,8 @@ class SparseIndices:
             self.coordinates = True
         else:
             raise TensorProtoError(
-                f"{label}: indices have shape {list(indices.shape)}; with {nnz} values and {rank} dims they must be "
-                f"[{nnz}] or [{nnz}, {rank}]"
+                f"{label}: indices have shape {list(indices.shape)}; with {counted(nnz, 'value')} and "
+                f"{counted(rank, 'dim')} they must be [{nnz}] or [{nnz}, {rank}]"
             )
         self.indices = indices
         self.nnz = nnz

@@ -40,6 +40,7 @@ from dmlbridge.errors import (
     TensorProtoError,
     TensorTooLargeError,
     UnsupportedTypeError,
+    counted,
 )
 from dmlbridge.onnx.external_data import ExternalDataReader, parse_external_data, tensor_label
 from dmlbridge.onnx.wire import float_field
@@ -274,7 +275,8 @@ def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
     raw: bytes | None = None
     if not forms:
         if size:
-            raise TensorProtoError(f"{tensor_label(tensor)} has dims {list(shape)} ({size} elements) but no data")
+            raise TensorProtoError(
+                f"{tensor_label(tensor)} has dims {list(shape)} ({counted(size, 'element')}) but no data")
         storage = "typed"
     elif forms[0] == "external data":
         if onnx_type is _STRING:
@@ -292,8 +294,8 @@ def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
         have = len(raw)
         if have != packed:
             raise TensorProtoError(
-                f"{tensor_label(tensor)} has {have} bytes of raw_data but its type {onnx_type.name} and dims "
-                f"{list(shape)} need exactly {packed}"
+                f"{tensor_label(tensor)} has {counted(have, 'byte')} of raw_data but its type {onnx_type.name} and "
+                f"dims {list(shape)} need exactly {packed}"
             )
         storage = "raw"
     else:
@@ -308,8 +310,8 @@ def _info(tensor: Any) -> tuple[TensorInfo, bytes | None]:
         want = _entries_expected(onnx_type, size)
         if have != want:
             raise TensorProtoError(
-                f"{tensor_label(tensor)} has {have} entries in {field} but its type {onnx_type.name} and dims "
-                f"{list(shape)} need exactly {want}"
+                f"{tensor_label(tensor)} has {counted(have, 'entry', 'entries')} in {field} but its type "
+                f"{onnx_type.name} and dims {list(shape)} need exactly {want}"
             )
         storage = "typed"
     name = tensor.name

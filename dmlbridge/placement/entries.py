@@ -30,8 +30,18 @@ from dmlbridge.errors import (
     UnsupportedTypeError,
 )
 from dmlbridge.model.constants import ModelConstant
-from dmlbridge.model.consumers import Consumer, Padding, channel_dims, padded_sizes, padding_of
-from dmlbridge.placement.options import MAX_BUFFER_BYTES, MAX_BUFFER_COUNT, MAX_KEY_LENGTH, PlanOptions
+from dmlbridge.model.consumer_layouts import LEADING, ConsumerLayout, Padding, choose_layout
+from dmlbridge.model.consumers import Consumer
+from dmlbridge.placement.options import (
+    DEFAULT_MAX_BUFFER_BYTES,
+    MAX_BUFFER_BYTES,
+    MAX_BUFFER_COUNT,
+    MAX_KEY_LENGTH,
+    PlanOptions,
+    byte_count_text,
+    round_limit,
+    smallest_max_buffer_bytes,
+)
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.tensor.layout import (
     buffer_bytes,
@@ -58,18 +68,19 @@ FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
 
 def entry_layout(
     onnx_type: OnnxDataType, shape: tuple[int, ...], dml: DmlDataType, conversion: str, min_dims: int, max_dims: int,
-    padding: Padding = "leading", dims: int = 0,
+    layout: ConsumerLayout = LEADING,
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
-    """(sizes, desc strides, TotalTensorSizeInBytes) of a packed entry; LayoutError when DirectML cannot hold it.
-    ``padding``: "channel" puts a 1-D constant's axis on axis 1 of ``dims`` dimensions (at least ``min_dims``;
-    :func:`dmlbridge.model.consumers.channel_dims`)."""
-    if padding == "channel":
-        shape = padded_sizes(shape, padding, max(min_dims, dims))
-    layout = make_layout(shape, None, min_dims, max_dims)
+    """(sizes, desc strides, TotalTensorSizeInBytes) of an entry; LayoutError when DirectML cannot hold it.
+    ``layout``: the one its consumers chose (:func:`dmlbridge.model.consumer_layouts.choose_layout`); its sizes and
+    strides see the same bytes, the ONNX values in C order, so the size in bytes is the ONNX shape's."""
+    if layout.sizes is None:
+        made = make_layout(shape, None, min_dims, max_dims)
+    else:
+        made = make_layout(layout.sizes, layout.strides, min_dims, max_dims)
     if conversion == "emulate":
-        strides, total = emulated_int64(layout)
-        return layout.sizes, strides, total
-    return layout.sizes, None, buffer_bytes(dml, layout.span)
+        strides, total = emulated_int64(made)
+        return made.sizes, strides, total
+    return made.sizes, made.strides, buffer_bytes(dml, made.span)
 
 
 class ConvertedEntry(Protocol):
@@ -117,6 +128,8 @@ class ConvertedEntry(Protocol):
     @property
     def padding(self) -> Padding: ...
     @property
+    def layout_note(self) -> str | None: ...
+    @property
     def consumers(self) -> tuple[Consumer, ...]: ...
     @property
     def buffer(self) -> int: ...
@@ -163,15 +176,20 @@ class PlanEntry:
     """For a ``"saturate"`` entry of a written plan: how many of its values were clamped to the 32-bit range
     (None before the values are read, as in ``plan_model``, and for every other conversion)."""
     padding: Padding = "leading"
-    """Where the padding 1s went: "leading" (before the shape), "channel" (a 1-D constant's axis on axis 1: every
-    consumer is a per-channel input of one dimension count) or "mixed" (leading: its consumers want different
-    layouts); see :mod:`dmlbridge.model.consumers`."""
+    """The layout its consumers chose (:mod:`dmlbridge.model.consumer_layouts`): "leading" (the ONNX shape, leading
+    1s to ``min_dims``), "channel" (a 1-D constant on axis 1), "spatial" (a convolution's weight at the convolution's
+    dimension count), "rank" (leading 1s to its consumer's dimension count), "broadcast" (at the sizes its
+    consumer's output gives, strides of 0 where it repeats) or "mixed" (leading: its consumers want different
+    layouts). Whatever it is, the bytes are the ONNX values in C order and ``shape`` is the ONNX shape."""
     consumers: tuple[Consumer, ...] = ()
-    """The node inputs that read the constant: (node key, op type, input index, and for a per-channel input its
-    node's dimension count) each."""
+    """The node inputs that read the constant: (node key, op type, input index, and for an input whose layout
+    depends on its node what the model declares of it: ``dims``, ``sizes``) each."""
     buffer: int | None = None
     """The index of the buffer file holding the entry's bytes (``UploadPlan.buffers``; ``offset`` is in that
     file). None when skipped."""
+    layout_note: str | None = None
+    """Why the layout is not the one a consumer wants, and what to do at run time (a Gemm whose M the model does
+    not declare, consumers that disagree); None when every consumer has its layout."""
 
     @property
     def end(self) -> int | None:
@@ -265,6 +283,7 @@ class PlanEntry:
             # (Left out at their defaults: a model may have 100,000 entries, most with none of these.)
             **({} if self.clamped is None else {"clamped": self.clamped}),
             **({} if self.padding == "leading" else {"padding": self.padding}),
+            **({} if self.layout_note is None else {"layout_note": self.layout_note}),
             **({"consumers": [consumer.to_json() for consumer in self.consumers]} if self.consumers else {}),
         }
 
@@ -379,6 +398,8 @@ class Placement(NamedTuple):
     buffer_starts: tuple[int, ...] = (0,)
     oversized: int | None = None
     """The position of the first constant larger than ``max_buffer_bytes`` (alone in its buffer), if any."""
+    fitting: int | None = None
+    """With ``oversized``: the round ``max_buffer_bytes`` with which every constant fits (None: there is none)."""
 
     def buffer_range(self, buffer: int) -> slice:
         """The positions of the constants in buffer ``buffer`` (skipped ones between them included)."""
@@ -391,16 +412,16 @@ def place_constants(
     version: int | None = None,
 ) -> Placement:
     """Plan every constant, in order (see the module docstring); ``consumers``: the nodes that read each, by key
-    (:func:`dmlbridge.model.consumers.find_consumers`), which decide where a 1-D constant's padding goes, by the rule of
+    (:func:`dmlbridge.model.consumers.find_consumers`), which choose each constant's layout, by the rule of
     manifest format ``version`` (None: the current one; verification plans by a manifest's own).
 
     Buffers: a new buffer starts where the next converted constant would end past ``options.max_buffer_bytes``.
     A constant larger than that is planned alone in a buffer and noted in ``oversized``: :func:`refuse_oversized`
     refuses it once the checks that come first (``max_tensor_bytes``) have been made."""
     readers = {} if consumers is None else consumers
-    # Only a constant some per-channel input reads can be padded otherwise than with leading 1s: the others (all
-    # but a few) are looked up by (type, shape) alone.
-    per_channel = {key for key, read_by in readers.items() if any(c.per_channel for c in read_by)}
+    # Only a constant some layout input reads can be laid out otherwise than with leading 1s: the others (all but
+    # a few) are looked up by (type, shape) alone.
+    per_layout = {key for key, read_by in readers.items() if any(c.layout_input is not None for c in read_by)}
     alignment = options.alignment
     keys: list[str] = []
     origins: list[str] = []
@@ -421,19 +442,16 @@ def place_constants(
         key, onnx_type, shape = constant.key, constant.onnx_type, constant.shape
         add_key(key)
         add_origin(constant.origin)
-        padding: Padding = "leading"
-        dims = 0  # the dimension count of a channel-padded constant
-        if per_channel and key in per_channel:
-            padding = padding_of(shape, readers[key], options.min_dims, version)
-            if padding == "channel":
-                dims = channel_dims(readers[key], options.min_dims, version)
-        pair_key = (onnx_type, shape) if padding == "leading" else (onnx_type, shape, padding, dims)
+        layout = LEADING
+        if per_layout and key in per_layout:
+            layout = choose_layout(shape, readers[key], options.min_dims, version)
+        pair_key = (onnx_type, shape) if layout is LEADING else (onnx_type, shape, layout)
         pair = get_pair(pair_key)
         if pair is None:
             row = rows.get(onnx_type)
             if row is None:
                 row = rows[onnx_type] = resolve(onnx_type, options.target)
-            pair = pair_of[pair_key] = _plan_pair(onnx_type, shape, row, options, padding, dims)
+            pair = pair_of[pair_key] = _plan_pair(onnx_type, shape, row, options, layout)
         add_pair(pair)
         total = pair.total
         if total < 0:
@@ -448,20 +466,42 @@ def place_constants(
                 buffer_sizes.append(end)  # the next buffer starts here
                 buffer_starts.append(len(keys) - 1)
                 buffer, offset = buffer + 1, 0
-                if len(buffer_starts) > MAX_BUFFER_COUNT:
-                    raise InvalidArgumentError(
-                        f"max_buffer_bytes={limit} splits this model's constants into more than "
-                        f"{MAX_BUFFER_COUNT} buffers, the most a conversion writes; raise max_buffer_bytes "
-                        "(--max-buffer-bytes on the command line)"
-                    )
         add_offset(offset)
         add_buffer(buffer)
         end = offset + total
     _check_names(keys, origins)
     buffer_sizes.append(end)
+    fitting = None
+    if oversized is not None or len(buffer_sizes) > MAX_BUFFER_COUNT:  # (the refusal names a limit that works)
+        fitting = _fitting_limit(pairs, alignment)
+    if len(buffer_sizes) > MAX_BUFFER_COUNT:
+        raise InvalidArgumentError(
+            f"max_buffer_bytes={limit} splits this model's constants into more than {MAX_BUFFER_COUNT} buffers, the "
+            f"most a conversion writes; {_what_fits(fitting)}"
+        )
     each = [readers.get(key, ()) for key in keys] if readers else None
     entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers)
-    return Placement(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized)
+    return Placement(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized,
+                     fitting)
+
+
+def _fitting_limit(pairs: list[Pair], alignment: int) -> int | None:
+    """The round max_buffer_bytes with which every converted constant fits a buffer (and few enough buffers are
+    written), None when there is none (see smallest_max_buffer_bytes and round_limit)."""
+    smallest = smallest_max_buffer_bytes([pair.total for pair in pairs if pair.total >= 0], alignment)
+    return None if smallest is None else round_limit(smallest, alignment)
+
+
+def _what_fits(fitting: int | None) -> str:
+    """What to pass instead, in the keyword's terms (the command line names its flag)."""
+    if fitting is None:
+        return ("no max_buffer_bytes up to 0xFFFF0000 (the largest upload buffer Direct3D 12 makes) holds them: "
+                "leave out the largest constants (exclude)")
+    text = byte_count_text(fitting)
+    guaranteed = ("" if fitting <= DEFAULT_MAX_BUFFER_BYTES else
+                  "; buffers over 2 GiB are not guaranteed by Direct3D 12: check that the device makes them")
+    return (f"pass max_buffer_bytes={fitting}{'' if text.isdigit() else f' ({text})'}: the smallest round limit "
+            f"with which every constant of this model fits a buffer{guaranteed}")
 
 
 def _check_names(keys: list[str], origins: list[str]) -> None:
@@ -478,17 +518,18 @@ def _check_names(keys: list[str], origins: list[str]) -> None:
 
 def refuse_oversized(constants: list[ModelConstant], placement: Placement, limit: int) -> None:
     """TensorTooLargeError for the first constant larger than ``max_buffer_bytes`` (a tensor is never split):
-    an image without its largest tensors would be of no use."""
+    an image without its largest tensors would be of no use. It names the limit with which the whole model
+    converts, so that one retry is enough."""
     if placement.oversized is not None:
-        raise _too_large_for_a_buffer(constants[placement.oversized], placement.pairs[placement.oversized].total, limit)
+        raise _too_large_for_a_buffer(constants[placement.oversized], placement.pairs[placement.oversized].total, limit,
+                                      placement.fitting)
 
 
-def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int) -> TensorTooLargeError:
+def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int,
+                            fitting: int | None) -> TensorTooLargeError:
     over = (" It is larger than any upload buffer Direct3D 12 makes (0xFFFF0000 bytes), so it cannot be uploaded "
             "in one piece: leave it out (exclude)." if total > MAX_BUFFER_BYTES else
-            f" Raise max_buffer_bytes (--max-buffer-bytes on the command line) to at least {total} rounded up to "
-            "the alignment, up to 0xFFFF0000; buffers over 2 GiB are not guaranteed by Direct3D 12 (the default "
-            "limit is 2 GiB, so a constant over 2 GiB always needs the option).")
+            f" To convert the model, {_what_fits(fitting)}.")
     return TensorTooLargeError(
         f"constant {constant.key!r} ({constant.origin}) takes {total} bytes ({constant.onnx_type.name} "
         f"{list(constant.shape)}), more than max_buffer_bytes={limit}: a tensor is never split across buffers."
@@ -497,11 +538,11 @@ def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int) -> 
 
 
 def _plan_pair(
-    onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions, padding: Padding,
-    dims: int = 0,
+    onnx_type: OnnxDataType, shape: tuple[int, ...], row: MappingRow, options: PlanOptions, layout: ConsumerLayout,
 ) -> Pair:
     fields: dict[str, Any] = dict.fromkeys(_ENTRY_FIELDS)
-    fields["onnx_type"], fields["shape"], fields["padding"] = onnx_type, shape, padding
+    fields["onnx_type"], fields["shape"], fields["padding"] = onnx_type, shape, layout.padding
+    fields["layout_note"] = layout.note
     if row.dml_type is None:
         fields["skipped"] = f"{onnx_type.name}: {row.reason}"
         return Pair(fields, -1, UnsupportedTypeError, None, None, False)
@@ -510,7 +551,7 @@ def _plan_pair(
         return Pair(fields, -1, LayoutError, None, None, False)
     try:
         sizes, strides, total = entry_layout(onnx_type, shape, row.dml_type, row.conversion, options.min_dims,
-                                             options.target.max_dimension_count, padding, dims)
+                                             options.target.max_dimension_count, layout)
     except LayoutError as exc:
         fields["skipped"] = str(exc)
         return Pair(fields, -1, LayoutError, None, None, False)

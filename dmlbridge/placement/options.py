@@ -33,11 +33,14 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "ConvertOptions",
     "PlanOptions",
+    "byte_count_text",
     "check_flag",
     "check_max_buffer_bytes",
     "check_max_tensor_bytes",
     "max_buffer_bytes_for",
     "parse_byte_count",
+    "round_limit",
+    "smallest_max_buffer_bytes",
 ]
 
 DEFAULT_MAX_MANIFEST_BYTES = 256 << 20
@@ -127,6 +130,74 @@ def check_max_buffer_bytes(value: Any, alignment: int) -> int:
             "what every GPU with 8 GiB of memory guarantees (dmlbridge.max_buffer_bytes_for gives it for others)"
         )
     return value
+
+
+def buffer_count(totals: list[int], limit: int, alignment: int) -> int:
+    """How many buffers constants of these sizes (in model order, skipped ones left out) take within ``limit``:
+    the rule of :func:`dmlbridge.placement.entries.place_constants` (a new buffer where the next constant would end
+    past the limit; one larger than it alone in its buffer)."""
+    count, end = 1, 0
+    for total in totals:
+        offset = -(-end // alignment) * alignment
+        if offset + total > limit and end > 0:
+            count, offset = count + 1, 0
+        end = offset + total
+    return count
+
+
+def smallest_max_buffer_bytes(totals: list[int], alignment: int) -> int | None:
+    """The smallest ``max_buffer_bytes`` (a multiple of ``alignment``) with which constants of these sizes all fit
+    in at most MAX_BUFFER_COUNT buffers; None when none does (a constant over 0xFFFF0000). A larger limit never
+    takes more buffers (a buffer's constants keep their offsets when it holds fewer), so it is found by halving.
+
+    Example:
+        >>> smallest_max_buffer_bytes([6000, 12000, 20], 256)
+        12032
+    """
+    low = max(-(-max(totals, default=0) // alignment), 1)  # in alignments
+    high = MAX_BUFFER_BYTES // alignment
+    if low > high or buffer_count(totals, high * alignment, alignment) > MAX_BUFFER_COUNT:
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if buffer_count(totals, middle * alignment, alignment) <= MAX_BUFFER_COUNT:
+            high = middle
+        else:
+            low = middle + 1
+    return low * alignment
+
+
+def round_limit(needed: int, alignment: int) -> int | None:
+    """``needed`` rounded up to a number a person writes: a whole number of GiB, MiB or KiB, the coarsest that
+    adds at most a sixteenth, else ``needed`` itself; a multiple of ``alignment`` (a power of two) and at most
+    0xFFFF0000, or None when no such number is at least ``needed``.
+
+    Example:
+        >>> round_limit(12032, 256), round_limit(2469606195, 256) == 2356 << 20
+        (12288, True)
+    """
+    aligned = -(-needed // alignment) * alignment
+    if aligned > MAX_BUFFER_BYTES:
+        return None
+    for unit in (1 << 30, 1 << 20, 1 << 10):
+        step = max(unit, alignment)
+        value = -(-needed // step) * step
+        if value <= MAX_BUFFER_BYTES and value - needed <= needed // 16:
+            return value
+    return aligned
+
+
+def byte_count_text(count: int) -> str:
+    """``count`` as :func:`parse_byte_count` reads it, in the largest binary unit that divides it exactly.
+
+    Example:
+        >>> byte_count_text(12288), byte_count_text(2 << 30), byte_count_text(1000)
+        ('12KiB', '2GiB', '1000')
+    """
+    for unit, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if count >= unit and count % unit == 0:
+            return f"{count // unit}{name}"
+    return str(count)
 
 
 class PlanOptions(NamedTuple):

@@ -17,12 +17,20 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
+from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError, counted
 from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, parse_manifest, read_manifest_file
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
-from dmlbridge.placement.entries import ConvertedEntry, Pair, Placement, PlanEntry, place_constants, refuse_oversized
+from dmlbridge.placement.entries import (
+    ConvertedEntry,
+    Pair,
+    Placement,
+    PlanEntry,
+    entry_layout,
+    place_constants,
+    refuse_oversized,
+)
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
@@ -33,11 +41,12 @@ from dmlbridge.placement.options import (
     check_max_tensor_bytes,
 )
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
+from dmlbridge.plan.external_files import examine_external_data
 from dmlbridge.plan.fingerprint import fingerprint_problem
 from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
-from dmlbridge.quantized.records import QuantizedWeight, quantized_views
+from dmlbridge.quantized.records import QuantizedWeight, check_zero_scales, quantized_views
 from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.decode import decode
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
@@ -45,10 +54,8 @@ from dmlbridge.tensor.encode import PreparedTensor
 from dmlbridge.types.target import Target
 from dmlbridge.version import __version__
 
-__all__ = [
-    "Binding", "ModelAndPlan", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes",
-    "raise_if_skipped", "read_plan",
-]
+__all__ = ["Binding", "ModelAndPlan", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes",
+           "raise_if_skipped", "read_plan"]
 
 _LOAD_ATTEMPTS = 5  # manifests read while other conversions publish (see read_plan)
 
@@ -84,7 +91,7 @@ class UploadPlan(Manifest):
 
     def __repr__(self) -> str:
         where = f", manifest_path={self.manifest_path!r}" if self.manifest_path else ""
-        return (f"UploadPlan(<{len(self.entries)} entries>, target={self.target.describe()}, "
+        return (f"UploadPlan(<{counted(len(self.entries), 'entry', 'entries')}>, target={self.target.describe()}, "
                 f"total_size={self.total_size}, buffers={len(self.buffers)}{where})")
 
     @property
@@ -176,8 +183,8 @@ class UploadPlan(Manifest):
         size = entry.total_tensor_size_in_bytes
         if size > check_max_tensor_bytes(max_tensor_bytes):
             raise TensorTooLargeError(
-                f"entry {key!r} holds {size} bytes, more than max_tensor_bytes={max_tensor_bytes}; pass a larger "
-                "max_tensor_bytes= to read it if you have the memory"
+                f"entry {key!r} holds {counted(size, 'byte')}, more than max_tensor_bytes={max_tensor_bytes}; pass a "
+                "larger max_tensor_bytes= to read it if you have the memory"
             )
         try:
             out = np.empty(size, dtype=np.uint8)
@@ -207,8 +214,8 @@ class UploadPlan(Manifest):
             size = files.size(index)
             if size != buffer.size:
                 problems.append(("size",
-                    f"the buffer file {buffer.path!r} holds {size} bytes but the manifest says {buffer.size}; the "
-                    "two files do not belong together (or one was cut short)"
+                    f"the buffer file {buffer.path!r} holds {counted(size, 'byte')} but the manifest says "
+                    f"{buffer.size}; the two files do not belong together (or one was cut short)"
                 ))
                 continue
             problem = fingerprint_problem(files.fd(index), buffer.path, buffer.fingerprint, buffer.size,
@@ -246,67 +253,47 @@ class UploadPlan(Manifest):
         return [Binding(e.key, e.buffer, e.offset, e.total_tensor_size_in_bytes) for e in self.converted]
 
     def read_buffer(self, index: int, offset: int, out: np.ndarray) -> None:
-        """Fill ``out`` (a writable, contiguous uint8 array) with buffer file ``index``'s bytes from ``offset``, read
-        now from the file the plan checked: to stream a buffer file (into a GPU's upload heap) without holding it.
-
-        Example:
-            >>> import dmlbridge, numpy as np, os, tempfile
-            >>> from onnx import helper, numpy_helper
-            >>> w = numpy_helper.from_array(np.array([1, 2, 3], np.int32), "w")
-            >>> plan = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
-            ...                                os.path.join(tempfile.mkdtemp(), "w"), progress=False)
-            >>> out = np.empty(4, np.uint8); plan.read_buffer(0, 4, out); out.tolist()
-            [2, 0, 0, 0]
-        """
-        files = self._open_files()
-        if not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.flags.c_contiguous
-                and out.flags.writeable):
-            raise InvalidArgumentError("out must be a writable, contiguous numpy uint8 array")
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (index, offset)) \
-                or not 0 <= index < len(self.buffers) or not 0 <= offset <= self.buffers[index].size - out.size:
-            raise InvalidArgumentError(f"buffer file {index!r} has no {out.size} bytes at offset {offset!r} (the "
-                                       f"plan has {len(self.buffers)} buffer files)")
-        files.read_into(index, offset, out)
+        """Fill ``out`` (a writable, contiguous uint8 array) with buffer file ``index``'s bytes from ``offset``."""
+        self._open_files().read_checked(index, offset, out)
 
     def array_from(self, key: str, data: Any) -> np.ndarray:
-        """The entry's ONNX values (as :meth:`array` gives them) from ``data``, its bytes read from elsewhere (a GPU).
-
-        Example:
-            >>> import dmlbridge, numpy as np
-            >>> from onnx import helper, numpy_helper
-            >>> w = numpy_helper.from_array(np.array([True, False]), "w")
-            >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], [w])))
-            >>> plan.array_from("w", bytes([1, 0, 0, 0]))                   # (bool is stored as UINT8)
-            array([ True, False])
-        """
+        """The entry's ONNX values, as :meth:`array` gives them, from ``data``: its bytes read elsewhere (a GPU)."""
         if (raw := as_bytes(data, "data")).size != (size := self._entry(key).total_tensor_size_in_bytes):
             raise InvalidArgumentError(f"entry {key!r} holds {size} bytes; data has {raw.size}")
-        return self._prepared(key, DEFAULT_MAX_TENSOR_BYTES, raw).to_numpy()
+        return self._prepared(key, DEFAULT_MAX_TENSOR_BYTES, as_onnx=True, data=raw).to_numpy()
 
-    def _prepared(self, key: str, max_tensor_bytes: int, data: np.ndarray | None = None) -> PreparedTensor:
-        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the buffer file (or to ``data``).
+    def _prepared(self, key: str, max_tensor_bytes: int, as_onnx: bool = False, data: Any = None) -> PreparedTensor:
+        # PreparedTensor.to_numpy of the bytes in the buffer file (or ``data``); ``as_onnx``: through the ONNX shape's
+        # desc (its bytes, whatever layout its consumers chose, are its ONNX values in C order), not the entry's own.
         entry = self._entry(key)
-        assert entry.buffer_desc is not None and entry.conversion is not None
+        assert entry.buffer_desc is not None and entry.conversion is not None and entry.dml_type is not None
+        desc = entry.buffer_desc
+        if as_onnx:
+            sizes, strides, total = entry_layout(entry.onnx_type, entry.shape, entry.dml_type, entry.conversion, 1,
+                                                 self.target.max_dimension_count)
+            desc = desc._replace(sizes=sizes, strides=strides, total_tensor_size_in_bytes=total)
         return PreparedTensor(
             onnx_type=entry.onnx_type,
             conversion=entry.conversion,
-            buffer_desc=entry.buffer_desc,
+            buffer_desc=desc,
             data=self.read(key, max_tensor_bytes=max_tensor_bytes) if data is None else data,
             source_dtype=entry.onnx_type.numpy(),
             source_shape=entry.shape,
-            element_strides=None,  # whole-model entries are always packed
+            element_strides=None,  # (the ONNX shape's bytes are packed)
         )
 
     def dml_array(self, key: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
-        """The entry as DirectML sees it: its bytes decoded as ``dml_type`` with the desc's sizes and strides."""
+        """The entry as DirectML sees it: its bytes decoded as ``dml_type`` with the desc's sizes and strides (a
+        broadcast entry's repeated elements too)."""
         prepared = self._prepared(key, max_tensor_bytes)
         return decode(prepared.data, prepared.dml_type, prepared.sizes, prepared.strides)
 
     def array(self, key: str, *, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
         """The entry's original ONNX values read back from its buffer file: the dtype
-        ``onnx.numpy_helper.to_array`` gives and the ONNX shape. (A "lossy" DOUBLE entry gives its FLOAT32-rounded
-        values.) Entries over ``max_tensor_bytes`` are refused, as :meth:`read` does."""
-        return self._prepared(key, max_tensor_bytes).to_numpy()
+        ``onnx.numpy_helper.to_array`` gives and the ONNX shape, whatever layout its consumers chose. (A "lossy"
+        DOUBLE entry gives its FLOAT32-rounded values.) Entries over ``max_tensor_bytes`` are refused, as
+        :meth:`read` does."""
+        return self._prepared(key, max_tensor_bytes, as_onnx=True).to_numpy()
 
     def verify(
         self,
@@ -339,7 +326,9 @@ class UploadPlan(Manifest):
         )
         if problems:
             shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
-            raise ManifestError(f"the plan does not match the model ({len(problems)} mismatches): {shown}")
+            found = counted(len(problems), "mismatch", "mismatches")
+            raise ManifestError(f"the plan does not match the model ({found}): {shown}")
+
 
 
 def plan_model(
@@ -381,12 +370,21 @@ def plan_model(
 
 def plan_with_notes(
     model: Any, options: PlanOptions, selection: Selection, strict: bool,
-    base_dir: str | os.PathLike[str] | None = None,
+    base_dir: str | os.PathLike[str] | None = None, *, open_external_data: bool = False,
+    external_data_root: str | os.PathLike[str] | None = None,
 ) -> tuple[UploadPlan, dict[str, str]]:
     """:func:`plan_model` of checked options, and per key what it did not check (``dmlbridge inspect``'s note
-    column): "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated)."""
+    column): "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated).
+
+    With ``open_external_data`` each external data file the planned constants keep their values in is opened and
+    checked as a conversion checks it, none of its bytes read (:meth:`ExternalDataReader.examine`): a missing one
+    is the ExternalDataError conversion gives (``external_data_root``: as convert_model's)."""
     with read_model(model, base_dir) as loaded, collector_paused():  # (closes the model's directory)
         model_plan = plan_loaded(loaded, options, strict, selection)
+        if open_external_data:  # (what the plan does not skip)
+            entries = model_plan.plan.entries
+            examine_external_data(loaded, [c for c in model_plan.not_in_the_bytes()
+                                           if c.key not in entries or not entries[c.key].skipped], external_data_root)
     refuse_oversized(model_plan.constants, model_plan.placement, options.max_buffer_bytes)
     notes: dict[str, list[str]] = {}
     for constant in model_plan.constants:
@@ -571,7 +569,7 @@ def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: 
                check_fingerprint: bool) -> UploadPlan:
     """The plan of the manifest bytes ``data`` read from ``path``, its buffer files opened and checked."""
     manifest = parse_manifest(data, path, os.path.basename(bin_file))
-    directory = os.path.dirname(os.path.abspath(path))
+    directory = os.path.realpath(os.path.dirname(path) or os.curdir)  # (as the system resolves it: prefix_folder)
     buffers: tuple[BufferFile, ...]
     if manifest.format_version == 1:
         if not bin_file:
@@ -593,6 +591,9 @@ def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: 
         problems = [message for _, message in plan.buffer_checks(sha256=verify, fingerprint=check_fingerprint)]
         if problems:
             raise ManifestError(problems[0])
+        if check_fingerprint:  # (dmlbridge verify compares the records with the model's, reading each byte once)
+            check_zero_scales(plan.quantized_records, plan.entries, lambda entry, start, out: files.read_into(
+                entry.buffer or 0, (entry.offset or 0) + start, out))
     except BaseException:
         files.close()
         raise

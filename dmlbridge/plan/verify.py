@@ -2,12 +2,13 @@
 
 A plan and a model agree when they hold the same keys, each with the same ONNX type and shape, each converted or
 skipped alike, each entry's bytes in its buffer file equal to what a fresh conversion of the model's value gives,
-and the values read back from the buffer files equal to the model's bit for bit (a NaN of a widened float equals
-any NaN). The model is read one constant at a time, a large one a chunk at a time (as conversion converts it);
-the buffer files are read once, front to back (:mod:`dmlbridge.plan.buffer_pass`), and their fingerprint and, when
-asked, their SHA-256 come from the same reads. The chunks a job compares (constants of 1 MiB and more: in worker
-threads with ``workers`` above 1) are charged what they allocate to the budget conversion keeps
-(dmlbridge.system.workers), so memory stays within it whatever the model's size.
+and the values read back from the buffer files equal to the model's bit for bit (NaN payloads and signalling NaNs
+included: every conversion but "lossy" and "saturate" reads back as the model's bits, and those as the model's
+values converted). The model is read one constant at a time, a large one a chunk at a time (as conversion
+converts it); the buffer files are read once, front to back (:mod:`dmlbridge.plan.buffer_pass`), and their
+fingerprint and, when asked, their SHA-256 come from the same reads. The chunks a job compares (constants of 1 MiB
+and more: in worker threads with ``workers`` above 1) are charged what they allocate to the budget conversion
+keeps (dmlbridge.system.workers), so memory stays within it whatever the model's size.
 
     >>> import tempfile, os, numpy as np, dmlbridge
     >>> from onnx import helper, numpy_helper
@@ -29,7 +30,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError, ManifestError
+from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError, ManifestError, counted
 from dmlbridge.manifest.format import BufferFile
 from dmlbridge.manifest.sections import OPERATOR_VERSION
 from dmlbridge.model.constants import ModelConstant, find_constants
@@ -50,6 +51,7 @@ from dmlbridge.system.workers import POOL_MIN_BYTES, Prefetch, check_workers
 from dmlbridge.tensor.descs import BufferTensorDesc
 from dmlbridge.tensor.encode import PreparedTensor, prepare
 from dmlbridge.types.data_types import OnnxDataType
+from dmlbridge.types.float_bits import cast
 from dmlbridge.types.target import Target
 
 _READBACK_BLOCK = 1 << 18
@@ -58,7 +60,7 @@ MiB)."""
 _READBACK_BYTES = 8 << 20
 """What reading back and comparing one block allocates, at most."""
 _EXACT = ("native", "widen", "emulate", "narrow")
-"""The conversions whose values read back exactly (NaN payloads of widened floats aside)."""
+"""The conversions whose values read back exactly, bit for bit."""
 _SPARE_BYTES = 32 << 20
 """The buffers read into that are kept for reuse (beyond the jobs' budget, so kept small)."""
 
@@ -150,8 +152,8 @@ def find_mismatches(
         for file, size in plan.source_external:
             seen = None if reader is None else reader.files.get(file)
             if seen is not None and seen != size:
-                problems.insert(0, f"the external data file {file!r} holds {seen} bytes; the plan was made from one "
-                                   f"of {size}")
+                problems.insert(0, f"the external data file {file!r} holds {counted(seen, 'byte')}; the plan was "
+                                   f"made from one of {size}")
         return problems
 
 
@@ -170,9 +172,8 @@ class _Chunk:
 class _Found(NamedTuple):
     """What comparing one chunk found: bytes that differ from a fresh conversion (and the first, from the
     entry's start; -1: none), values "saturate" clamped, whether the values read back differ from the model's as
-    converted (NaN payloads of widened floats aside), the first element whose read-back bits differ from the
-    model's value as converted and as it is (index in the tensor, the buffer's value, the model's), and whether
-    the fresh conversion failed."""
+    converted, the first element whose read-back bits differ from the model's value as converted and as it is
+    (index in the tensor, the buffer's value, the model's), and whether the fresh conversion failed."""
 
     differ: int
     first: int
@@ -196,8 +197,8 @@ def _find(
     for index, buffer in enumerate(plan.buffers):
         size = files.size(index)
         front.append([] if size == buffer.size else [
-            f"the buffer file {buffer.path!r} holds {size} bytes but the manifest says {buffer.size}; the two files "
-            "do not belong together (or one was cut short)"])
+            f"the buffer file {buffer.path!r} holds {counted(size, 'byte')} but the manifest says {buffer.size}; the "
+            "two files do not belong together (or one was cut short)"])
         if sha256 and buffer.sha256 is None:
             raise ManifestError("verify=True, but the manifest records no SHA-256 of its buffer files; convert with "
                                 "checksum=True (--checksum)")
@@ -343,8 +344,9 @@ def _chunks(index: int, constant: ModelConstant, entry: PlanEntry, fresh_total: 
     fresh conversion's, or it is not packed), and the slices of a constant cut into more than one."""
     assert entry.offset is not None and entry.total_tensor_size_in_bytes is not None
     total = entry.total_tensor_size_in_bytes
-    if fresh_total != total or (entry.strides is not None and entry.conversion != "emulate"):
-        return [], None
+    if fresh_total != total or (entry.strides is not None and entry.conversion != "emulate"
+                                and entry.padding != "broadcast"):
+        return [], None  # (a broadcast entry's strides of 0 repeat its packed bytes: compared as those)
     bits, buffer, offset, size = _bits(entry), entry.buffer or 0, entry.offset, constant.size
     by_job = constant.nbytes >= POOL_MIN_BYTES
     larger = max(constant.nbytes, total)
@@ -426,13 +428,11 @@ def _compare_chunk(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry,
     base = chunk.start - (entry.offset or 0)
     assert entry.dml_type is not None and entry.conversion is not None
     converted = values
-    if entry.conversion == "lossy":
-        with np.errstate(over="ignore"):  # out of FLOAT32 range becomes inf, as in the conversion
-            converted = values.astype(np.float32).astype(values.dtype)
+    if entry.conversion == "lossy":  # (rounded to FLOAT32 as the conversion rounds, and back: float_bits)
+        converted = cast(cast(values, np.float32), values.dtype)
     elif entry.conversion == "saturate":
         info = np.iinfo(np.int32 if constant.onnx_type is OnnxDataType.INT64 else np.uint32)
         converted = np.clip(values, info.min, info.max).astype(values.dtype)
-    widened = entry.conversion == "widen" and constant.onnx_type.is_float
     values_differ, first_converted, first_value = False, None, None
     if (not differ.size and entry.conversion == expected.conversion and entry.conversion in _EXACT
             and entry.dml_type is expected.dml_type):
@@ -447,14 +447,18 @@ def _compare_chunk(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry,
             entry.onnx_type, entry.conversion,
             BufferTensorDesc(entry.dml_type, entry.flags, (high - low,), None, used, plan.alignment),
             actual[low * bits // 8 : (high * bits + 7) // 8], entry.onnx_type.numpy(), (high - low,), None).to_numpy()
-        values_differ = values_differ or bool(_differing(back, converted[low:high], widened_float=widened).any())
+        values_differ = values_differ or bool(_differing(back, converted[low:high]).any())
         if first_converted is None:
-            first_converted = _first_of(back, converted, low, chunk.begin, widened)
+            first_converted = _first_of(back, converted, low, chunk.begin)
         if first_value is None:
-            first_value = first_converted if converted is values else _first_of(back, values, low, chunk.begin,
-                                                                                       widened)
+            first_value = first_converted if converted is values else _first_of(back, values, low, chunk.begin)
     return _Found(len(differ) + len(padding), base + first if first >= 0 else -1, expected.clamped, values_differ,
                   first_converted, first_value)
+
+
+def _differ(count: int) -> str:
+    """``1 byte differs``, ``2 bytes differ``."""
+    return f"{counted(count, 'byte')} {'differs' if count == 1 else 'differ'}"
 
 
 def _differing_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -466,12 +470,11 @@ def _differing_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.flatnonzero(a != b)
 
 
-def _first_of(back: np.ndarray, values: np.ndarray, low: int, begin: int,
-              widened: bool) -> tuple[int, Any, Any] | None:
-    """The first element of ``back`` (elements ``low`` on of ``values``) whose bits differ (``widened``: NaN
-    payloads aside): (its index in the tensor, the buffer's value, the model's)."""
+def _first_of(back: np.ndarray, values: np.ndarray, low: int, begin: int) -> tuple[int, Any, Any] | None:
+    """The first element of ``back`` (elements ``low`` on of ``values``) whose bits differ: (its index in the
+    tensor, the buffer's value, the model's)."""
     part = values[low : low + len(back)]
-    differ = np.flatnonzero(_differing(back, part, widened_float=widened))
+    differ = np.flatnonzero(_differing(back, part))
     if not differ.size:
         return None
     at = int(differ[0])
@@ -487,11 +490,11 @@ def _merge(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, results
     if differ:
         first = next(result.first for result in results if result.first >= 0)
         assert entry.offset is not None
-        return (f"{differ} byte(s) differ from a fresh conversion, the first at offset {entry.offset + first} of "
+        return (f"{_differ(differ)} from a fresh conversion, the first at offset {entry.offset + first} of "
                 f"the buffer file{_element(constant, next((r.first_value for r in results if r.first_value), None))}")
     clamped = sum(result.clamped for result in results)
     if entry.conversion == "saturate" and entry.clamped != clamped:
-        return f"the plan counts {entry.clamped} values clamped, a fresh conversion {clamped}"
+        return f"the plan counts {counted(entry.clamped or 0, 'value')} clamped, a fresh conversion {clamped}"
     if any(result.values_differ for result in results):
         first_converted = next((r.first_converted for r in results if r.first_converted), None)
         return "the values read back from the buffer file differ from the model's" + _element(constant, first_converted)
@@ -504,7 +507,17 @@ def _element(constant: ModelConstant, first: tuple[int, Any, Any] | None) -> str
         return ""
     index, held, value = first
     where = [int(i) for i in np.unravel_index(index, constant.shape)] if constant.shape else []
-    return f"; element {where}: the buffer holds {held}, the model {value}"
+    return f"; element {where}: the buffer holds {_shown(held)}, the model {_shown(value)}"
+
+
+def _shown(value: Any) -> str:
+    """An element as a message shows it: a NaN with its bits (every NaN prints as ``nan``)."""
+    text = str(value)
+    if text.lstrip("-") != "nan":
+        return text
+    element = np.asarray(value)
+    bits = int(element.reshape(1).view(f"u{element.dtype.itemsize}")[0])
+    return f"{text} (bits 0x{bits:0{2 * element.dtype.itemsize}x})"
 
 
 def _compare(
@@ -526,27 +539,27 @@ def _compare(
         differ = np.flatnonzero(expected.data != actual) if expected.data.shape == actual.shape else np.array([0])
         first = int(differ[0])
         assert entry.offset is not None
-        return (f"{len(differ)} byte(s) differ from a fresh conversion, the first at offset {entry.offset + first} "
+        return (f"{_differ(len(differ))} from a fresh conversion, the first at offset {entry.offset + first} "
                 f"of the buffer file{_first_element(plan, entry, values)}")
     back = plan.array(entry.key)
-    if entry.conversion == "lossy":
-        with np.errstate(over="ignore"):  # out of FLOAT32 range becomes inf, as in the conversion
-            values = values.astype(np.float32).astype(values.dtype)
+    if entry.conversion == "lossy":  # (rounded to FLOAT32 as the conversion rounds, and back: float_bits)
+        values = cast(cast(values, np.float32), values.dtype)
     elif entry.conversion == "saturate":
         if entry.clamped != expected.clamped:
-            return f"the plan counts {entry.clamped} values clamped, a fresh conversion {expected.clamped}"
+            planned = counted(entry.clamped or 0, "value")
+            return f"the plan counts {planned} clamped, a fresh conversion {expected.clamped}"
         assert expected.dml_type is not None
         info = np.iinfo(expected.dml_type.numpy())
         values = np.clip(values, info.min, info.max).astype(values.dtype)
-    if not _same_values(back, values, widened_float=entry.conversion == "widen" and constant.onnx_type.is_float):
+    if not _same_values(back, values):
         return ("the values read back from the buffer file differ from the model's"
                 + _first_element(plan, entry, values, back))
     return None
 
 
 def _consumer_list(consumers: tuple[Consumer, ...]) -> str:
-    shown = ", ".join(f"{c.node} ({c.op_type} input {c.input}{'' if c.dims is None else f', {c.dims}-D'})"
-                      for c in consumers[:3])
+    shown = ", ".join(f"{c.node} ({c.op_type} input {c.input}{'' if c.dims is None else f', {c.dims}-D'}"
+                      f"{'' if c.sizes is None else f', sizes {list(c.sizes)}'})" for c in consumers[:3])
     return f"[{shown}{', ...' if len(consumers) > 3 else ''}]"
 
 
@@ -559,33 +572,35 @@ def _first_element(plan: WrittenPlan, entry: PlanEntry, values: np.ndarray, back
         return ""
     if back.shape != values.shape or back.dtype != values.dtype:
         return ""
-    differ = np.flatnonzero(_differing(back, values, widened_float=False))
+    differ = np.flatnonzero(_differing(back, values))
     if not differ.size:
         return ""
     index = int(differ[0])
     where = [int(i) for i in np.unravel_index(index, values.shape)] if values.shape else []
-    return f"; element {where}: the buffer holds {back.reshape(-1)[index]}, the model {values.reshape(-1)[index]}"
+    return (f"; element {where}: the buffer holds {_shown(back.reshape(-1)[index])}, the model "
+            f"{_shown(values.reshape(-1)[index])}")
 
 
-def _same_values(a: np.ndarray, b: np.ndarray, *, widened_float: bool) -> bool:
-    """Bit-for-bit equality of two arrays of one dtype (NaN vs NaN of any payload allowed when widened_float)."""
+def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-for-bit equality of two arrays of one dtype."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return not _differing(a, b, widened_float=widened_float).any()
+    return not _differing(a, b).any()
 
 
-def _differing(a: np.ndarray, b: np.ndarray, *, widened_float: bool) -> np.ndarray:
-    """Per element, whether two arrays of one shape and dtype differ bit for bit (a NaN and a NaN of any payload
-    do not, when widened_float)."""
+def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per element, whether two arrays of one shape and dtype differ bit for bit (no float arithmetic: a NaN is
+    its bits, and reading them raises no warning)."""
     if a.dtype == np.bool_:
         return np.asarray(a != b)
-    if a.dtype.kind == "V":  # ml_dtypes sub-byte types, one byte per element
-        if a.dtype.name.startswith(("int", "uint")):
-            return np.asarray(a.astype(np.int64) != b.astype(np.int64))
-        # float4/float6: float32 holds every value exactly and keeps -0 apart from +0.
-        a, b = a.astype(np.float32), b.astype(np.float32)
+    name = a.dtype.name
+    if name in _SUB_BYTE_INTEGERS:  # (ml_dtypes' sub-byte types, one byte per element: only the low bits count)
+        return np.asarray(a.astype(np.int64) != b.astype(np.int64))
+    if name.startswith(("float4", "float6")):  # (no NaN; float32 holds every value and keeps -0 apart from +0)
+        with np.errstate(all="ignore"):  # (bits past the format's own, which a hostile buffer may hold, warn)
+            a, b = a.astype(np.float32), b.astype(np.float32)
     bits = np.dtype(f"u{a.dtype.itemsize}")
-    differ = np.asarray(a.view(bits) != b.view(bits))
-    if widened_float:
-        differ &= ~(np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64)))
-    return differ
+    return np.asarray(a.view(bits) != b.view(bits))
+
+
+_SUB_BYTE_INTEGERS = frozenset({"int4", "uint4", "int2", "uint2"})

@@ -36,12 +36,13 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from dmlbridge.errors import DmlBridgeError
+from dmlbridge.errors import DmlBridgeError, counted
 from dmlbridge.model.constants import ModelConstant, make_constant
 from dmlbridge.model.consumers import Consumer
 from dmlbridge.quantized.records import QUANTIZED_OPS, Granularity, PartSpec, QuantizedSpec, dequantize_operator
 from dmlbridge.tensor.layout import packed_strides
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType
+from dmlbridge.types.float_bits import cast
 from dmlbridge.types.mapping import resolve
 from dmlbridge.types.target import Target
 
@@ -107,12 +108,35 @@ def find_quantized(
             spec, extra = finder(node_key, node, found, target)
         except _NotAnIntegerError as exc:
             spec, extra = _skip(node_key, op, f"{op} node {node_key!r}", f"its attribute {exc} is not an integer"), []
+        if spec.parts is not None and spec.parts[0].key == spec.parts[2].key:
+            spec, extra = _own_zero_points(spec, found[_ZERO_POINT_INPUTS[op]], extra)
         scales = found.get(2 if op != "DequantizeLinear" else 1)
         if spec.parts is not None and scales is not None:
             spec = spec._replace(zero_scales=_zero_scales(scales))
         specs.append(spec)
         derived += extra
     return specs, derived
+
+
+_ZERO_POINT_INPUTS = {"MatMulNBits": 3, "DequantizeLinear": 2, "GatherBlockQuantized": 3}
+
+
+def _own_zero_points(spec: QuantizedSpec, source: ModelConstant, extra: list[ModelConstant]
+                     ) -> tuple[QuantizedSpec, list[ModelConstant]]:
+    """``spec`` whose zero points are its weight's constant (a node that reads one constant as both) with its zero
+    points in a derived copy, ``<node key>/zero_points``: each part of a record has an entry of its own."""
+    assert spec.parts is not None
+    weight, scales, zero_points = spec.parts
+    key = f"{spec.key}/zero_points"
+    copy = _derived(key, f"zero points of {spec.origin}, a copy of {source.key!r} (its weight too: each part has an "
+                         "entry of its own)", source.onnx_type, source.shape, Derivation([source], _copied),
+                    _scope(spec.key))
+    return spec._replace(parts=(weight, scales, zero_points._replace(key=key))), [*extra, copy]
+
+
+def _copied(sources: list[np.ndarray]) -> np.ndarray:
+    """``sources[0]`` as it is."""
+    return sources[0]
 
 
 def _zero_scales(scales: ModelConstant) -> bool | None:
@@ -283,7 +307,7 @@ def _dequantize_linear(key: str, node: Any, found: dict[int, ModelConstant], tar
         per_scale: tuple[int, ...] = (0,) * rank
         the_axis: int | None = None
     elif not 0 <= axis < rank:
-        return _skip(key, op, origin, f"axis {attrs.get('axis', 1)} is outside x's {rank} dimensions"), []
+        return _skip(key, op, origin, f"axis {attrs.get('axis', 1)} is outside x's {counted(rank, 'dimension')}"), []
     elif block == 0:
         if scale.shape != (shape[axis],):
             return _skip(key, op, origin, f"a per-axis scale must be [{shape[axis]}], not {list(scale.shape)}"), []
@@ -344,8 +368,8 @@ def _scales_key(key: str, origin: str, scales: ModelConstant, target: Target, sc
 
 
 def _widened(sources: list[np.ndarray]) -> np.ndarray:
-    """``sources[0]`` (float16 scales) as float32: exact."""
-    return sources[0].astype(np.float32)
+    """``sources[0]`` (float16 scales) as float32: exact, NaNs bit for bit (as any FLOAT16 widened to FLOAT32)."""
+    return cast(sources[0], np.float32)
 
 
 def _padded(sources: list[np.ndarray], shape: tuple[int, ...], padded: tuple[int, ...], axis: int) -> np.ndarray:
@@ -392,7 +416,7 @@ def _gather_block_quantized(key: str, node: Any, found: dict[int, ModelConstant]
     axis = axis + rank if axis < 0 else axis
     if not 0 <= axis < rank:
         return _skip(key, op, origin, f"quantize_axis {attrs.get('quantize_axis', 1)} is outside the data's "
-                                      f"{rank} dimensions"), []
+                                      f"{counted(rank, 'dimension')}"), []
     length = shape[axis]
     block = min(block, length)  # (a block longer than the axis is one block of the axis: the same values)
     blocks = -(-length // block)

@@ -43,7 +43,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError
+from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError, counted
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
 from dmlbridge.placement.entries import PlanEntry
 from dmlbridge.tensor.descs import BufferDescMethods, BufferTensorDesc
@@ -52,7 +52,7 @@ from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType
 from dmlbridge.types.target import Target
 
 __all__ = ["QUANTIZED_OPS", "DequantizeOperator", "Granularity", "PartSpec", "QuantizedPart", "QuantizedSpec",
-           "QuantizedWeight", "dequantize_operator", "quantized_views"]
+           "QuantizedWeight", "check_zero_scales", "dequantize_operator", "quantized_views"]
 
 Granularity = Literal["tensor", "axis", "block"]
 QUANTIZED_OPS = {
@@ -241,9 +241,9 @@ class QuantizedWeight:
         need = math.prod(dims) * out_type.itemsize
         if need > limit:
             raise TensorTooLargeError(
-                f"quantized weight {self.key!r} decodes to {need} bytes ({self.output_type.name} {list(self.shape)}), "
-                f"more than max_tensor_bytes={max_tensor_bytes}; pass a larger max_tensor_bytes= to dequantize it if "
-                "you have the memory"
+                f"quantized weight {self.key!r} decodes to {counted(need, 'byte')} ({self.output_type.name} "
+                f"{list(self.shape)}), more than max_tensor_bytes={max_tensor_bytes}; pass a larger max_tensor_bytes= "
+                "to dequantize it if you have the memory"
             )
         weight, scales, zero_points = (_Gather(part, self._read(part.key, max_tensor_bytes=limit), self)
                                        for part in parts)
@@ -265,9 +265,10 @@ class QuantizedWeight:
         return out.reshape(self.shape)
 
     def blocked_form(self) -> tuple[QuantizedPart, QuantizedPart, QuantizedPart]:
-        """The three parts as ONNX Runtime's DirectML EP binds them to DEQUANTIZE: no split, the weight
+        """The three parts in the form ONNX Runtime's DirectML EP binds to DEQUANTIZE: no split, the weight
         ``[..., K']`` (K' = k_blocks * block_size), scales and zero points ``[..., k_blocks]`` with their own
-        strides (zero-point rows keep their padded stride). Only for a blocked weight quantized on its last axis.
+        strides (zero-point rows keep their padded stride, which ONNX Runtime's packed desc does not). Only for a
+        blocked weight quantized on its last axis.
 
         Example:
             >>> import numpy as np, dmlbridge
@@ -388,6 +389,52 @@ def _chunks(dims: tuple[int, ...]) -> Any:
             here = np.arange(start, stop, dtype=np.int64).reshape((stop - start,) + (1,) * (rank - cut - 1))
             offsets = [np.int64(i) for i in prefix] + [here] + tail
             yield (*prefix, slice(start, stop)), offsets
+
+
+_SCALE_MAGNITUDES: dict[DmlDataType, tuple[np.dtype[Any], int]] = {
+    DmlDataType.FLOAT32: (np.dtype("<u4"), 0x7FFFFFFF), DmlDataType.FLOAT16: (np.dtype("<u2"), 0x7FFF)}
+"""The scales' DML types, as little-endian words and the bits that are a value's magnitude (0: a zero, + or -)."""
+_SCAN_BYTES = 1 << 20
+"""The scales' bytes :func:`check_zero_scales` reads at a time."""
+
+
+def check_zero_scales(records: Mapping[str, QuantizedWeight], entries: Mapping[str, PlanEntry],
+                      read: Callable[[PlanEntry, int, np.ndarray], None]) -> None:
+    """Each described record's ``zero_scales`` against the bytes of its scales' entry (``read(entry, start, out)``
+    fills the uint8 array ``out`` with the entry's bytes from ``start``): ManifestError for a record they
+    contradict. Each entry is read once, a MiB at a time, its elements' bits compared (no float arithmetic); the
+    scales are small beside their weights (one value a block).
+
+    Example:
+        >>> check_zero_scales({}, {}, lambda entry, start, out: None)  # (a plan without quantized weights)
+    """
+    found: dict[str, bool] = {}
+    for record in records.values():
+        if record.scales is None or record.zero_scales is None:
+            continue  # (skipped, or scales the conversion did not read: external data)
+        key = record.scales.key
+        if key not in found:
+            found[key] = _has_a_zero(entries[key], read)
+        if found[key] != record.zero_scales:
+            raise ManifestError(f"quantized weight {record.key!r} says zero_scales={record.zero_scales} but its "
+                                f"scales {key!r} {'have' if found[key] else 'have no'} 0; the record does not match "
+                                "its image")
+
+
+def _has_a_zero(entry: PlanEntry, read: Callable[[PlanEntry, int, np.ndarray], None]) -> bool:
+    """Whether a value of a FLOAT32 or FLOAT16 entry is 0 (its padding left out)."""
+    if entry.dml_type not in _SCALE_MAGNITUDES:  # (the manifest reader refuses such records first)
+        raise ManifestError(f"the scales {entry.key!r} are {entry.dml_type}; scales are FLOAT32 or FLOAT16")
+    word, magnitude = _SCALE_MAGNITUDES[entry.dml_type]
+    size = math.prod(entry.shape) * word.itemsize
+    step = _SCAN_BYTES // word.itemsize * word.itemsize
+    out = np.empty(min(step, size), dtype=np.uint8)
+    for start in range(0, size, step):
+        chunk = out[: min(step, size - start)]
+        read(entry, start, chunk)
+        if not (chunk.view(word) & magnitude).all():
+            return True
+    return False
 
 
 # --- the views (after planning) ----------------------------------------------------------------------------------

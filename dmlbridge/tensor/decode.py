@@ -9,10 +9,11 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.errors import InvalidArgumentError, counted
 from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.layout import check_sizes, check_strides, span_of
 from dmlbridge.types.data_types import DmlDataType
+from dmlbridge.types.float_bits import cast, ieee_format
 from dmlbridge.types.nibbles import unpack_nibbles
 
 __all__ = ["decode", "read_elements", "restore_values"]
@@ -61,7 +62,8 @@ def decode(
     need = (span * dml.bitwidth + 7) // 8
     if raw.shape[0] < need:
         raise InvalidArgumentError(
-            f"data holds {raw.shape[0]} bytes but a {dml.name} tensor of sizes {list(checked_sizes)} and strides "
+            f"data holds {counted(raw.shape[0], 'byte')} but a {dml.name} tensor of sizes {list(checked_sizes)} and "
+            f"strides "
             f"{None if checked_strides is None else list(checked_strides)} reaches {need}"
         )
     if dml.bitwidth == 4:
@@ -76,8 +78,8 @@ def decode(
 def restore_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Decoded DML values back in the source's ``dtype``: the inverse of the type mapping.
 
-    Exact for native and widened values (a widened float narrows back to itself; only NaN payloads of the small
-    floats are not kept); BOOL comes back as ``values != 0``.
+    Exact for native and widened values: a widened float narrows back to its own bits, NaN payloads and
+    signalling NaNs included (:mod:`dmlbridge.types.float_bits`); BOOL comes back as ``values != 0``.
     """
     dtype = np.dtype(dtype)
     with np.errstate(all="ignore"):
@@ -86,4 +88,6 @@ def restore_values(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
         if dtype in _SMALL_INTS or values.dtype in _SMALL_INTS:
             # ml_dtypes casts between its own sub-byte integers only through a regular integer type.
             return values.astype(np.int64).astype(dtype)
+        if ieee_format(values.dtype) and ieee_format(dtype):
+            return cast(values, dtype)
         return values.astype(dtype)

@@ -21,6 +21,7 @@ from dmlbridge.errors import (
     LayoutError,
     UnsupportedTypeError,
     ValueRangeError,
+    counted,
 )
 from dmlbridge.onnx.tensor_proto import tensor_to_array
 from dmlbridge.system.bytes_view import as_writable_bytes
@@ -28,6 +29,7 @@ from dmlbridge.tensor.decode import decode, read_elements, restore_values
 from dmlbridge.tensor.descs import BufferDescMethods, BufferTensorDesc, check_flags
 from dmlbridge.tensor.layout import Layout, buffer_bytes, emulated_int64, make_layout
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType, onnx_type_of_dtype
+from dmlbridge.types.float_bits import cast, cast_into
 from dmlbridge.types.mapping import Conversion, resolve
 from dmlbridge.types.nibbles import pack_nibbles_into, to_nibbles
 from dmlbridge.types.target import Target
@@ -164,7 +166,7 @@ def _plan(
     ):
         raise InvalidArgumentError(
             f"guaranteed_base_offset_alignment must be 0 or a power of two >= the {dml.name} element size "
-            f"({dml.itemsize} bytes), got {alignment!r}; DirectML recommends 32 or more"
+            f"({counted(dml.itemsize, 'byte')}), got {alignment!r}; DirectML recommends 32 or more"
         )
     desc_strides: tuple[int, ...] | None
     if row.conversion == "emulate":
@@ -271,7 +273,7 @@ def prepare_into(
     offset = int(offset)
     if offset + plan.total > out.shape[0]:
         raise DestinationError(
-            f"the destination holds {out.shape[0]} bytes; this tensor needs {plan.total} at offset {offset} "
+            f"the destination holds {counted(out.shape[0], 'byte')}; this tensor needs {plan.total} at offset {offset} "
             f"(up to byte {offset + plan.total})"
         )
     region = out[offset : offset + plan.total]
@@ -363,17 +365,17 @@ def _convert_values(plan: _Encoding, source: np.ndarray, dest: np.ndarray) -> No
     elif conversion == "saturate":
         info = np.iinfo(dest.dtype)
         np.copyto(dest, np.clip(source, info.min, info.max), casting="unsafe")
-    elif conversion == "lossy":
-        np.copyto(dest, source, casting="unsafe")
+    elif conversion == "lossy":  # (round to nearest even; a NaN FLOAT32 holds is kept bit for bit)
+        cast_into(source, dest)
     elif plan.onnx_type is OnnxDataType.BOOL:
         np.copyto(dest, source.view(np.uint8) != 0, casting="unsafe")
     elif plan.onnx_type.is_float and source.dtype.itemsize == 1:
         _widen_small_float(source, dest)
     elif plan.onnx_type is OnnxDataType.BFLOAT16 and dest.dtype == np.dtype("<f4"):
-        # bfloat16 is the top half of a float32: shifting the bits keeps NaN payloads, as ml_dtypes does.
+        # bfloat16 is the top half of a float32: shifting the bits keeps NaN payloads (float_bits' rule, faster).
         np.left_shift(source.view(np.uint16), 16, out=dest.view("<u4"), dtype=np.uint32)
-    else:
-        np.copyto(dest, source, casting="unsafe")
+    else:  # integers sign- or zero-extended; floats exactly, NaN payloads and signalling NaNs kept (float_bits)
+        cast_into(source, dest)
 
 
 # Codes per block: np.take turns its indices into intp (8 bytes each), so blocks keep that temporary small.
@@ -381,8 +383,9 @@ _WIDEN_BLOCK = 1 << 16
 
 
 def _widen_small_float(source: np.ndarray, dest: np.ndarray) -> None:
-    """8-, 6- and 4-bit floats through lookup tables built from ml_dtypes (exact by construction): pairs of codes
-    index a 65,536-entry table of value pairs, which halves the lookups; an odd tail uses the 256-entry table."""
+    """8-, 6- and 4-bit floats through lookup tables built by float_bits' cast (ml_dtypes' values, FLOAT8E5M2's
+    NaN payloads kept: exact by construction): pairs of codes index a 65,536-entry table of value pairs, which
+    halves the lookups; an odd tail uses the 256-entry table."""
     table = _widening_table(source.dtype, dest.dtype)
     codes, out = source.view(np.uint8), dest.view(table.dtype)
     if not (codes.flags.c_contiguous and out.flags.c_contiguous):
@@ -404,10 +407,10 @@ def _widen_small_float(source: np.ndarray, dest: np.ndarray) -> None:
 @functools.cache
 def _pair_table(source: np.dtype, dest: np.dtype) -> np.ndarray:
     # Entry w holds the values of codes (w & 0xFF, w >> 8) side by side, as a little-endian pair would read.
-    codes = np.arange(1 << 16, dtype="<u2").view(np.uint8).view(source)
-    with np.errstate(all="ignore"):
-        values = codes.astype(dest.newbyteorder("<"))
-    table = values.view(f"<u{2 * dest.itemsize}")
+    single = _widening_table(source, dest)
+    wide = np.dtype(f"<u{2 * dest.itemsize}")
+    words = np.arange(1 << 16, dtype=wide)
+    table = single[words & 0xFF].astype(wide) | (single[words >> 8].astype(wide) << (8 * dest.itemsize))
     table.flags.writeable = False
     return table
 
@@ -415,8 +418,7 @@ def _pair_table(source: np.dtype, dest: np.dtype) -> np.ndarray:
 @functools.cache
 def _widening_table(source: np.dtype, dest: np.dtype) -> np.ndarray:
     patterns = np.arange(256, dtype=np.uint8).view(source)
-    with np.errstate(all="ignore"):
-        values = patterns.astype(dest)
+    values = cast(patterns, dest.newbyteorder("<"))
     table = values.view(f"<u{dest.itemsize}")
     table.flags.writeable = False
     return table

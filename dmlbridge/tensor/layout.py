@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dmlbridge.errors import LayoutError
+from dmlbridge.errors import LayoutError, counted
 from dmlbridge.types.data_types import DmlDataType
 
 __all__ = [
@@ -74,7 +74,8 @@ def check_strides(strides: Sequence[int], sizes: Sequence[int]) -> tuple[int, ..
     except TypeError:
         raise LayoutError(f"strides must be a sequence of whole numbers, got {strides!r}") from None
     if len(values) != len(sizes):
-        raise LayoutError(f"{len(values)} strides {list(values)} for {len(sizes)} sizes {list(sizes)}: give one each")
+        raise LayoutError(f"{counted(len(values), 'stride')} {list(values)} for {counted(len(sizes), 'size')} "
+                          f"{list(sizes)}: give one each")
     for axis, stride in enumerate(values):
         if not 0 <= stride <= UINT32_MAX:
             raise LayoutError(
@@ -194,7 +195,7 @@ def make_layout(
         full = check_strides((span,) * (len(sizes) - len(own)) + own_strides, sizes)
     else:
         raise LayoutError(
-            f"{len(given)} strides {given} for sizes {list(sizes)}: give one stride per dimension "
+            f"{counted(len(given), 'stride')} {given} for sizes {list(sizes)}: give one stride per dimension "
             f"({len(sizes)}, or {len(own)} for the array's own dimensions)"
         )
     packed = full == packed_strides(sizes)

@@ -13,7 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from dmlbridge.errors import InvalidArgumentError, ValueRangeError
+from dmlbridge.errors import InvalidArgumentError, ValueRangeError, counted
 from dmlbridge.system.bytes_view import as_bytes
 
 __all__ = ["pack_4bit", "pack_nibbles_into", "to_nibbles", "unpack_4bit", "unpack_nibbles"]
@@ -186,5 +186,6 @@ def unpack_4bit(data: Any, count: int, signed: bool) -> np.ndarray:
     raw = as_bytes(data, "data")
     need = (int(count) + 1) // 2
     if raw.shape[0] < need:
-        raise InvalidArgumentError(f"{count} 4-bit elements need {need} bytes, data has {raw.shape[0]}")
+        raise InvalidArgumentError(
+            f"unpacking {counted(count, '4-bit element')} needs {counted(need, 'byte')}, data has {raw.shape[0]}")
     return _unpack(raw, int(count), bool(signed))

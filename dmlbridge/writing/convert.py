@@ -16,6 +16,7 @@ a ModelProto has no directory: its external data is refused unless the caller pa
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import warnings
@@ -23,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from dmlbridge.errors import CleanupWarning, DestinationError, InvalidArgumentError, TensorTooLargeError
-from dmlbridge.manifest.format import BufferFile, entry_lines, manifest_text
+from dmlbridge.errors import CleanupWarning, DestinationError, InvalidArgumentError, TensorTooLargeError, counted
+from dmlbridge.manifest.format import MANIFEST_FORMAT, BufferFile, entry_lines, manifest_text
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, need_reader, read_model
 from dmlbridge.onnx.external_data import ExternalDataReader, check_location
@@ -41,10 +42,10 @@ from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.fingerprint import bin_fingerprint
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.upload_plan import ModelAndPlan, UploadPlan, plan_loaded
-from dmlbridge.system.files import keep_open
+from dmlbridge.system.files import keep_open, open_regular, read_at
 from dmlbridge.system.progress import Progress
 from dmlbridge.types.target import Target
-from dmlbridge.writing.folder import LOCK_SUFFIX, Removals
+from dmlbridge.writing.folder import LOCK_SUFFIX, Removals, prefix_folder
 from dmlbridge.writing.image import write_image
 from dmlbridge.writing.publish import Publication
 
@@ -259,6 +260,12 @@ def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> Uploa
     try:
         _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, model_plan.not_in_the_bytes(),
                                    reader)
+        if not _replaceable_manifest(prefix + ".json"):
+            raise DestinationError(
+                f"out_prefix {prefix!r} names the manifest {prefix + '.json'!r}, which is a file that is not a "
+                "dmlbridge manifest: a conversion replaces only a manifest of its own; move the file away or choose "
+                "another prefix"
+            )
         return _write_outputs(model_plan, prefix, reader, options, lines)
     finally:
         if reader is not None:
@@ -336,14 +343,7 @@ def _output_prefix(out_prefix: Any) -> str:
                 f"{prefix + '.json'!r} and the like): give the prefix without it, e.g. "
                 f"{stem if os.path.basename(stem) else os.path.join(stem, 'model')!r}"
             )
-    directory = os.path.dirname(os.path.abspath(prefix))
-    if not os.path.isdir(directory):
-        if os.path.lexists(directory):
-            raise DestinationError(f"{directory!r} is a file, not a folder: the prefix {prefix!r} cannot be under it")
-        raise DestinationError(
-            f"the output directory {directory!r} of out_prefix {prefix!r} does not exist: create it first (mkdir), "
-            "or choose a prefix in a folder that exists"
-        )
+    directory = prefix_folder(prefix)
     kind = _special_kind(prefix, follow=True)
     if kind is not None:
         raise DestinationError(
@@ -365,6 +365,27 @@ def _output_prefix(out_prefix: Any) -> str:
                 f"file{why}: move it away or choose another prefix"
             )
     return prefix
+
+
+# How a manifest dmlbridge wrote begins: its first field (docs/manifest.md), within its first bytes.
+_MANIFEST_START = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"' + MANIFEST_FORMAT.encode() + rb'"')
+_MANIFEST_HEAD_BYTES = 256
+
+
+def _replaceable_manifest(path: str) -> bool:
+    """Whether a conversion may replace what is at ``path``: nothing, a symlink (replaced, never followed) or a
+    manifest of dmlbridge (a regular file that begins as one). A user's ``settings.json`` is not."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return True  # (nothing or a symlink; other kinds were refused above)
+        fd, _ = open_regular(path, nofollow=True)
+    except OSError:
+        return True  # (gone meanwhile, or unreadable: the conversion's own steps report it)
+    try:
+        head = read_at(fd, 0, _MANIFEST_HEAD_BYTES)
+    finally:
+        os.close(fd)
+    return _MANIFEST_START.match(head) is not None
 
 
 def _special_kind(path: str, *, follow: bool, symlink: bool = True) -> str | None:
@@ -484,7 +505,8 @@ def _warn_left(prefix: str, directory: str, removals: Removals) -> None:
     shown = "; ".join(f"{os.path.join(directory, name)!r}: {why}" for name, why in removals.failed[:3])
     more = f"; and {len(removals.failed) - 3} more" if len(removals.failed) > 3 else ""
     warnings.warn(CleanupWarning(
-        f"the conversion into {prefix!r} is published, but {len(removals.failed)} file(s) it replaces could not be "
+        f"the conversion into {prefix!r} is published, but {counted(len(removals.failed), 'file')} it replaces could "
+        "not be "
         f"removed ({shown}{more}); they stay on the disk until `dmlbridge clean {prefix}` (dmlbridge.clean) "
         "removes them"
     ), stacklevel=5)  # (the caller of convert_model)

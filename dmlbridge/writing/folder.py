@@ -44,7 +44,7 @@ from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
 
 __all__ = ["LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "CleanReport", "OutputFolder", "Removals", "clean",
-           "output_prefix"]
+           "output_prefix", "prefix_folder"]
 
 TEMP_SUFFIX = ".dmlbridge-tmp"
 RETIRED_SUFFIX = ".dmlbridge-old"
@@ -80,12 +80,41 @@ def output_prefix(prefix: object, what: str = "out_prefix") -> str:
     text = text if isinstance(text, str) else os.fsdecode(text)
     if not text or text.endswith(("/", os.sep)) or "\x00" in text:
         raise InvalidArgumentError(f"{what} {text!r} must name a file (without extension), e.g. 'out/model'")
-    directory = os.path.dirname(os.path.abspath(text))
-    if not os.path.isdir(directory):
-        if os.path.lexists(directory):
-            raise DestinationError(f"{directory!r} is a file, not a folder: the prefix {text!r} cannot be under it")
-        raise DestinationError(f"the output directory {directory!r} does not exist")
+    prefix_folder(text, what)
     return text
+
+
+def prefix_folder(prefix: str, what: str = "out_prefix") -> str:
+    """The real path of the folder of ``prefix``, resolved once and as the system resolves it when it opens the
+    files (a symbolic link first, then ``..``: ``link/../w`` is beside the link's target, and ``missing/../w`` is
+    refused on POSIX, where a missing folder cannot be passed through). Refused: a last component ``.`` or ``..``
+    (it names a folder, not the outputs), a name that is not UTF-8 (the manifest and the binding list name the
+    files in UTF-8), a folder that does not exist or is a file. Writing and reading go through this one path."""
+    name = os.path.basename(prefix)
+    if name in (os.curdir, os.pardir):
+        raise InvalidArgumentError(
+            f"{what} {prefix!r} ends in {name!r}, which names a folder, not the outputs' names: give a prefix in it, "
+            f"e.g. {os.path.join(prefix, 'model')!r}"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            f"{what} {prefix!r} is a file name that is not UTF-8 (bytes the system's encoding cannot decode): the "
+            "manifest and the binding list name the buffer files in UTF-8, so no reader could find them; choose "
+            "a name in UTF-8"
+        ) from None
+    given = os.path.dirname(prefix) or os.curdir
+    try:
+        directory = os.path.realpath(given, strict=True)
+    except (OSError, ValueError):
+        raise DestinationError(
+            f"the output directory {given!r} of {what} {prefix!r} does not exist: create it first (mkdir), or "
+            "choose a prefix in a folder that exists"
+        ) from None
+    if not os.path.isdir(directory):
+        raise DestinationError(f"{given!r} is a file, not a folder: the prefix {prefix!r} cannot be under it")
+    return directory
 
 
 class Removals(NamedTuple):
@@ -102,7 +131,7 @@ class OutputFolder:
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self.directory = os.path.dirname(os.path.abspath(prefix))
+        self.directory = os.path.realpath(os.path.dirname(prefix) or os.curdir)  # (as prefix_folder resolved it)
         self.base = os.path.basename(prefix)
         self.lock_fd: int | None = None
         try:
@@ -179,6 +208,7 @@ class OutputFolder:
                 except FileExistsError:
                     continue
                 except OSError as exc:
+                    self._refuse_unwritable(exc)
                     raise DestinationError(f"cannot create the lock {where!r}: {exc.strerror or exc}") from None
             except OSError as exc:
                 raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
@@ -188,6 +218,7 @@ class OutputFolder:
             except FileNotFoundError:
                 continue
             except OSError as exc:
+                self._refuse_unwritable(exc)
                 raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
             try:
                 info = os.fstat(fd)
@@ -199,6 +230,15 @@ class OutputFolder:
                 raise
             return fd
         raise DestinationError(f"the lock {where!r} was removed three times while it was opened; try again")
+
+    def _refuse_unwritable(self, exc: OSError) -> None:
+        """DestinationError naming the folder, when ``exc`` says it cannot be written (a read-only filesystem, a
+        folder of another user): the first file a conversion writes is its lock, but the lock is not the matter."""
+        if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
+            raise DestinationError(
+                f"cannot write into the folder {self.directory!r} ({exc.strerror or exc}): the outputs of out_prefix "
+                f"{self.prefix!r} need a folder you can write; give another out_prefix, or make the folder writable"
+            ) from None
 
     def release_lock(self) -> None:
         if self.lock_fd is not None:

@@ -55,6 +55,7 @@ SLACK = 2 << 20
 """What every job is charged beyond its arrays: the blocks of the block-wise conversions (widening, packing,
 densifying) and numpy's own."""
 STORED_KINDS = ("initializer", "value")  # the constants whose stored bytes may be written as they are
+_RESHAPED = ("channel", "spatial", "rank")  # layouts that only add 1s (broadcast ones repeat by strides of 0)
 
 Item = tuple[int, int]
 """A job: (position of the constant, chunk index); chunk -1 is the whole constant."""
@@ -69,7 +70,7 @@ def prepared_constant(
     into ``out`` (``prepare_into``) when given, a buffer large enough."""
     try:
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
-        if entry.padding == "channel":  # [C] as [1, C, 1, 1]: the same bytes, the channel axis where it belongs
+        if entry.padding in _RESHAPED:  # the same bytes with 1s where its consumers want them ([C] as [1, C, 1, 1])
             assert entry.sizes is not None
             values = values.reshape(entry.sizes)
         if out is None:
@@ -87,7 +88,12 @@ def prepared_constant(
             f"({constant.onnx_type.name} {list(constant.shape)}) and the allocation failed; free memory, or set "
             "max_tensor_bytes (--max-tensor-bytes) below this size to refuse such constants up front"
         ) from None
-    if prepared.buffer_desc != entry.buffer_desc:
+    planned = entry.buffer_desc
+    if entry.padding == "broadcast" and planned is not None:
+        # Its desc repeats elements with strides of 0 over the very bytes of its ONNX shape, whose desc it differs
+        # from in its sizes and strides alone.
+        planned = planned._replace(sizes=prepared.sizes, strides=prepared.strides)
+    if prepared.buffer_desc != planned:
         raise DmlBridgeError(f"internal error: constant {constant.key!r} was planned as {entry} but became {prepared}")
     return prepared
 

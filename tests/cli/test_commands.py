@@ -215,7 +215,6 @@ def test_demo(tmp_path: Path) -> None:
         (["verify", "{tmp}/missing.json", "{small}"], ["missing.json"]),
         (["verify", "{tmp}/garbage.json", "{small}"], ["not valid JSON"]),
         (["frobnicate"], ["invalid choice"]),
-        ([], ["required"]),
         (["convert"], ["required: model"]),
     ],
 )
@@ -272,7 +271,7 @@ def test_verify_exits_1_for_every_mismatch_and_2_for_configuration(tmp_path: Pat
     buffer.write_bytes(bytes(data))
     result = run("verify", tmp_path / "w.json", model)
     assert result.returncode == 1 and "SHA-256" in result.stderr and "Traceback" not in result.stderr
-    assert "'w': 1 byte(s) differ" in result.stderr and "element [131322]" in result.stderr, result.stderr
+    assert "'w': 1 byte differs" in result.stderr and "element [131322]" in result.stderr, result.stderr
 
     external = numpy_helper.from_array(values[:64], "e")
     (tmp_path / "e.data").write_bytes(external.raw_data)
@@ -498,6 +497,27 @@ def test_unknown_flags_are_named(small: Path, args: list[str]) -> None:
     assert line.startswith(f"{prog}: error: unrecognized arguments: {flags} (see {prog} --help)"), line
 
 
+@pytest.mark.parametrize(("args", "given"), [(["convert", "{small}", "--check"], "--check"),
+                                             (["inspect", "{small}", "--feature-leve", "6.2"], "--feature-leve 6.2"),
+                                             (["verify", "w.json", "{small}", "--quie"], "--quie"),
+                                             (["--vers"], "--vers")])
+def test_abbreviated_flags_are_refused_not_guessed(small: Path, args: list[str], given: str) -> None:
+    """A flag is taken only as it is spelled: --check is not --checksum, --feature-leve not --feature-level."""
+    line = one_line_error(run(*[a.format(small=small) for a in args]))
+    assert f"error: unrecognized arguments: {given} (see dmlbridge" in line, line
+    assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]  # (convert --check wrote nothing)
+
+
+def test_a_bare_command_prints_the_usage_and_its_commands() -> None:
+    result = run()
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith("usage: dmlbridge ")
+    listed = {line.split()[0]: " ".join(line.split()[1:]) for line in result.stdout.splitlines()
+              if line.startswith("    ") and line.split()[0] in commands.build_parser().commands}
+    assert list(listed) == ["table", "inspect", "convert", "verify", "bindings", "clean", "demo"]
+    assert listed["convert"] == "write a model's constants as an upload buffer + manifest"
+
+
 def sentinel_model(path: Path, *, double: bool = False) -> Path:
     """silero-vad's pattern: INT64 constants with INT64_MAX "to the end" sentinels (7 values outside 32 bits in 3
     constants, and one constant that fits), and with ``double`` a DOUBLE constant FLOAT32 cannot hold exactly."""
@@ -556,8 +576,200 @@ def test_verify_says_which_values_were_clamped_not_bit_for_bit(tmp_path: Path,
     assert commands.main(["convert", str(single), "-o", str(tmp_path / "one"), *target, "--checksum"]) == 0
     assert commands.main(["verify", str(tmp_path / "one.json"), str(single), "--quiet"]) == 0
     assert capsys.readouterr().out == (
-        f"ok: 1 converted constants match {single} bit for bit but for 1 value of 1 entry clamped to the 32-bit "
+        f"ok: 1 converted constant matches {single} bit for bit but for 1 value of 1 entry clamped to the 32-bit "
         "range (--int64 saturate); 0 skipped; the buffer file's SHA-256 matches\n")
     assert commands.main(["convert", str(model), "-o", str(tmp_path / "native"), "--quiet"]) == 0
     assert commands.main(["verify", str(tmp_path / "native.json"), str(model), "--quiet"]) == 0
     assert capsys.readouterr().out == f"ok: 5 converted constants match {model} bit for bit, 0 skipped\n"
+
+
+@pytest.fixture
+def converted(small: Path) -> Path:
+    """A conversion of ``small`` beside it, ``w.json``: what bindings reads."""
+    dmlbridge.convert_model(small, small.parent / "w", progress=False).close()
+    return small.parent / "w.json"
+
+
+def _bindings_output_cases(folder: Path) -> list[tuple[str, list[str]]]:
+    (folder / "out").mkdir()
+    (folder / "plain").write_text("a file")
+    os.mkfifo(folder / "fifo")
+    return [
+        (str(folder / "out"), [f"-o/--output {str(folder / 'out')!r} is a folder", "give the name of a file",
+                               f"-o {folder / 'out' / 'w.bindings'}"]),
+        (f"{folder / 'out'}/", ["ends in a slash, so it names a folder", "give the name of a file"]),
+        (str(folder / "nodir" / "x"), [f"the folder {str(folder / 'nodir')!r} does not exist",
+                                       f"mkdir -p {folder / 'nodir'}"]),
+        (f"{folder / 'plain'}/", [f"{str(folder / 'plain')!r} is a file, not a folder"]),
+        (str(folder / "plain" / "x"), [f"{str(folder / 'plain')!r} is a file, not a folder"]),
+        (str(folder / "fifo"), ["is a FIFO, not a regular file", "leave -o out"]),
+        ("", ["-o/--output is empty"]),
+    ]
+
+
+def test_bindings_output_errors_say_what_to_do_never_errno_or_temporary_names(converted: Path) -> None:
+    """bindings -o with a folder (with or without a slash), a missing folder, a file as a folder, a FIFO: one line
+    that says what is wrong and what to give, naming -o/--output; nothing is written, the FIFO stays one."""
+    folder = converted.parent
+    for output, words in _bindings_output_cases(folder):
+        before = sorted(p.name for p in folder.rglob("*"))
+        line = one_line_error(run("bindings", converted, "-o", output), "dmlbridge bindings: error: ", *words)
+        assert "Errno" not in line and ".tmp" not in line and "Not a directory" not in line, line
+        assert sorted(p.name for p in folder.rglob("*")) == before, output
+    assert (folder / "fifo").is_fifo()
+
+
+def test_bindings_output_that_cannot_be_written_names_the_file_not_a_temporary_one(
+    converted: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder the list cannot be written into (read-only, full): the error names -o/--output and the folder, with
+    the system's reason, and leaves nothing."""
+    real_open = os.open
+
+    def read_only(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and os.path.dirname(str(path)) == str(converted.parent):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", read_only)
+    before = sorted(p.name for p in converted.parent.iterdir())
+    line = one_line_error(run("bindings", converted, "-o", converted.parent / "w.bindings"))
+    assert f"cannot write -o/--output {str(converted.parent / 'w.bindings')!r}: Permission denied" in line, line
+    assert f"the folder {str(converted.parent)!r} must be writable" in line and ".tmp" not in line, line
+    assert sorted(p.name for p in converted.parent.iterdir()) == before
+
+
+def test_demo_keep_names_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("a file")
+    line = one_line_error(run("demo", "--keep", tmp_path / "plain"))
+    assert f"--keep {str(tmp_path / 'plain')!r} is a file, not a folder" in line and "Errno" not in line, line
+    line = one_line_error(run("demo", "--keep", tmp_path / "plain" / "sub"))
+    assert f"cannot create the folder {str(tmp_path / 'plain' / 'sub')!r} (--keep)" in line, line
+    assert "Errno" not in line, line
+    assert (tmp_path / "plain").read_text() == "a file"
+
+
+@pytest.mark.parametrize("before", ["no conversion yet", "a previous conversion"])
+def test_a_folder_that_cannot_be_written_is_named_as_such(small: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         before: str) -> None:
+    """A read-only folder (simulated: every open of the prefix's files for writing is refused, as a read-only
+    filesystem or a folder of another user refuses it; root ignores permission bits): one line saying the folder
+    cannot be written, with the system's reason and the option to change, not a lock that cannot be opened."""
+    folder = small.parent
+    if before == "a previous conversion":
+        dmlbridge.convert_model(small, folder / "w", progress=False).close()
+    real_open = os.open
+
+    def read_only(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT) and os.path.basename(str(path)).startswith(("w.", ".w.")):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", read_only)
+    line = one_line_error(run("convert", small, "-o", folder / "w", "--quiet"))
+    assert f"cannot write into the folder {str(folder)!r}" in line and "Permission denied" in line, line
+    assert "-o/--output" in line and "lock" not in line, line
+
+
+def test_a_tensor_over_max_buffer_bytes_names_the_flag_value_that_converts_the_model(tmp_path: Path) -> None:
+    """The first constant over --max-buffer-bytes is 6,000 bytes, a later one 12,000: the error names the one
+    round value with which the whole model converts (12 KiB, worked by hand in
+    tests/placement/test_max_buffer_bytes.py), in flags; that value converts it."""
+    model = tmp_path / "m.onnx"
+    onnx.save(model_of({"a": np.ones(1500, np.float32), "b": np.ones(3000, np.float32)}), model)
+    line = one_line_error(run("convert", model, "-o", tmp_path / "w", "--max-buffer-bytes", "4KiB"))
+    assert "pass --max-buffer-bytes 12288 (12KiB): the smallest round limit" in line, line
+    assert "max_buffer_bytes" not in line.replace("--max-buffer-bytes", ""), line
+    assert run("convert", model, "-o", tmp_path / "w", "--max-buffer-bytes", "12KiB", "--quiet").returncode == 0
+
+
+def test_swapped_verify_arguments_are_named_as_such(converted: Path, small: Path) -> None:
+    """verify MODEL MANIFEST: the manifest it was given is a model, which is not JSON: the error says the two
+    look swapped and gives the command in the right order."""
+    line = one_line_error(run("verify", small, converted))
+    assert "the arguments look swapped" in line and f"dmlbridge verify {converted} {small}" in line, line
+    assert "codec" not in line, line
+
+
+@pytest.fixture
+def external(tmp_path: Path) -> Path:
+    """``x.onnx`` in a folder of its own, its constant ``e`` in the external file ``data/e.bin`` beside it."""
+    tensor = numpy_helper.from_array(np.arange(64, dtype=np.float32), "e")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "e.bin").write_bytes(tensor.raw_data)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="data/e.bin")
+    onnx.save(model_of([tensor]), tmp_path / "x.onnx")
+    return tmp_path / "x.onnx"
+
+
+def test_missing_external_data_says_where_it_was_looked_for_and_fails_inspect_too(external: Path) -> None:
+    """inspect opens every external data file it lists (it reads none): a missing one is the error convert
+    gives, naming the path it looked for, also without --check; a file too short for its tensor too."""
+    assert run("inspect", external).returncode == 0
+    os.unlink(external.parent / "data" / "e.bin")
+    looked = os.path.join(os.path.realpath(external.parent), "data", "e.bin")
+    lines = [one_line_error(run(*args)) for args in (["inspect", external], ["inspect", external, "--check"],
+                                                      ["convert", external, "-o", external.parent / "w"])]
+    for line in lines:
+        assert "tensor 'e': external data file 'data/e.bin' cannot be resolved (No such file or directory)" in line
+        assert f"looked for {looked!r}" in line, line
+    (external.parent / "data" / "e.bin").write_bytes(b"\0" * 100)
+    one_line_error(run("inspect", external), "'data/e.bin'", "the tensor needs exactly 256")
+
+
+def test_quiet_keeps_the_skipped_lines(tmp_path: Path) -> None:
+    """--quiet drops the progress bar and the summary, as docs/cli.md says, never what was left out."""
+    model = tmp_path / "m.onnx"
+    onnx.save(model_of({"w": np.ones(2, np.float32), "s": np.array(["a"], dtype=object)}), model)
+    result = run("convert", model, "-o", tmp_path / "w", "--quiet")
+    assert result.returncode == 0 and result.stdout == ""
+    assert result.stderr == "dmlbridge convert: skipped 's' (initializer): STRING: DirectML has no string tensors\n"
+
+
+def _one_of_each(folder: Path) -> Path:
+    """One constant in external data (unchecked by inspect) and one MatMulNBits weight: every count is 1."""
+    path = folder / "one.onnx"
+    b = numpy_helper.from_array(np.full((4, 2, 8), 0x98, np.uint8), "B")
+    s = numpy_helper.from_array(np.full((4, 2), 0.5, np.float32), "S")
+    node = onnx.helper.make_node("MatMulNBits", ["A", "B", "S"], ["Y"], "mm", domain="com.microsoft", K=32, N=4,
+                                 bits=4, block_size=16)
+    graph = onnx.helper.make_graph([node], "g", [], [], [b, s])
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("com.microsoft", 1)]), path)
+    return path
+
+
+def test_counts_of_one_are_singular(tmp_path: Path, external: Path) -> None:
+    """inspect, convert and verify say "1 constant", "1 tensor", "1 entry", "1 quantized weight", "one buffer
+    of 256 bytes", "1 mismatch", "1 byte" (and the plural for every other count)."""
+    from dmlbridge.cli.report import human_size
+
+    assert (human_size(1), human_size(2), human_size(26116)) == ("1 byte", "2 bytes", "26,116 bytes")
+    inspected = run("inspect", external, "--wide")
+    assert inspected.stderr.startswith("dmlbridge inspect: 1 constant unchecked (see the note column)")
+    lines = inspected.stdout.splitlines()
+    assert lines[-2] == "buffer 0: 256 bytes, 1 tensor", lines
+    assert lines[-1].startswith("1 constant: 1 converted (256 bytes of tensor data in one buffer of 256 bytes (at "
+                                "most 2.00 GiB); alignment 256)"), lines
+    quantized = run("inspect", _one_of_each(tmp_path), "--wide").stdout.splitlines()
+    assert quantized[-1].endswith("; 1 quantized weight") and quantized[-1].startswith("3 constants: "), quantized
+    converted = run("convert", external, "-o", tmp_path / "w")
+    assert converted.stdout.endswith(f"(256 bytes, 1 tensor) and {tmp_path / 'w.json'} (1 entry, 0 skipped)\n")
+    verified = run("verify", tmp_path / "w.json", external)
+    assert verified.stdout.startswith(f"ok: 1 converted constant matches {external} bit for bit, 0 skipped")
+    data = bytearray(buffer_path(tmp_path / "w").read_bytes())
+    data[0] ^= 1
+    buffer_path(tmp_path / "w").write_bytes(bytes(data))
+    failed = run("verify", tmp_path / "w.json", external).stderr.splitlines()
+    assert failed[-1] == "dmlbridge verify: FAILED: 2 mismatches" and "'e': 1 byte differs" in failed[-2], failed
+
+
+def test_a_part_read_as_4_bit_says_so(sample: Path) -> None:
+    """MatMulNBits' B is uint8 in the model and UINT4 in its quantized record (the same bytes, no second copy):
+    inspect says why the row and the record disagree."""
+    lines = run("inspect", sample, "--wide").stdout.splitlines()
+    assert lines[[line.split()[0] for line in lines].index("q_B")].split()[2:5] == ["UINT8", "4x3x8", "UINT8"]
+    qmatmul = next(line for line in lines if line.startswith("quantized 'qmatmul'"))
+    assert "weight 'q_B' UINT4 (its UINT8 row's bytes, two 4-bit values each)" in qmatmul, qmatmul
+    assert "scales 'q_scales' FLOAT32, zero points" in qmatmul, qmatmul

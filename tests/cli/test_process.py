@@ -19,7 +19,7 @@ import onnx
 import pytest
 from budget import examples
 from builders import model_of
-from command_line import one_line_error, run_process
+from command_line import one_line_error, run, run_process
 from models import buffer_path
 
 import dmlbridge
@@ -114,3 +114,19 @@ def test_the_process_exits_with_the_commands_status(small: Path, tmp_path: Path)
     assert table.returncode == 0 and "INT4" in table.stdout and table.stderr == ""
     assert failed.returncode == 1 and "mismatch: 'ids'" in failed.stderr and "Traceback" not in failed.stderr
     one_line_error(missing, "missing.onnx", "No such file")
+
+
+@pytest.mark.parametrize("entry", ["dmlbridge", "python -m dmlbridge"])
+def test_the_version_is_printed_without_importing_numpy_or_onnx(entry: str) -> None:
+    """``--version`` answers before the library is imported (numpy, onnx and protobuf take a second to load):
+    the child process's sys.modules, as it exits, holds none of them, and the line is the parser's own."""
+    heavy = ("numpy", "onnx", "ml_dtypes", "google", "tqdm")
+    start = ("import dmlbridge_entry\ndmlbridge_entry.main()\n" if entry == "dmlbridge" else
+             "import runpy\nrunpy.run_module('dmlbridge', run_name='__main__', alter_sys=True)\n")
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: sys.stderr.write(repr(sorted({{name.split('.')[0] for name in sys.modules}} & "
+            f"{set(heavy)!r}))))\n"
+            "sys.argv[1:] = ['--version']\n" + start)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert (result.returncode, result.stderr) == (0, "[]"), result.stderr
+    assert result.stdout == run("--version").stdout == f"dmlbridge {dmlbridge.__version__}\n"

@@ -45,14 +45,16 @@ NUMPY = {"FLOAT32": np.float32, "FLOAT64": np.float64, "UINT32": np.uint32, "INT
 
 @dataclass
 class Result:
-    """One output line of the program: what ran, its HRESULT and its output bytes."""
+    """One output line of the program: what ran, its HRESULT and its output bytes; for a FLOAT32 or FLOAT64 read,
+    ``bits`` is the read of the same bytes as UINT32 or UINT64 (a plain copy on every GPU)."""
 
-    kind: str  # read, dequantize, gemm
+    kind: str  # read, bits, dequantize, gemm
     name: str
     operator: str
     hresult: str
     out_type: str
     data: bytes | None
+    bits: Result | None = None
 
     @property
     def ok(self) -> bool:
@@ -72,6 +74,17 @@ class Run:
 
 
 @dataclass
+class Attempt:
+    """One run of the program as it ended, judged by nobody: its exit status, what it printed, and where its
+    ``--dump`` file would be."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    dump: Path
+
+
+@dataclass
 class Tally:
     """What the session's DirectML runs did, printed at the end of the test run."""
 
@@ -80,6 +93,7 @@ class Tally:
     mismatches: int = 0
     refused: int = 0
     flushed: int = 0
+    quieted: int = 0  # NaNs whose payload a float-typed read changed (their bits reads are exact)
     probed: int = 0
     probe_equal: int = 0  # probes whose smallest accepted size equals calc_buffer_tensor_size
     self_tests: int = 0
@@ -101,16 +115,17 @@ class DirectML:
         self.exe, self.env, self.workdir = exe, env, workdir
         self._count = 0
 
-    def run(self, bindings: str | Path, args: Sequence[str] = (), directory: Path | None = None,
-            counted: bool = True) -> Run:
-        """Run the program on ``bindings`` (a path, or the text of a list whose files are in ``directory``);
-        ``counted=False`` for descs broken on purpose (their refusals are not the suite's)."""
+    def attempt(self, bindings: str | Path, args: Sequence[str] = (), directory: Path | None = None,
+                faults: Sequence[str] = ()) -> Attempt:
+        """Run the program on ``bindings`` (a path, or the text of a list whose files are in ``directory``) and
+        return how it ended, asserting nothing; ``faults`` are the test faults it injects (DMLUPLOAD_FAULTS,
+        native/README.md)."""
         self._count += 1
         work = self.workdir / f"run{self._count}"
         work.mkdir()
         if isinstance(bindings, str):
             path = work / "list.bindings"
-            path.write_text(bindings)
+            path.write_text(bindings, newline="\n")  # (the list's lines end in \n alone)
         else:
             path = bindings
         dump = work / "dump.bin"
@@ -119,13 +134,24 @@ class DirectML:
             command += ["--dir", str(directory)]
         if self.env is not None:
             command = [str(WINE), *command]
+        env = dict(self.env if self.env is not None else os.environ)
+        env.pop("DMLUPLOAD_FAULTS", None)
+        if faults:
+            env["DMLUPLOAD_FAULTS"] = ",".join(faults)
         # Files, not pipes: the Wine services the first program of a prefix starts inherit its standard streams
         # and outlive it, so reading a pipe to its end would wait for them.
         with open(work / "stdout", "wb") as out, open(work / "stderr", "wb") as err:
-            returncode = subprocess.run(command, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            returncode = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                         check=False).returncode
-        stdout = (work / "stdout").read_text(errors="replace")
-        stderr = (work / "stderr").read_text(errors="replace")
+        return Attempt(returncode, (work / "stdout").read_text(errors="replace"),
+                       (work / "stderr").read_text(errors="replace"), dump)
+
+    def run(self, bindings: str | Path, args: Sequence[str] = (), directory: Path | None = None,
+            counted: bool = True, faults: Sequence[str] = ()) -> Run:
+        """Run the program on ``bindings`` as ``attempt`` does, and hold it to its self-test and exit status 0;
+        ``counted=False`` for descs broken on purpose and injected faults (their refusals are not the suite's)."""
+        ended = self.attempt(bindings, args, directory, faults)
+        returncode, stdout, stderr, dump = ended.returncode, ended.stdout, ended.stderr, ended.dump
         TALLY.runs += 1
         assert "self-test ok" in stdout.splitlines(), (
             f"the program's known-answer self-test did not pass (exit {returncode}):\n{stdout[-3000:]}\n"
@@ -138,7 +164,7 @@ class DirectML:
             words = line.split()
             if words[:2] == ["device", "flags"]:
                 run.device_flags = " ".join(words[2:])
-            elif words and words[0] in ("read", "dequantize", "gemm") and len(words) >= 7:
+            elif words and words[0] in ("read", "bits", "dequantize", "gemm") and len(words) >= 7:
                 _, name, operator, hresult, out_type, size, offset = words[:7]
                 data = None
                 if hresult == "0x00000000" and int(offset) >= 0:
@@ -147,7 +173,11 @@ class DirectML:
                     TALLY.executed += counted
                 else:
                     TALLY.refused += counted
-                run.results[name] = Result(words[0], name, operator, hresult, out_type, data)
+                result = Result(words[0], name, operator, hresult, out_type, data)
+                if words[0] == "bits":  # (right after its tensor's read line)
+                    run.results[name].bits = result
+                else:
+                    run.results[name] = result
             elif words and words[0] == "probe":
                 run.probes[words[1]] = int(words[3])
                 TALLY.probed += 1
@@ -169,7 +199,7 @@ def _missing_on_linux() -> tuple[str | None, dict[str, str], Path, Path]:
         if shutil.which(tool) is None:
             return f"{tool} not found", {}, home, include
     env = dict(os.environ, WINEPREFIX=str(home / "prefix"), WINEARCH="win64", WINEDEBUG="-all",
-               VKD3D_DEBUG="none", WINEDLLOVERRIDES="d3d12=n",
+               VKD3D_DEBUG="none", WINEDLLOVERRIDES="d3d12=n;winedbg.exe=d",  # (a crash exits, not held by winedbg)
                VK_ICD_FILENAMES="/usr/share/vulkan/icd.d/lvp_icd.x86_64.json",
                DMLWINE_FORCE_TYPED_UAV_LOADS="1",  # FLOAT16/UINT16/INT16 readable (DIRECTML_FP16=1 in run.sh)
                XDG_RUNTIME_DIR=str(home / "xdg"))
@@ -232,6 +262,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(
         f"DirectML: {TALLY.runs} runs, each after its known-answer self-test ({TALLY.self_tests} passed); "
         f"{TALLY.executed} operators executed, {TALLY.compared} outputs compared ({groups}), {TALLY.mismatches} "
-        f"mismatches, {TALLY.refused} refused or not run, {TALLY.flushed} subnormals flushed; {TALLY.probed} "
+        f"mismatches, {TALLY.refused} refused or not run, {TALLY.flushed} subnormals flushed and {TALLY.quieted} "
+        f"NaN payloads changed by float-typed reads (allowed; the bits reads of FLOAT32 and FLOAT64 tensors are "
+        f"exact); {TALLY.probed} "
         f"descs probed for their smallest size, {TALLY.probe_equal} of them at exactly calc_buffer_tensor_size"
     )

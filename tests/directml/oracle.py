@@ -1,9 +1,11 @@
 """What DirectML must return for a source array, and the comparison rules of the suite.
 
 The expected values come from the source as onnx, numpy and ml_dtypes decode it, converted by numpy to the
-program's output type (conftest.OUTPUT_TYPE), never from dmlbridge's own readback. Through IDENTITY the bits must
-be equal (NaN payloads included); through CAST and DEQUANTIZE NaN equals NaN, and a subnormal that DirectML's
-float arithmetic flushes to zero is counted (``flushed``), not failed.
+program's output type (dml_runtime.OUTPUT_TYPE), never from dmlbridge's own readback. Integer outputs must be
+equal bit for bit. In a float output NaN equals NaN, and a subnormal that the GPU's float rules flush to zero is
+counted (``flushed``), not failed, as is a NaN whose payload changed (``quieted``): Direct3D promises neither.
+What must come back bit for bit, NaN payloads and subnormals included, is a FLOAT32 or FLOAT64 tensor's bits read:
+the same bytes through IDENTITY as UINT32 or UINT64, a plain copy.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 from bindings_format import DML_TYPES, desc_fields, encode, parse
 from dml_runtime import NUMPY, OUTPUT_TYPE, TALLY, Result
@@ -22,10 +25,16 @@ def expected_output(source: np.ndarray, dml_type: str, shape: tuple[int, ...] | 
     values = np.asarray(source)
     if values.dtype == np.bool_:
         values = values.astype(np.uint8)
+    if values.dtype == np.dtype(ml_dtypes.float8_e5m2):
+        # The top byte of a float16, NaN payloads included (ml_dtypes' astype gives the quiet NaN instead).
+        codes = values.reshape(-1).view(np.uint8)  # (flat: numpy 1.26 views no 0-d array as another dtype)
+        values = (codes.astype(np.uint16) << 8).view(np.float16).reshape(values.shape)
     out = NUMPY[OUTPUT_TYPE[dml_type]]
     if dml_type in ("INT32", "UINT32") and values.dtype.itemsize == 8:
         values = values.astype(np.int64 if values.dtype.kind == "i" else np.uint64)
-    with np.errstate(over="ignore"):  # (DOUBLE beyond FLOAT32's range rounds to an infinity, as dmlbridge's does)
+    # (DOUBLE beyond FLOAT32's range rounds to an infinity, as dmlbridge's does; numpy's float16 to float32 keeps
+    # a NaN's payload, signalling or not)
+    with np.errstate(over="ignore", invalid="ignore"):
         converted = values.astype(out)
     if shape is not None:
         converted = np.broadcast_to(converted.reshape(values.shape), shape)
@@ -36,7 +45,8 @@ def expected_output(source: np.ndarray, dml_type: str, shape: tuple[int, ...] | 
 class Verdict:
     compared: int
     mismatched: list[str]
-    flushed: int
+    flushed: int  # subnormals a float-typed read gave back as zeros
+    quieted: int = 0  # NaNs a float-typed read gave back with another payload
 
 
 def compare(result: Result, expected: np.ndarray, group: str | None, what: str) -> Verdict:
@@ -47,6 +57,7 @@ def compare(result: Result, expected: np.ndarray, group: str | None, what: str) 
         TALLY.count(group, 1)
         TALLY.mismatches += bool(verdict.mismatched)
         TALLY.flushed += verdict.flushed
+        TALLY.quieted += verdict.quieted
     return verdict
 
 
@@ -56,26 +67,43 @@ def _compare(result: Result, expected: np.ndarray, what: str) -> Verdict:
     got = result.values()
     if got.shape != expected.shape:
         return Verdict(1, [f"{what}: {got.size} values, expected {expected.size}"], 0)
-    if result.operator == "IDENTITY" or got.dtype.kind != "f":
-        same = got.view(np.uint8).tobytes() == np.ascontiguousarray(expected).view(np.uint8).tobytes()
-        if same:
-            return Verdict(1, [], 0)
-        bad = np.flatnonzero(got.view(f"u{got.itemsize}") != expected.view(f"u{got.itemsize}"))
-        first = bad[0]
-        return Verdict(1, [f"{what}: {bad.size} of {got.size} differ bit for bit through {result.operator}, first "
-                           f"at {first}: {got[first]!r} != {expected[first]!r}"], 0)
+    if got.dtype.kind != "f":
+        return Verdict(1, _bit_for_bit(got, expected, f"{what}: ", f"through {result.operator}"), 0)
     both_nan = np.isnan(got) & np.isnan(expected)
     equal = (got == expected) | both_nan
-    # A subnormal expected value that came back as a zero of either sign: DirectML flushed it.
-    tiny = np.finfo(np.float32).tiny
+    # A subnormal expected value that came back as a zero of either sign: flushed, as Direct3D's float rules allow.
+    tiny = np.finfo(got.dtype).tiny
     with np.errstate(invalid="ignore"):
         flushed = ~equal & (got == 0) & (np.abs(expected.astype(np.float64)) < tiny) & (expected != 0)
+    unsigned = f"u{got.itemsize}"
+    quieted = both_nan & (got.view(unsigned) != np.ascontiguousarray(expected).view(unsigned))
+    problems = []
     bad = np.flatnonzero(~equal & ~flushed)
     if bad.size:
         first = bad[0]
-        return Verdict(1, [f"{what}: {bad.size} of {got.size} values differ through {result.operator}, first at "
-                           f"{first}: {got[first]!r} != {expected[first]!r}"], int(flushed.sum()))
-    return Verdict(1, [], int(flushed.sum()))
+        problems.append(f"{what}: {bad.size} of {got.size} values differ through {result.operator}, first at "
+                        f"{first}: {got[first]!r} != {expected[first]!r}")
+    if result.operator == "IDENTITY":  # (a FLOAT32 or FLOAT64 tensor: its bits read must give back every bit)
+        bits = result.bits
+        if bits is None or not bits.ok:
+            problems.append(f"{what}: no bits read of it as {unsigned.replace('u', 'UINT')}" if bits is None else
+                            f"{what}: its bits read returned {bits.hresult}")
+        else:
+            problems += _bit_for_bit(bits.values(), np.ascontiguousarray(expected).view(unsigned), f"{what}: ",
+                                     f"through IDENTITY as {bits.out_type}")
+    return Verdict(1, problems, int(flushed.sum()), int(quieted.sum()))
+
+
+def _bit_for_bit(got: np.ndarray, expected: np.ndarray, what: str, how: str) -> list[str]:
+    if got.shape != expected.shape:
+        return [f"{what}{got.size} values {how}, expected {expected.size}"]
+    unsigned = f"u{got.itemsize}"
+    bad = np.flatnonzero(got.view(unsigned) != np.ascontiguousarray(expected).view(unsigned))
+    if not bad.size:
+        return []
+    first = bad[0]
+    return [f"{what}{bad.size} of {got.size} differ bit for bit {how}, first at {first}: {got[first]!r} != "
+            f"{expected[first]!r}"]
 
 
 class Image:

@@ -1,7 +1,8 @@
 """Whole models, converted and read back by DirectML entry by entry from their buffer files: the golden models,
-a model of every type and place, a multi-buffer image bound from several Direct3D 12 buffers, and the
-consumer-aware layouts of Conv and BatchNormalization parameters. Every value is held to what onnx decodes from
-the model (a walk of the model written here), never to dmlbridge's own reading."""
+a model of every type and place, a multi-buffer image bound from several Direct3D 12 buffers, the
+consumer-aware layouts of Conv and BatchNormalization parameters, and the layouts for the other consumers (a
+convolution's weight, a Gemm's C and a MatMul's B broadcast with strides of 0, a Gather's data). Every value is
+held to what onnx decodes from the model (a walk of the model written here), never to dmlbridge's own reading."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import onnx
 import pytest
 from bindings_format import encode
 from dml_runtime import DirectML
-from models import build_model
+from models import build_model, consumer_layout_model
 from onnx import TensorProto, helper, numpy_helper
 from oracle import compare, expected_output, merged
 
@@ -113,6 +114,7 @@ def converted(directml: DirectML, tmp_path_factory: pytest.TempPathFactory) -> t
         "small": (GOLDEN / "small" / "model.onnx", {}),
         "every-place": (path, every_expected),
         "conv": conv_model(),
+        "layouts": (consumer_layout_model(), {}),
     }
     lists, plans = {}, {}
     for model_name, (model, given) in models.items():
@@ -142,7 +144,8 @@ def test_every_entry_of_every_model_reads_back_as_the_model_holds_it(converted: 
                 continue
             assert entry.key in values, f"{case}: no value known for {entry.key!r} ({entry.origin})"
             result = run.results[encode(f"{case}:{entry.key}")]
-            verdict = compare(result, expected_output(values[entry.key], entry.dml_type.name), "3 models",
+            repeated = entry.sizes if entry.padding == "broadcast" else None  # (strides of 0: DirectML repeats)
+            verdict = compare(result, expected_output(values[entry.key], entry.dml_type.name, repeated), "3 models",
                               f"{case}:{entry.key}")
             compared += verdict.compared
             problems += verdict.mismatched
@@ -170,3 +173,22 @@ def test_conv_and_batchnorm_parameters_take_the_channel_axis(converted: tuple, c
         result = run.results[encode(f"conv@{conversion}:{key}")]
         assert not compare(result, expected_output(values[key], "FLOAT32"), None, key).mismatched
     assert plan.entries["W"].sizes == (4, 3, 3, 3)
+
+
+@pytest.mark.parametrize("conversion", ["6.4", "min_dims=4", "2.0"])
+def test_the_layouts_for_their_consumers_read_as_numpy_broadcasts_them(converted: tuple, conversion: str) -> None:
+    """A 1-D convolution's weight [M, C/g, 1, k], a Gemm's C and a MatMul's B broadcast with strides of 0, a
+    Gather's data at the output's rank: DirectML takes each desc and reads the model's values, the repeats too."""
+    plans, run = converted
+    plan, values = plans[f"layouts@{conversion}"]
+    assert plan.entries["W1"].sizes == (6, 2, 1, 3) and 0 in (plan.entries["GC"].strides or ())
+    layouts = {entry.padding for entry in plan.converted}
+    assert {"spatial", "broadcast"} <= layouts
+    for entry in plan.converted:
+        repeated = entry.sizes if entry.padding == "broadcast" else None
+        result = run.results[encode(f"layouts@{conversion}:{entry.key}")]
+        expected = expected_output(values[entry.key], entry.dml_type.name, repeated)
+        assert not compare(result, expected, None, entry.key).mismatched, entry.key
+    gc = plan.entries["GC"]
+    assert run.results[encode(f"layouts@{conversion}:GC")].values().size == 15  # ([3, 5] read from 5 elements)
+    assert gc.total_tensor_size_in_bytes == 20

@@ -137,7 +137,7 @@ def readings(directml: DirectML, tmp_path_factory: pytest.TempPathFactory) -> tu
         if case in inputs:
             gemm += ["--gemm", f"{encode(case + ':' + record.key)}={folder / (case + '.a.bin')}"]
     text = merged(lists)
-    (folder / "all.bindings").write_text(text)
+    (folder / "all.bindings").write_text(text, newline="\n")
     run = directml.run(text, gemm, directory=folder)
     return records, run, inputs, folder
 

@@ -3,6 +3,7 @@
 - :func:`build_model`: a constant of every ONNX type in every place and form (initializers raw and typed,
   external data, sparse initializers, Constant nodes of every attribute, an If inside a Loop, a function), with
   the values each key must hold written down here, not taken from dmlbridge.
+- :func:`consumer_layout_model`: a constant for each layout a DirectML operator wants of its input.
 - :func:`small_model`: many small constants of mixed types and forms (the many-small-constants case).
 - :func:`check_independently`: every offset, desc and byte of a written conversion recomputed from the rules and
   the per-element reference encoder (``reference.py``), with no help from dmlbridge's layout code.
@@ -200,6 +201,73 @@ def per_channel_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[st
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), values, sizes
 
 
+def consumer_layout_model() -> onnx.ModelProto:
+    """A constant for each layout a DirectML operator wants of its input, and their edge cases: convolutions of 1
+    (grouped), 2 and 3 spatial dimensions and a 1-D ConvTranspose, each weight's node declared or told by the
+    weight; Gemms whose M is declared by A (transA 0 and 1), by the output alone, as 1, or not at all, with C of
+    shape [N], [1, N], [M, 1] and [] and B with transB 0 and 1; Gathers of 1-D, 2-D (declared and constant), 0-D
+    and unknown indices; MatMuls of batch [2], [2, 3], [1], unknown, none and of 5 dimensions; a C two Gemms of one
+    M read, one two Gemms of different M read, and a 1-D convolution's weight an Identity reads too. The values are
+    distinct per constant (arange), so a wrong read shows."""
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    shapes = {"W1": (6, 2, 3), "B1": (6,), "W2": (4, 3, 3, 3), "W3": (2, 4, 1, 2, 2), "B3": (2,), "WT": (3, 2, 4),
+              "GB": (6, 5), "GC": (5,), "GBT": (5, 6), "GCT": (1, 5), "GB3": (6, 2), "GC3": (4, 1), "GCS": (),
+              "GCU": (5,), "GCY": (5,), "GC1": (5,), "GCA": (5,), "GCM": (5,),
+              "GD1": (10, 3), "GD2": (10, 3), "GD3": (7, 2), "GD4": (5, 2), "GD5": (5, 2),
+              "MB": (6, 5), "MB4": (3, 6, 5), "MB1": (6, 5), "MBU": (6, 5), "MB2": (6, 5), "MB5": (6, 5),
+              "WI": (2, 2, 3)}
+    start = 0
+    inits = []
+    for name, shape in shapes.items():
+        count = math.prod(shape)
+        inits.append(numpy_helper.from_array((np.arange(count, dtype=np.float32) + start).reshape(shape), name))
+        start += count
+    inits.append(numpy_helper.from_array(np.array([[0, 6], [1, 3]], np.int64), "GI3"))
+    nodes = [
+        helper.make_node("Conv", ["X1", "W1", "B1"], ["Y1"], name="conv1d", group=2),
+        helper.make_node("Conv", ["X2", "W2"], ["Y2"], name="conv2d"),
+        helper.make_node("Conv", ["X3", "W3", "B3"], ["Y3"], name="conv3d"),  # (X3 undeclared: W3 tells)
+        helper.make_node("ConvTranspose", ["XT", "WT"], ["YT"], name="deconv1d"),
+        helper.make_node("Gemm", ["A", "GB", "GC"], ["G"], name="gemm"),
+        helper.make_node("Gemm", ["A", "GBT", "GCT"], ["GT"], name="gemm_tb", transB=1),
+        helper.make_node("Gemm", ["A3", "GB3", "GC3"], ["G3"], name="gemm_ta", transA=1),
+        helper.make_node("Gemm", ["A", "GB", "GCS"], ["GS"], name="gemm_scalar"),
+        helper.make_node("Gemm", ["AU", "GB", "GCU"], ["GU"], name="gemm_batch"),
+        helper.make_node("Gemm", ["AY", "GB", "GCY"], ["GY"], name="gemm_by_y"),
+        helper.make_node("Gemm", ["A1", "GB", "GC1"], ["G1"], name="gemm_m1"),
+        helper.make_node("Gemm", ["A", "GB", "GCA"], ["GA1"], name="gemm_a1"),
+        helper.make_node("Gemm", ["A", "GB", "GCA"], ["GA2"], name="gemm_a2"),
+        helper.make_node("Gemm", ["A", "GB", "GCM"], ["GM1"], name="gemm_m3"),
+        helper.make_node("Gemm", ["A4", "GB", "GCM"], ["GM2"], name="gemm_m4"),
+        helper.make_node("Gather", ["GD1", "I1"], ["E1"], name="gather1"),
+        helper.make_node("Gather", ["GD2", "ids"], ["E2"], name="gather2"),
+        helper.make_node("Gather", ["GD3", "GI3"], ["E3"], name="gather_const", axis=0),
+        helper.make_node("Gather", ["GD4", "I4"], ["E4"], name="gather_unknown"),
+        helper.make_node("Gather", ["GD5", "I0"], ["E5"], name="gather_scalar"),
+        helper.make_node("MatMul", ["MA", "MB"], ["M"], name="matmul"),
+        helper.make_node("MatMul", ["MA4", "MB4"], ["M4"], name="matmul4"),
+        helper.make_node("MatMul", ["MA1", "MB1"], ["M1"], name="matmul_b1"),
+        helper.make_node("MatMul", ["MAU", "MBU"], ["MU"], name="matmul_batch"),
+        helper.make_node("MatMul", ["MA2", "MB2"], ["M2"], name="matmul2"),
+        helper.make_node("MatMul", ["MA5", "MB5"], ["M5"], name="matmul5"),
+        helper.make_node("Conv", ["XI", "WI"], ["YI"], name="conv_shared"),
+        helper.make_node("Identity", ["WI"], ["WI_copy"], name="identity"),
+    ]
+    declared = {"X1": [1, 4, 16], "X2": [1, 3, 8, 8], "XT": [1, 3, 8], "A": [3, 6], "A3": [6, 4], "AU": ["batch", 6],
+                "A1": [1, 6], "A4": [4, 6], "I1": [4], "ids": ["batch", "sequence"], "I0": [],
+                "MA": [2, 4, 6], "MA4": [2, 3, 4, 6], "MA1": [1, 4, 6], "MAU": ["b", 4, 6], "MA2": [4, 6],
+                "MA5": [2, 2, 2, 4, 6], "XI": [1, 2, 8]}
+    inputs = [helper.make_tensor_value_info(name, i64 if name in ("I1", "ids", "I0", "I4") else f32, shape)
+              for name, shape in declared.items()]
+    inputs += [helper.make_tensor_value_info(name, f32, None) for name in ("X3", "AY")]
+    inputs.append(helper.make_tensor_value_info("I4", i64, None))
+    outputs = [helper.make_tensor_value_info("GY", f32, [2, 5])]  # (gemm_by_y's M: its output alone says 2)
+    outputs += [helper.make_tensor_value_info(output, f32, None) for node in nodes for output in node.output
+                if output != "GY"]
+    graph = helper.make_graph(nodes, "layouts", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
 # --- the independent recomputation --------------------------------------------------------------------------
 
 DML_BITS = {"FLOAT32": 32, "FLOAT16": 16, "UINT32": 32, "UINT16": 16, "UINT8": 8, "INT32": 32, "INT16": 16,
@@ -219,7 +287,7 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
     """Recompute every buffer, offset, desc and byte from the rules, with no help from dmlbridge's layout code."""
     doc = json.loads(Path(str(prefix) + ".json").read_text())
     files = [(Path(str(prefix)).parent / b["file"]).read_bytes() for b in doc["buffers"]]
-    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 5
+    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 6
     assert doc["max_buffer_bytes"] == max_buffer_bytes
     assert [b["size"] for b in doc["buffers"]] == [len(f) for f in files]
     assert all(len(f) <= max_buffer_bytes for f in files)
@@ -276,38 +344,58 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
 PER_CHANNEL = {"Conv": {2}, "ConvTranspose": {2}, "BatchNormalization": {1, 2, 3, 4}, "InstanceNormalization": {1, 2}}
 
 
-def padded_as_format_4(entry: dict[str, Any], min_dims: int, version: int = 4) -> dict[str, Any]:
-    """An entry of the current format as format 4 (and 3) wrote it: no consumer ``dims``, and a 1-D constant
-    padded on the channel axis only when ``min_dims`` is 2 or more, to ``min_dims`` dimensions (the same bytes,
-    offset and TotalTensorSizeInBytes: only Sizes, DimensionCount and padding differ). Before format 3, every
-    entry was padded with leading 1s."""
+def as_older_entry(entry: dict[str, Any], min_dims: int, version: int) -> dict[str, Any]:
+    """An entry of the current format (6) as format ``version`` (5 to 1) wrote it, by that version's rule, worked
+    out here from the entry's shape and consumers (the same bytes, offset and TotalTensorSizeInBytes: only Sizes,
+    Strides, DimensionCount, padding and the consumers' fields differ):
+
+    - format 5: consumers record ``dims`` of per-channel inputs only and no ``sizes``; no ``layout_note``; a 1-D
+      constant that only per-channel inputs of one ``dims`` read is ``[1, C, 1, ...]`` of ``dims`` dimensions (or
+      ``min_dims`` when more), "channel"; "mixed" when some consumers are per-channel and the others not, or their
+      ``dims`` differ; every other entry leading 1s to ``min_dims`` (no spatial, rank or broadcast layout);
+    - formats 4 and 3: no ``dims``, and a 1-D constant padded on the channel axis only when ``min_dims`` is 2 or
+      more, to ``min_dims`` dimensions;
+    - before format 3, every entry padded with leading 1s."""
     old = copy.deepcopy(entry)
-    consumers = [{k: v for k, v in c.items() if k != "dims"} for c in old.get("consumers", [])]
+    old.pop("layout_note", None)
+    consumers = [{k: v for k, v in c.items()
+                  if k not in ("dims", "sizes") or (k == "dims" and version >= 5
+                                                    and c["input"] in PER_CHANNEL.get(c["op_type"], ()))}
+                 for c in old.get("consumers", [])]
     if consumers:
         old["consumers"] = consumers
     per = {c["input"] in PER_CHANNEL.get(c["op_type"], ()) for c in consumers}
-    padding = "leading"
-    if len(old["shape"]) == 1 and consumers and min_dims >= 2 and version >= 3:
+    counts = {c.get("dims") for c in consumers}
+    padding, count = "leading", min_dims
+    if len(old["shape"]) == 1 and consumers and version >= 5:
+        padding = ("channel" if len(counts) == 1 else "mixed") if per == {True} else "mixed" if True in per else \
+            "leading"
+        count = max(min_dims, next(iter(counts)) or 4) if padding == "channel" else min_dims
+    elif len(old["shape"]) == 1 and consumers and min_dims >= 2 and version >= 3:
         padding = "channel" if per == {True} else "mixed" if True in per else "leading"
     old.pop("padding", None)
     if padding != "leading":
         old["padding"] = padding
-    if old["desc"] is not None and len(old["shape"]) == 1:
-        (length,) = old["shape"]
-        sizes = [1, length] + [1] * (min_dims - 2) if padding == "channel" else [1] * max(0, min_dims - 1) + [length]
+    if old["desc"] is not None:
+        own = list(old["shape"]) or [1]
+        sizes = [1, own[0]] + [1] * (count - 2) if padding == "channel" else [1] * max(0, min_dims - len(own)) + own
         strides = old["desc"]["Strides"]
-        if strides is not None:  # (emulated 64-bit integers: twice the packed strides)
+        if old["conversion"] == "emulate":  # (emulated 64-bit integers: twice the packed strides)
             strides = [2 * math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+        elif strides is not None:  # (a broadcast entry of format 6: the ONNX shape's own bytes, packed)
+            strides = None
         old["desc"].update(DimensionCount=len(sizes), Sizes=sizes, Strides=strides)
     return old
 
 
 def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """A manifest ``doc`` (the current format) as format ``version`` (4, 3, 2 or 1; one buffer before 4) wrote
-    it: entries laid out by that version's padding rule."""
+    """A manifest ``doc`` (the current format) as format ``version`` (5, 4, 3, 2 or 1; one buffer before 4) wrote
+    it: entries laid out by that version's rule (:func:`as_older_entry`)."""
     old = copy.deepcopy(doc)
     old["format_version"] = version
-    old["entries"] = [padded_as_format_4(e, old["min_dims"], version) for e in old["entries"]]
+    old["entries"] = [as_older_entry(e, old["min_dims"], version) for e in old["entries"]]
+    if version == 5:
+        return old
     if version == 4:  # (format 5 added each quantized record's operator)
         for record in old["quantized"]:
             del record["operator"]

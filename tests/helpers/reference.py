@@ -305,28 +305,25 @@ def encode_nan(dml: str, sign: int, mantissa: int) -> int:
 
 
 def widen_nan(src: str, dml: str, nan: NaN) -> int:
-    """A source NaN in a wider DML float type, exactly as numpy/ml_dtypes astype does it (checked empirically
-    on numpy 2.4 / ml_dtypes 0.6, see test_peers.py):
-    - FLOAT16 -> FLOAT32/FLOAT64 (numpy): payload shifted up, signalling NaNs stay signalling;
-    - BFLOAT16 -> FLOAT32: bits << 16 (payload kept); -> FLOAT64: through float32, then quieted (payload kept);
-    - FLOAT -> FLOAT64 (numpy, hardware conversion): quieted, payload shifted up;
-    - 8/6/4-bit floats and e8m0: the canonical quiet NaN with the source's sign (fnuz NaN 0x80 is negative,
-      e8m0 0xFF positive)."""
+    """A source NaN in a wider DML float type (docs/decisions.md, "Values"):
+    - the IEEE-style types, whose NaNs carry a payload in their mantissa (FLOAT16, BFLOAT16, FLOAT, FLOAT8E5M2):
+      the same sign, the mantissa (payload and quiet bit) shifted to the top of the wider one, so a signalling
+      NaN stays signalling (FLOAT8E5M2 -> FLOAT16 is the code shifted up 8 bits);
+    - the types with one NaN a sign (FLOAT8E4M3FN, the fnuz types, FLOAT8E8M0): the canonical quiet NaN with
+      the source's sign (fnuz NaN 0x80 is negative, e8m0 0xFF positive), as ml_dtypes gives it."""
     _, _, mbits = IEEE_OUT[dml]
-    quiet = 1 << (mbits - 1)
-    shifted = nan.mantissa << (mbits - nan.bits) if nan.bits else 0
-    if src == "FLOAT16":
-        return encode_nan(dml, nan.sign, shifted)
-    if src == "BFLOAT16":
-        return encode_nan(dml, nan.sign, shifted if dml == "FLOAT32" else shifted | quiet)
-    if src == "FLOAT":
-        return encode_nan(dml, nan.sign, shifted | quiet)
-    return encode_nan(dml, nan.sign, quiet)
+    if src in ("FLOAT16", "BFLOAT16", "FLOAT", "FLOAT8E5M2"):
+        return encode_nan(dml, nan.sign, nan.mantissa << (mbits - nan.bits))
+    return encode_nan(dml, nan.sign, 1 << (mbits - 1))
 
 
 def lossy_nan(nan: NaN) -> int:
-    """DOUBLE NaN -> FLOAT32 as numpy astype does it: quieted, the top 23 payload bits kept."""
-    return encode_nan("FLOAT32", nan.sign, (nan.mantissa >> 29) | (1 << 22))
+    """DOUBLE NaN -> FLOAT32: kept bit for bit when its low 29 mantissa bits are zero (a NaN FLOAT32 holds: the
+    same sign and top 23 bits), else quieted with the top 23 payload bits kept, as numpy's astype does."""
+    top = nan.mantissa >> 29
+    if top and not nan.mantissa & ((1 << 29) - 1):
+        return encode_nan("FLOAT32", nan.sign, top)
+    return encode_nan("FLOAT32", nan.sign, top | (1 << 22))
 
 
 def element_bits(arr: np.ndarray, idx: tuple[int, ...]) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from builders import model_of
-from models import older
+from models import consumer_layout_model, older
 from onnx import helper, numpy_helper
 
 import dmlbridge
@@ -34,14 +34,14 @@ def document(tmp_path: Path) -> dict[str, Any]:
 
 def test_the_schema_covers_every_version(manifest_validator: Any, fast_manifest_validator: Any,
                                         document: dict[str, Any]) -> None:
-    assert READABLE_VERSIONS == (1, 2, 3, 4, 5) and MANIFEST_FORMAT_VERSION == 5
+    assert READABLE_VERSIONS == (1, 2, 3, 4, 5, 6) and MANIFEST_FORMAT_VERSION == 6
     schema = manifest_schema()
     assert {schema["$defs"][f"version{v}"]["properties"]["format_version"]["const"] for v in READABLE_VERSIONS} \
         == set(READABLE_VERSIONS)
     assert document["entries"][2]["padding"] == "channel"  # the optional fields are exercised
     assert document["entries"][2]["consumers"] == [{"node": "conv", "op_type": "Conv", "input": 2, "dims": 4}]
     for version in READABLE_VERSIONS:
-        doc = document if version == 5 else older(document, version)
+        doc = document if version == 6 else older(document, version)
         manifest_validator.validate(doc)
         fast_manifest_validator.validate(doc)
     newer_entries = {**older(document, 4), "entries": document["entries"]}  # (dims: 5 on)
@@ -51,7 +51,7 @@ def test_the_schema_covers_every_version(manifest_validator: Any, fast_manifest_
 @pytest.mark.parametrize(
     ("path", "value"),
     [
-        (["format_version"], 6),
+        (["format_version"], 7),
         (["conversion_id"], "XYZ"),
         (["alignment"], 8),
         (["selection", "kinds"], ["initialiser"]),
@@ -81,3 +81,25 @@ def test_the_schema_refuses_what_load_plan_refuses(manifest_validator: Any, fast
     manifest.write_text(json.dumps(doc))
     with pytest.raises(dmlbridge.ManifestError):
         dmlbridge.load_plan(manifest)
+
+
+def test_the_schema_covers_the_layouts_of_format_6(manifest_validator: Any, fast_manifest_validator: Any,
+                                                   tmp_path: Path) -> None:
+    """Every layout and consumer field of format 6 follows the schema, and format 5's document does too; the
+    schema refuses a padding, a note or sizes no format has, and format 6's fields in a format-5 document."""
+    dmlbridge.convert_model(consumer_layout_model(), tmp_path / "m", progress=False)
+    document: dict[str, Any] = json.loads((tmp_path / "m.json").read_text())
+    paddings = {entry.get("padding", "leading") for entry in document["entries"]}
+    assert paddings == {"leading", "channel", "spatial", "rank", "broadcast", "mixed"}
+    for doc in (document, older(document, 5)):
+        assert manifest_validator.is_valid(doc) and fast_manifest_validator.is_valid(doc)
+    by_key = {entry["key"]: index for index, entry in enumerate(document["entries"])}
+    for key, field, value in [("GC", "padding", "sideways"), ("GCU", "layout_note", ""), ("GCU", "layout_note", 3),
+                              ("GC", "consumers", [{"node": "gemm", "op_type": "Gemm", "input": 2, "sizes": [3, 0]}]),
+                              ("GC", "consumers", [{"node": "gemm", "op_type": "Gemm", "input": 2, "sizes": [5]}]),
+                              ("GD2", "consumers", [{"node": "g", "op_type": "Gather", "input": 0, "dims": 0}])]:
+        doc = copy.deepcopy(document)
+        doc["entries"][by_key[key]][field] = value
+        assert not manifest_validator.is_valid(doc) and not fast_manifest_validator.is_valid(doc), (key, field)
+    newer = {**older(document, 5), "entries": document["entries"]}  # (spatial, sizes and notes: 6 on)
+    assert not manifest_validator.is_valid(newer) and not fast_manifest_validator.is_valid(newer)

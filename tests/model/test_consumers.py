@@ -66,7 +66,7 @@ def conv_model() -> onnx.ModelProto:
 
 
 EXPECTED = {  # (dims: the per-channel inputs' nodes are 4-D: conv_w is [C, C, 1, 1], y1 and y2 declare no rank)
-    "conv_w": (Consumer("conv", "Conv", 1), Consumer("ms_conv", "com.example:Conv", 1)),
+    "conv_w": (Consumer("conv", "Conv", 1, 4), Consumer("ms_conv", "com.example:Conv", 1)),
     "conv_b": (Consumer("conv", "Conv", 2, 4), Consumer("branch/else_branch/else_id", "Identity", 0),  # (attributes
                Consumer("branch/then_branch/then_add", "Add", 0)),  # in the node's order: make_node sorts them)
     "bn_scale": (Consumer("bn", "BatchNormalization", 1, 4),),
@@ -137,14 +137,14 @@ def test_channel_padding_in_the_manifest_is_checked(tmp_path: Path) -> None:
     index = next(i for i, e in enumerate(doc["entries"]) if e["key"] == "bn_b")
     for change, message in [
         ({"padding": "leading"}, r"padding is \"leading\", but a 1-D constant with these consumers at min_dims 4 "
-                                 r"is padded \"channel\" \(format 5\)"),
+                                 r"is padded \"channel\" \(format 6\)"),
         ({"consumers": []}, "padding is \"channel\", but"),
         ({"consumers": [{"node": "bn", "op_type": "BatchNormalization"}]}, "lacks the field"),
         ({"consumers": [{"node": "bn", "op_type": "BatchNormalization", "input": 2}]}, "lacks the field 'dims'"),
         ({"consumers": [{"node": "bn", "op_type": "BatchNormalization", "input": 2, "dims": 3}]}, r"outside 4\.\.8"),
         ({"consumers": [{"node": "bn", "op_type": "BatchNormalization", "input": 2, "dims": 5}]},
          r"DimensionCount is 4, but FLOAT \[3\] as FLOAT32 \(native, min_dims 4, channel padding\) needs 5"),
-        ({"consumers": [{"node": "bn", "op_type": "Add", "input": 2, "dims": 4}]}, "only a per-channel input has"),
+        ({"consumers": [{"node": "bn", "op_type": "Add", "input": 2, "dims": 4}]}, "which this input does not record"),
         ({"desc": {**doc["entries"][index]["desc"], "Sizes": [1, 1, 1, C]}}, "Sizes is"),
     ]:
         changed = json.loads(json.dumps(doc))
@@ -227,13 +227,14 @@ def test_per_channel_constants_get_their_nodes_dimensions_at_the_default_min_dim
     assert plan.entries["bt"].consumers == (Consumer("deconv", "ConvTranspose", 2, 4),)
     assert plan.entries["bn5_var"].consumers == (Consumer("bn5", "BatchNormalization", 4, 5),)
     assert plan.entries["in_b"].consumers == (Consumer("in", "InstanceNormalization", 2, 5),)
-    assert plan.entries["w2"].sizes == (4, 3, 3, 3) and plan.entries["w2"].consumers == (Consumer("conv2d", "Conv", 1),)
+    assert plan.entries["w2"].sizes == (4, 3, 3, 3)
+    assert plan.entries["w2"].consumers == (Consumer("conv2d", "Conv", 1, 4),)
     doc = json.loads((tmp_path / "w.json").read_text())
     b3 = next(e for e in doc["entries"] if e["key"] == "b3")
     assert b3["padding"] == "channel" and b3["desc"]["Sizes"] == [1, 2, 1, 1, 1] and b3["desc"]["DimensionCount"] == 5
     assert b3["consumers"] == [{"node": "conv3d", "op_type": "Conv", "input": 2, "dims": 5}]
     loaded = dmlbridge.load_plan(tmp_path / "w.json")
-    assert loaded == plan and loaded.format_version == 5
+    assert loaded == plan and loaded.format_version == 6
     loaded.verify(tmp_path / "m.onnx")
     below = dmlbridge.plan_model(model, target=Target("2.0"))  # (min_dims 4 there: the same sizes)
     assert {key: below.entries[key].sizes for key in sizes} == sizes
@@ -248,7 +249,8 @@ def test_min_dims_stays_a_floor() -> None:
     assert four.entries["b2"].sizes == (1, 4, 1, 1) and four.entries["b3"].sizes == (1, 2, 1, 1, 1)
     one = dmlbridge.plan_model(model, min_dims=1)
     assert one.entries["b1"].sizes == (1, 5, 1, 1) and one.entries["in_scale"].sizes == (1, 2, 1, 1, 1)
-    assert one.entries["w1"].sizes == (5, 3, 3)  # (not a per-channel input: its own shape)
+    assert one.entries["w1"].sizes == (5, 3, 1, 3)  # (the weight of a 1-D convolution, run as 2-D)
+    assert five.entries["w2"].sizes == (4, 3, 1, 3, 3) and five.entries["w2"].padding == "spatial"
 
 
 def _shared_model() -> onnx.ModelProto:
@@ -276,12 +278,15 @@ def test_consumers_that_disagree_keep_leading_ones() -> None:
     expected = {  # min_dims: (both, added, twice)
         None: ((C,), (C,), (1, C, 1, 1)),
         4: ((1, 1, 1, C), (1, 1, 1, C), (1, C, 1, 1)),
-        5: ((1, 1, 1, 1, C), (1, 1, 1, 1, C), (1, C, 1, 1, 1)),
+        5: ((1, C, 1, 1, 1), (1, 1, 1, 1, C), (1, C, 1, 1, 1)),  # (at 5, both convolutions want [1, C, 1, 1, 1])
     }
     for min_dims, want in expected.items():
         plan = dmlbridge.plan_model(model, min_dims=min_dims)
         assert tuple(plan.entries[key].sizes for key in ("both", "added", "twice")) == want, min_dims
-        assert [plan.entries[key].padding for key in ("both", "added", "twice")] == ["mixed", "mixed", "channel"]
+        both = "channel" if min_dims == 5 else "mixed"
+        assert [plan.entries[key].padding for key in ("both", "added", "twice")] == [both, "mixed", "channel"]
+        assert plan.entries["added"].layout_note == ("its consumers want different layouts (Conv input 2: channel, "
+                                                     "Add input 1: its ONNX layout): it keeps its ONNX layout")
 
 
 def test_a_conv_whose_weight_is_not_a_constant_takes_its_rank_from_what_the_model_declares() -> None:
@@ -377,7 +382,7 @@ def test_a_format_4_manifest_is_read_and_verified_by_its_own_rule(tmp_path: Path
         ({**old, "format_version": 5}, r"entries\[\d+\] \('b2'\)\.consumers\[0\] \(Conv input 2\) is a per-channel "
                                        r"input and lacks the field 'dims'"),
         (_with_dims(old, doc), r"\('\w+'\)\.(padding is \"leading\"|desc\.DimensionCount is 4), but"),
-        ({**doc, "format_version": 4}, r"\('b2'\)\.consumers\[0\] has unknown field\(s\) 'dims'"),
+        ({**doc, "format_version": 4}, r"\('w2'\)\.consumers\[0\] has unknown field\(s\) 'dims'"),
     ]:
         manifest.write_text(json.dumps(claim))
         with pytest.raises(ManifestError, match=message):
@@ -386,15 +391,17 @@ def test_a_format_4_manifest_is_read_and_verified_by_its_own_rule(tmp_path: Path
                "entries": [{**e, **({"consumers": [{k: v for k, v in c.items() if k != "dims"} for c in e["consumers"]]}
                                     if "consumers" in e else {})} for e in doc["entries"]]}
     manifest.write_text(json.dumps(current))  # the current layout, claiming the previous format
-    with pytest.raises(ManifestError, match=r"\('\w+'\)\.(padding is \"channel\"|desc\.DimensionCount is \d), but"):
+    refused = r"\('\w+'\)\.(padding is \"(channel|spatial)\"|desc\.DimensionCount is \d), but"
+    with pytest.raises(ManifestError, match=refused):
         dmlbridge.load_plan(manifest)
 
 
 def _with_dims(old: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
-    """The format-4 document ``old`` claiming format 5, its consumers with the dims of ``doc`` (the current one)."""
+    """The format-4 document ``old`` claiming format 5, its consumers with the dims format 5 gives ``doc`` (the
+    current one)."""
     claim = copy.deepcopy(old)
     claim["format_version"] = 5
-    for entry, current in zip(claim["entries"], doc["entries"], strict=True):
+    for entry, current in zip(claim["entries"], older(doc, 5)["entries"], strict=True):
         if "consumers" in current:
             entry["consumers"] = current["consumers"]
     return claim

@@ -307,6 +307,14 @@ def test_missing_file(tree, opened):
     assert opened == []
 
 
+def test_a_missing_file_says_where_it_was_looked_for(tree):
+    """The path the location led to, in the model's folder (where locations are resolved), is in the message."""
+    looked = os.path.join(os.path.realpath(tree["model"]), "sub", "nope.bin")
+    with pytest.raises(ExternalDataError) as caught:
+        tensor_to_array(external_tensor("sub/nope.bin"), tree["model"])
+    assert f"looked for {looked!r}" in str(caught.value) and "relative to the model's folder" in str(caught.value)
+
+
 def test_location_not_utf8_is_refused(tree):
     tensor = external_tensor("w.bin")
     data = tensor.SerializeToString().replace(b"w.bin", b"w\xff.bi")

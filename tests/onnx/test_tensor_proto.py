@@ -274,7 +274,8 @@ def refused(tensor: TensorProto, match: str, error: type[Exception] = TensorProt
     ],
 )
 def test_raw_data_must_have_exact_byte_count(data_type, dims, nbytes, need):
-    refused(proto(data_type, dims, raw_data=b"\x01" * nbytes), f"{nbytes} bytes of raw_data .* need exactly {need}")
+    held = f"{nbytes} byte{'' if nbytes == 1 else 's'}"
+    refused(proto(data_type, dims, raw_data=b"\x01" * nbytes), f"{held} of raw_data .* need exactly {need}")
 
 
 @pytest.mark.parametrize(
@@ -298,7 +299,8 @@ def test_raw_data_must_have_exact_byte_count(data_type, dims, nbytes, need):
 )
 def test_typed_field_must_have_exact_entry_count(data_type, dims, field, count, need):
     values = [b"s"] * count if field == "string_data" else [1] * count
-    refused(proto(data_type, dims, **{field: values}), f"{count} entries in {field} .* need exactly {need}")
+    held = f"{count} {'entry' if count == 1 else 'entries'}"
+    refused(proto(data_type, dims, **{field: values}), f"{held} in {field} .* need exactly {need}")
 
 
 @pytest.mark.parametrize(

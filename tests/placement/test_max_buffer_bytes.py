@@ -145,6 +145,59 @@ def test_a_tensor_over_the_limit_is_refused_before_any_file_exists(tmp_path: Pat
     assert os.listdir(out) == []
 
 
+def _two_large(first: int, second: int) -> onnx.ModelProto:
+    """A small constant, then two float32 ones of ``first`` and ``second`` bytes, then a small one."""
+    return model_of({"small": np.ones(3, np.float32), "a": np.ones(first // 4, np.float32),
+                     "b": np.ones(second // 4, np.float32), "tail": np.ones(5, np.float32)})
+
+
+@pytest.mark.parametrize(("alignment", "works", "named"), [(256, 12 * KIB, "12288 (12KiB)"),
+                                                             (8 * KIB, 16 * KIB, "16384 (16KiB)")])
+def test_the_refusal_names_the_one_round_limit_that_converts_the_whole_model(alignment: int, works: int,
+                                                                              named: str) -> None:
+    """Two constants over the limit, the later one larger (10,000 and 12,000 bytes over 4 KiB, or 8 KiB): the
+    error names the smallest round limit every constant fits, not the first constant's size, so one retry
+    converts the model. Worked by hand: 12,000 bytes need 12,032 (a multiple of 256), rounded up to 12 KiB; with
+    8 KiB alignment, the smallest multiple of it over 12,000 is 16 KiB. One KiB less (one alignment less) is
+    refused."""
+    model = _two_large(10000, 12000)
+    with pytest.raises(TensorTooLargeError) as caught:
+        dmlbridge.plan_model(model, max_buffer_bytes=alignment if alignment > 4 * KIB else 4 * KIB,
+                             alignment=alignment)
+    message = str(caught.value)
+    assert "'a'" in message and f"pass max_buffer_bytes={named}" in message, message
+    assert "the smallest round limit with which every constant of this model fits a buffer" in message, message
+    dmlbridge.plan_model(model, max_buffer_bytes=works, alignment=alignment)
+    with pytest.raises(TensorTooLargeError):
+        dmlbridge.plan_model(model, max_buffer_bytes=works - max(alignment, KIB), alignment=alignment)
+
+
+def test_too_many_buffers_names_the_limit_that_makes_few_enough() -> None:
+    """257 tensors of 256 bytes at a 256-byte limit take 257 buffers, one more than a conversion writes; two a
+    buffer (512 bytes) take 129."""
+    model = model_of([numpy_helper.from_array(np.zeros(64, np.float32), f"w{i}") for i in range(257)])
+    with pytest.raises(InvalidArgumentError, match="more than 256 buffers") as caught:
+        dmlbridge.plan_model(model, max_buffer_bytes=256)
+    assert "pass max_buffer_bytes=512:" in str(caught.value), caught.value
+    assert len(dmlbridge.plan_model(model, max_buffer_bytes=512).buffer_sizes) == 129
+
+
+def test_round_limits_are_whole_units_of_at_most_a_sixteenth_more() -> None:
+    """The rounding the refusal names, by hand: the coarsest of GiB, MiB and KiB that adds at most 1/16 and
+    keeps the alignment, else the exact value; never past 0xFFFF0000."""
+    from dmlbridge.placement.options import byte_count_text, round_limit
+
+    cases = [(12032, 256, 12 * KIB), (26116, 256, 26 * KIB), (9728 * KIB, 256, 10 << 20),
+             (5 * (1 << 20) + 1, 256, 5121 * KIB), (2469606195, 256, 2356 << 20), (512, 256, 512),
+             (12001, 8 * KIB, 16 * KIB), (0xFFFF0000 - 100, 256, 0xFFFF0000)]
+    for needed, alignment, rounded in cases:
+        got = round_limit(needed, alignment)
+        assert got == rounded, (needed, alignment, got)
+    assert round_limit(0xFFFF0000 + 1, 256) is None and round_limit(3 << 30, 1 << 31) is None
+    assert [byte_count_text(n) for n in (512, 12 * KIB, 10 << 20, 5121 * KIB, 2 << 30, 0xFFFF0000)] == \
+        ["512", "12KiB", "10MiB", "5121KiB", "2GiB", "4194240KiB"]
+
+
 @pytest.mark.parametrize("limit", [0, 8, 255, 257, 0xFFFF0000 + 256, 1 << 32, -256, True, 2.0 ** 20])
 def test_limits_outside_the_range_are_refused(tmp_path: Path, limit: Any) -> None:
     model, _ = mixed_model(64 * KIB)

@@ -8,6 +8,7 @@ import functools
 import hashlib
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from models import (
 )
 from onnx import numpy_helper
 
-from dmlbridge import convert_model, load_plan
+from dmlbridge import DmlDataType, Target, convert_model, load_plan
 from dmlbridge.errors import (
     ManifestError,
 )
@@ -44,7 +45,7 @@ def test_verify_finds_a_changed_byte_and_a_changed_model(tmp_path: Path) -> None
     buffer.write_bytes(bytes(data))
     with pytest.raises(ManifestError, match="fingerprint"):  # load_plan samples the buffer file: refused
         load_plan(tmp_path / "out.json")
-    with pytest.raises(ManifestError, match=r"2 mismatches.*fingerprint.*'t_float16': 1 byte\(s\) differ"):
+    with pytest.raises(ManifestError, match=r"2 mismatches.*fingerprint.*'t_float16': 1 byte differs"):
         plan.verify(path)
     data[e.offset + 7] ^= 0x01
     data[e.offset + 1] ^= 0x80  # the sign of the first value
@@ -77,12 +78,41 @@ def test_verify_says_when_the_plan_was_made_from_another_model(tmp_path: Path) -
     changed.doc_string = "edited"  # the same constants, another file
     other = tmp_path / "other.onnx"
     onnx.save(changed, other)
-    with pytest.raises(ManifestError, match=r"1 mismatches.*made from another model file"):
+    with pytest.raises(ManifestError, match=r"1 mismatch\).*made from another model file"):
         loaded.verify(other)
     with open(tmp_path / "weights.data", "ab") as file:
         file.write(b"\0" * 16)
     with pytest.raises(ManifestError, match=r"weights.data' holds \d+ bytes; the plan was made from one of"):
         loaded.verify(path)
+
+
+def test_nans_read_back_and_verify_bit_for_bit_without_a_warning(tmp_path: Path) -> None:
+    """plan.array() gives each NaN's own bits (BFLOAT16 0x7F81 in FLOAT32 0x7F810000 is 0x7F81 again, not the
+    quiet 0x7FC0; FLOAT8E5M2 0x7D is FLOAT16 0x7D00), on a target with FLOAT16 and one without; verify compares
+    NaNs bit for bit, names a changed payload with its bits, and no numpy warning is printed."""
+    codes = {"bf": (ml_dtypes.bfloat16, [0x7F81, 0xFF81, 0x7FC0, 0x3F80]), "e5": (ml_dtypes.float8_e5m2,
+             [0x7D, 0xFF, 0x7E, 0x3C]), "h": (np.float16, [0x7C01, 0xFD55, 0x3C00, 0x7E00])}
+    values = {key: np.array(bits, f"<u{np.dtype(dtype).itemsize}").view(dtype) for key, (dtype, bits) in codes.items()}
+    model = model_of(values)
+    every = {t for t in DmlDataType if t is not DmlDataType.UNKNOWN}
+    for name, target in (("default", Target()), ("no16", Target(supported=every - {DmlDataType.FLOAT16}))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            plan = convert_model(model, tmp_path / name, target=target, progress=False)
+            for key, (dtype, bits) in codes.items():
+                assert plan.array(key).view(f"<u{np.dtype(dtype).itemsize}").tolist() == bits, (name, key)
+            plan.verify(model)
+            load_plan(tmp_path / f"{name}.json").verify(model)
+            buffer = buffer_path(tmp_path / name)
+            data = bytearray(buffer.read_bytes())
+            offset = plan.entries["bf"].offset
+            assert offset is not None and data[offset + 2 : offset + 4] == b"\x81\x7f"
+            data[offset + 2] = 0x83  # the payload of the first NaN: 0x7F81 becomes 0x7F83
+            buffer.write_bytes(bytes(data))
+            with pytest.raises(ManifestError, match=r"'bf': 1 byte\(s\) differ.*element \[0\]: the buffer holds nan "
+                                                    r"\(bits 0x7f83\), the model nan \(bits 0x7f81\)"):
+                plan.verify(model)
+        plan.close()
 
 
 # --- streaming: memory within the budget, each byte of the buffer files read once ------------------------------

@@ -27,9 +27,11 @@ from models import older
 from onnx import helper, numpy_helper
 from quantized_models import (
     OPSETS,
+    check,
     dq_model,
     independent_dequantize,
     ints,
+    node_output,
     quantized,
     same_bits,
     with_float16_scales,
@@ -166,6 +168,22 @@ def test_a_shared_weight_gives_each_node_a_view_of_one_entry(tmp_path: Path) -> 
     float_zp.graph.initializer.append(numpy_helper.from_array(np.zeros((vocab, 2), np.float32), "fzp"))
     float_zp.graph.node[1].input.append("fzp")
     assert "float zero points" in (dmlbridge.plan_model(float_zp).quantized["lm_head"].skipped or "")
+
+
+@pytest.mark.parametrize("level", ["6.4", "6.2"])
+def test_a_constant_read_as_weight_and_zero_points_gives_each_part_an_entry(tmp_path: Path, level: str) -> None:
+    """DequantizeLinear(x, s, x): the record's zero points are a derived copy of x, so its three parts name three
+    entries (which load_plan requires of every record); the values are ONNX Runtime's."""
+    x = np.array([[1, -2, 3, 7], [-8, 0, 5, -1]], ml_dtypes.int4)
+    node = helper.make_node("DequantizeLinear", ["x", "s", "x"], ["y"], "dq", axis=1, block_size=1)
+    model = model_of({"x": x, "s": np.array([[0.5, 2.0, 1.0, 3.0], [1.5, 0.25, 4.0, 8.0]], np.float32)}, [node],
+                     opset_imports=OPSETS)
+    plan = check(model, tmp_path, {"dq": node_output(model, node)}, target=Target(level))
+    q = plan.quantized["dq"]
+    assert q.weight is not None and q.zero_points is not None
+    assert (q.weight.key, q.zero_points.key) == ("x", "dq/zero_points")
+    assert plan.entries["dq/zero_points"].origin == ("zero points of DequantizeLinear node 'dq', a copy of 'x' (its "
+                                                     "weight too: each part has an entry of its own)")
 
 
 def test_refusals_of_the_records_and_options() -> None:

@@ -66,7 +66,7 @@ def test_more_than_uint32_elements_fails_before_allocating() -> None:
     [
         ([2**32, 1], "outside UINT32"),
         ([-1, 1], "cannot be negative"),
-        ([1], "1 strides"),
+        ([1], "1 stride \\[1\\] for sizes"),
         ([1.5, 1], "whole numbers"),
         ("ab", "sequence of whole numbers"),
     ],
@@ -194,7 +194,7 @@ def test_pack_4bit_never_wraps(values: np.ndarray, words: str) -> None:
 def test_pack_and_unpack_argument_errors() -> None:
     with pytest.raises(InvalidArgumentError, match="takes integers"):
         dmlbridge.pack_4bit(np.array([1.0]))
-    with pytest.raises(InvalidArgumentError, match="need 3 bytes"):
+    with pytest.raises(InvalidArgumentError, match="needs 3 bytes"):
         dmlbridge.unpack_4bit(b"\x21\x43", 5, signed=False)
     with pytest.raises(InvalidArgumentError, match="non-negative"):
         dmlbridge.unpack_4bit(b"\x21", -1, signed=False)

@@ -93,6 +93,21 @@ def test_no_test_module_imports_another(path: Path) -> None:
         assert not [n for n in names if n.split(".")[-1].startswith("test_")], f"{path.name} imports {names}"
 
 
+def test_the_package_root_loads_what_its_imports_name() -> None:
+    """``import dmlbridge`` imports the errors and the version; every other public name is imported for type
+    checkers only, and loaded at its first use from the module that import names (``_HOMES``)."""
+    import dmlbridge
+
+    tree = _tree(PACKAGE / "__init__.py")
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    typed = {node.module: tuple(a.name for a in node.names) for node in guarded.body
+             if isinstance(node, ast.ImportFrom)}
+    assert typed == dmlbridge._HOMES
+    eager = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+             and node.module in ("dmlbridge.errors", "dmlbridge.version") for a in node.names}
+    assert set(dmlbridge.__all__) | {"__version__"} == eager | {name for names in typed.values() for name in names}
+
+
 def _layers() -> list[list[str]]:
     try:
         import tomllib

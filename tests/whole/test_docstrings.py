@@ -28,6 +28,9 @@ def needs_a_device(test: doctest.DocTest) -> bool:
 def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the examples' temporary folders go to pytest's
     module = importlib.import_module("dmlbridge" if name == "__init__" else f"dmlbridge.{name}")
+    if name == "__init__":  # (the public names, loaded at their first use: their docstrings are the root's)
+        for public in module.__all__:
+            getattr(module, public)
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     for test in doctest.DocTestFinder().find(module, module.__name__):
         if not needs_a_device(test):

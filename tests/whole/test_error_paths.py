@@ -165,3 +165,35 @@ def test_a_field_given_twice_in_a_manifest(written: Path) -> None:
     written.write_text(text[:first_entry] + '"key": "other", ' + text[first_entry:])
     with pytest.raises(ManifestError, match="duplicate field 'key'"):
         dmlbridge.load_plan(written)
+
+
+def _external(length: str) -> onnx.TensorProto:
+    tensor = onnx.TensorProto(name="w", data_type=onnx.TensorProto.FLOAT, dims=[1],
+                              data_location=onnx.TensorProto.EXTERNAL)
+    tensor.external_data.add(key="location", value="w.bin")
+    tensor.external_data.add(key="length", value=length)
+    return tensor
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda _: dmlbridge.tensor_to_array(onnx.TensorProto(name="t", data_type=onnx.TensorProto.FLOAT)),
+     "has dims [] (1 element) but no data"),
+    (lambda _: dmlbridge.tensor_to_array(onnx.TensorProto(name="t", data_type=onnx.TensorProto.FLOAT, dims=[1],
+                                                          raw_data=b"\0")), "has 1 byte of raw_data"),
+    (lambda _: dmlbridge.tensor_to_array(onnx.TensorProto(name="t", data_type=onnx.TensorProto.FLOAT, dims=[2],
+                                                          float_data=[1.0])), "has 1 entry in float_data"),
+    (lambda folder: dmlbridge.tensor_to_array(_external("1"), folder), "external data length is 1 byte but"),
+    (lambda _: dmlbridge.unpack_4bit(b"", 1, signed=False), "unpacking 1 4-bit element needs 1 byte, data has 0"),
+    (lambda _: dmlbridge.decode(b"\0", "UINT16", [1]), "data holds 1 byte but a UINT16 tensor"),
+    (lambda _: dmlbridge.prepare(np.zeros((2, 3), np.float32), strides=[1]), "1 stride [1] for sizes"),
+    (lambda _: dmlbridge.prepare(np.zeros(4, np.int8), guaranteed_base_offset_alignment=3),
+     "element size (1 byte)"),
+])
+def test_counts_of_one_are_singular_in_the_librarys_errors(tmp_path: Path, call: Any, words: str) -> None:
+    with pytest.raises(dmlbridge.DmlBridgeError) as caught:
+        call(tmp_path)
+    assert words in str(caught.value), caught.value
+
+
+def test_a_plans_repr_counts_its_entries() -> None:
+    assert repr(dmlbridge.plan_model(small_model())).startswith("UploadPlan(<1 entry>, ")

@@ -528,7 +528,7 @@ def test_a_previous_buffer_that_cannot_be_removed_is_a_warning_and_clean_removes
 
     monkeypatch.setattr(os, "unlink", failing)
     where, prefix = re.escape(repr(str(old))), re.escape(str(tmp_path / "w"))
-    with pytest.warns(dmlbridge.CleanupWarning, match=rf"published, but 1 file\(s\) it replaces could not be removed "
+    with pytest.warns(dmlbridge.CleanupWarning, match=rf"published, but 1 file it replaces could not be removed "
                       rf"\({where}: Input/output error\).*`dmlbridge clean {prefix}`"):
         second = convert_model(_model(2.0, 1000), tmp_path / "w", progress=False)
     monkeypatch.undo()
