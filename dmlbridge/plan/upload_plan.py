@@ -511,11 +511,12 @@ def load_plan(
         >>> from onnx import helper, numpy_helper
         >>> w = numpy_helper.from_array(np.array([1.5, -2.0], dtype=np.float32), "w")
         >>> folder = tempfile.mkdtemp()
-        >>> _ = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
-        ...                             os.path.join(folder, "m"), progress=False, checksum=True)
-        >>> dmlbridge.load_plan(os.path.join(folder, "m.json"), verify=True).array("w")
+        >>> dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
+        ...                         os.path.join(folder, "m"), progress=False, checksum=True).close()
+        >>> with dmlbridge.load_plan(os.path.join(folder, "m.json"), verify=True) as plan:
+        ...     plan.array("w")
         array([ 1.5, -2. ], dtype=float32)
-        >>> shutil.rmtree(folder)
+        >>> shutil.rmtree(folder)  # (the plans closed first: on Windows an open file may not be removable)
     """
     return read_plan(manifest_path, verify=verify, bin_path=bin_path, check_fingerprint=True,
                      max_manifest_bytes=max_manifest_bytes)

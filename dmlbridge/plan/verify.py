@@ -41,6 +41,7 @@ from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.placement.entries import PlanEntry, place_constants
 from dmlbridge.placement.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
 from dmlbridge.placement.selection import Selection
+from dmlbridge.plan.bits import differing_bits, same_bits
 from dmlbridge.plan.buffer_pass import BufferReads
 from dmlbridge.plan.fingerprint import FingerprintStream, fingerprint_problem
 from dmlbridge.plan.open_buffers import OpenBuffers
@@ -447,7 +448,7 @@ def _compare_chunk(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry,
             entry.onnx_type, entry.conversion,
             BufferTensorDesc(entry.dml_type, entry.flags, (high - low,), None, used, plan.alignment),
             actual[low * bits // 8 : (high * bits + 7) // 8], entry.onnx_type.numpy(), (high - low,), None).to_numpy()
-        values_differ = values_differ or bool(_differing(back, converted[low:high]).any())
+        values_differ = values_differ or bool(differing_bits(back, converted[low:high]).any())
         if first_converted is None:
             first_converted = _first_of(back, converted, low, chunk.begin)
         if first_value is None:
@@ -474,7 +475,7 @@ def _first_of(back: np.ndarray, values: np.ndarray, low: int, begin: int) -> tup
     """The first element of ``back`` (elements ``low`` on of ``values``) whose bits differ: (its index in the
     tensor, the buffer's value, the model's)."""
     part = values[low : low + len(back)]
-    differ = np.flatnonzero(_differing(back, part))
+    differ = np.flatnonzero(differing_bits(back, part))
     if not differ.size:
         return None
     at = int(differ[0])
@@ -551,7 +552,7 @@ def _compare(
         assert expected.dml_type is not None
         info = np.iinfo(expected.dml_type.numpy())
         values = np.clip(values, info.min, info.max).astype(values.dtype)
-    if not _same_values(back, values):
+    if not same_bits(back, values):
         return ("the values read back from the buffer file differ from the model's"
                 + _first_element(plan, entry, values, back))
     return None
@@ -572,35 +573,10 @@ def _first_element(plan: WrittenPlan, entry: PlanEntry, values: np.ndarray, back
         return ""
     if back.shape != values.shape or back.dtype != values.dtype:
         return ""
-    differ = np.flatnonzero(_differing(back, values))
+    differ = np.flatnonzero(differing_bits(back, values))
     if not differ.size:
         return ""
     index = int(differ[0])
     where = [int(i) for i in np.unravel_index(index, values.shape)] if values.shape else []
     return (f"; element {where}: the buffer holds {_shown(back.reshape(-1)[index])}, the model "
             f"{_shown(values.reshape(-1)[index])}")
-
-
-def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
-    """Bit-for-bit equality of two arrays of one dtype."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return not _differing(a, b).any()
-
-
-def _differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per element, whether two arrays of one shape and dtype differ bit for bit (no float arithmetic: a NaN is
-    its bits, and reading them raises no warning)."""
-    if a.dtype == np.bool_:
-        return np.asarray(a != b)
-    name = a.dtype.name
-    if name in _SUB_BYTE_INTEGERS:  # (ml_dtypes' sub-byte types, one byte per element: only the low bits count)
-        return np.asarray(a.astype(np.int64) != b.astype(np.int64))
-    if name.startswith(("float4", "float6")):  # (no NaN; float32 holds every value and keeps -0 apart from +0)
-        with np.errstate(all="ignore"):  # (bits past the format's own, which a hostile buffer may hold, warn)
-            a, b = a.astype(np.float32), b.astype(np.float32)
-    bits = np.dtype(f"u{a.dtype.itemsize}")
-    return np.asarray(a.view(bits) != b.view(bits))
-
-
-_SUB_BYTE_INTEGERS = frozenset({"int4", "uint4", "int2", "uint2"})

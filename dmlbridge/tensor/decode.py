@@ -48,8 +48,9 @@ def decode(
 
     Example:
         >>> import dmlbridge
-        >>> dmlbridge.decode(bytes.fromhex("0100000002000000"), "INT32", [2])
-        array([1, 2], dtype=int32)
+        >>> pair = dmlbridge.decode(bytes.fromhex("0100000002000000"), "INT32", [2])
+        >>> pair.tolist(), pair.dtype.name
+        ([1, 2], 'int32')
         >>> values = dmlbridge.decode(bytes.fromhex("21f3"), dmlbridge.DmlDataType.INT4, [3])
         >>> values.tolist(), values.dtype.name  # (an ml_dtypes int4 array)
         ([1, 2, 3], 'int4')

@@ -90,8 +90,9 @@ class Queue:
 
 
 def run_in_child(code: str) -> None:
-    """Run ``code`` in a fresh interpreter that imports what this process can (the helpers too); it must succeed."""
+    """Run ``code`` in a fresh interpreter that imports what this process can (the helpers too); it must succeed.
+    (This process's sys.path is set in the code itself too: Windows' embeddable CPython ignores PYTHONPATH.)"""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                            timeout=600, env=env)
+    code = f"import sys\nsys.path[:0] = {sys.path!r}\n" + textwrap.dedent(code)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr

@@ -147,6 +147,37 @@ _PRELUDE = textwrap.dedent("""
 """)
 
 
+PEAK_RSS = textwrap.dedent("""
+    import sys
+    if sys.platform == "win32":  # the peak working set, from GetProcessMemoryInfo
+        import ctypes
+        from ctypes import wintypes
+
+        class _Counters(ctypes.Structure):
+            _fields_ = [("cb", wintypes.DWORD), ("PageFaultCount", wintypes.DWORD)] + [
+                (name, ctypes.c_size_t) for name in ("PeakWorkingSetSize", "WorkingSetSize", "QuotaPeakPagedPoolUsage",
+                "QuotaPagedPoolUsage", "QuotaPeakNonPagedPoolUsage", "QuotaNonPagedPoolUsage", "PagefileUsage",
+                "PeakPagefileUsage")]
+
+        _kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+        _kernel32.GetCurrentProcess.restype = wintypes.HANDLE
+        _kernel32.K32GetProcessMemoryInfo.argtypes = [wintypes.HANDLE, ctypes.POINTER(_Counters), wintypes.DWORD]
+
+        def peak_rss_kib():
+            counters = _Counters(cb=ctypes.sizeof(_Counters))
+            if not _kernel32.K32GetProcessMemoryInfo(_kernel32.GetCurrentProcess(), ctypes.byref(counters),
+                                                     counters.cb):
+                raise ctypes.WinError(ctypes.get_last_error())
+            return counters.PeakWorkingSetSize // 1024
+    else:  # the high-water mark of the resident set, in KiB on Linux
+        import resource
+
+        def peak_rss_kib():
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+""")
+"""Code for a child process: ``peak_rss_kib()``, the process's peak resident memory so far (KiB), on Linux
+(``getrusage``) and on Windows (``GetProcessMemoryInfo``'s peak working set)."""
+
 # (From the folder holding the dmlbridge this process imported: a child imports the same one.)
 _HOME = Path(dmlbridge.__file__).resolve().parents[1]
 

@@ -1,8 +1,9 @@
 """External tensor data: the hostile-location battery, range and checksum rules, and how the bytes are read.
 
 Every refusal must be an ExternalDataError naming the tensor, and nothing outside the allowed root may be opened:
-an ``opened`` recorder wraps os.open, open and mmap.mmap to log every path touched, and (on Linux) an inotify
-watch on the outside directory independently catches any open or read of the sentinel files there.
+an ``opened`` recorder wraps os.open, open, mmap.mmap and Windows' shared open (dmlbridge.system.windows) to log
+every path touched, and (on Linux) an inotify watch on the outside directory independently catches any open or read
+of the sentinel files there.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import io
 import mmap
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,11 +27,16 @@ import onnx
 import pytest
 from builders import model_of
 from onnx import TensorProto, helper, numpy_helper
+from system_calls import record_positioned_reads
 
 from dmlbridge.errors import DmlBridgeError, ExternalDataError, InvalidArgumentError, TensorTooLargeError
 from dmlbridge.onnx import external_data as ed
 from dmlbridge.onnx.external_data import ExternalDataReader, check_location
 from dmlbridge.onnx.tensor_proto import tensor_info, tensor_to_array
+from dmlbridge.system import windows
+
+if sys.platform == "win32":
+    import msvcrt
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX symlinks, FIFOs and /dev")
 VALUES = np.arange(4, dtype=np.float32) + 0.5  # 16 bytes
@@ -52,10 +59,17 @@ def external_tensor(location: str, *, dims=(4,), data_type=TensorProto.FLOAT, na
 
 
 def _fd_path(fd: int) -> str:
+    """The path of the file a descriptor is: Linux's /proc/self/fd, Windows' GetFinalPathNameByHandleW."""
     try:
-        return os.readlink(f"/proc/self/fd/{fd}")
+        if sys.platform == "win32":
+            buffer = ctypes.create_unicode_buffer(32768)
+            if ctypes.windll.kernel32.GetFinalPathNameByHandleW(msvcrt.get_osfhandle(fd), buffer, len(buffer), 0):
+                return buffer.value.removeprefix("\\\\?\\")
+        else:
+            return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        return f"<fd {fd}>"
+        pass
+    return f"<fd {fd}>"
 
 
 @pytest.fixture
@@ -63,13 +77,19 @@ def opened(monkeypatch: pytest.MonkeyPatch, watch_outside: Inotify | None) -> li
     """Every path opened or mapped while the test runs (set up after the inotify watch, whose own set-up
     opens files)."""
     log: list[str] = []
-    real_os_open, real_open, real_mmap = os.open, builtins.open, mmap.mmap
+    real_os_open, real_open, real_mmap, real_open_shared = os.open, builtins.open, mmap.mmap, windows.open_shared
 
     # Successful opens are logged by what the descriptor really is (/proc/self/fd), so a refused O_NOFOLLOW
     # attempt on a swapped-in symlink is not mistaken for a read of its target.
     def os_open(path, flags, mode=0o777, *, dir_fd=None):
         fd = real_os_open(path, flags, mode, dir_fd=dir_fd)
         if not stat.S_ISDIR(os.fstat(fd).st_mode):  # (a directory opened to walk from is not data read)
+            log.append(_fd_path(fd))
+        return fd
+
+    def open_shared(path, **kwargs):  # (Windows: how dmlbridge opens what it reads)
+        fd = real_open_shared(path, **kwargs)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
             log.append(_fd_path(fd))
         return fd
 
@@ -84,6 +104,7 @@ def opened(monkeypatch: pytest.MonkeyPatch, watch_outside: Inotify | None) -> li
             return real_mmap.__new__(cls, fileno, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(windows, "open_shared", open_shared)
     monkeypatch.setattr(builtins, "open", py_open)
     monkeypatch.setattr(io, "open", py_open)
     monkeypatch.setattr(mmap, "mmap", RecordingMmap)
@@ -149,8 +170,8 @@ def assert_refused(
     with pytest.raises(ExternalDataError, match=match) as info:
         tensor_to_array(tensor, tree["model"], **kw)
     assert repr(tensor.name) in str(info.value), "the error must name the tensor"
-    outside = os.path.realpath(tree["outside"])
-    leaked = [p for p in opened if os.path.realpath(p).startswith(outside)]
+    outside = os.path.normcase(os.path.realpath(tree["outside"]))  # (Windows' names ignore case)
+    leaked = [p for p in opened if os.path.normcase(os.path.realpath(p)).startswith(outside)]
     assert not leaked, f"opened outside the root: {leaked}"
     if watcher is not None:
         assert watcher.events() == b"", "inotify saw the outside directory's files opened or read"
@@ -426,19 +447,17 @@ def test_file_shrinking_before_mmap(tree, monkeypatch):
         tensor_to_array(external_tensor("w.bin", length=16), tree["model"])
 
 
-@pytest.mark.skipif(not hasattr(os, "preadv"), reason="needs os.preadv")
 def test_file_shrinking_before_positioned_read(tree, monkeypatch):
     target = tree["model"] / "w.bin"
-    monkeypatch.setattr(os, "preadv", _shrink_first(target, os.preadv))
+    record_positioned_reads(monkeypatch, before=_shrink_first(target, lambda: None))
     reader = ExternalDataReader(tree["model"], use_mmap=False)
     with pytest.raises(ExternalDataError, match="short read"):
         tensor_to_array(external_tensor("w.bin", length=16), reader=reader)
 
 
-@pytest.mark.skipif(not hasattr(os, "pread"), reason="needs os.pread")
 def test_file_shrinking_during_checksum(tree, monkeypatch):
     target = tree["model"] / "w.bin"
-    monkeypatch.setattr(os, "pread", _shrink_first(target, os.pread))
+    record_positioned_reads(monkeypatch, before=_shrink_first(target, lambda: None))
     digest = hashlib.sha1(VALUES.tobytes()).hexdigest()
     with pytest.raises(ExternalDataError, match=r"shrank|mismatch"):
         tensor_to_array(external_tensor("w.bin", length=16, checksum=digest), tree["model"])
@@ -486,8 +505,9 @@ def test_allowed_forms(tree):
     for location in ["w.bin", "./w.bin", "sub/x.bin", "sub\\x.bin", "./sub/./x.bin"]:
         got = tensor_to_array(external_tensor(location), tree["model"])
         assert got.dtype == np.float32 and got.tobytes() == VALUES.tobytes(), location
-    (tree["model"] / "...").write_bytes(VALUES.tobytes())  # '...' is a name, not a parent
-    assert tensor_to_array(external_tensor("..."), tree["model"]).tobytes() == VALUES.tobytes()
+    if os.name != "nt":  # (Windows drops the dots that end a name: no file there is called '...')
+        (tree["model"] / "...").write_bytes(VALUES.tobytes())  # '...' is a name, not a parent
+        assert tensor_to_array(external_tensor("..."), tree["model"]).tobytes() == VALUES.tobytes()
 
 
 @posix_only
@@ -589,17 +609,10 @@ def test_checksum_verified_once_per_file_per_reader(tree, monkeypatch):
 
 def test_checksum_streams_in_chunks(tree, monkeypatch):
     monkeypatch.setattr(ed, "_CHUNK", 7)
-    sizes = []
-    real_pread = os.pread
-
-    def counting_pread(fd, n, off):
-        sizes.append(n)
-        return real_pread(fd, n, off)
-
-    monkeypatch.setattr(os, "pread", counting_pread)
+    reads = record_positioned_reads(monkeypatch)
     digest = hashlib.sha1(VALUES.tobytes()).hexdigest()
-    tensor_to_array(external_tensor("w.bin", checksum=digest), tree["model"])
-    assert max(sizes) <= 7 and sum(sizes) == 16
+    tensor_to_array(external_tensor("w.bin", checksum=digest), tree["model"])  # (the values are then mapped)
+    assert max(read.asked for read in reads) <= 7 and sum(read.asked for read in reads) == 16
 
 
 def test_zero_size_tensor(tree):
@@ -654,14 +667,20 @@ def test_errors_are_dmlbridge_errors(tree):
 
 def test_open_failure_is_an_external_data_error(tree, monkeypatch):
     # (A chmod 000 file cannot be used: the suite may run as root.) The final open is refused by the OS.
-    real_open = os.open
+    real_open, real_open_shared = os.open, windows.open_shared
 
     def deny(path, flags, *args, **kwargs):
         if os.fsdecode(path).endswith("w.bin"):
             raise PermissionError(errno.EACCES, "Permission denied")
         return real_open(path, flags, *args, **kwargs)
 
+    def deny_shared(path, **kwargs):  # (Windows: how dmlbridge opens what it reads)
+        if os.fsdecode(path).endswith("w.bin"):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open_shared(path, **kwargs)
+
     monkeypatch.setattr(os, "open", deny)
+    monkeypatch.setattr(windows, "open_shared", deny_shared)
     with pytest.raises(ExternalDataError, match="cannot be opened"):
         tensor_to_array(external_tensor("w.bin"), tree["model"])
 
@@ -698,7 +717,8 @@ def test_conversion_and_verification_never_map_external_data(tmp_path: Path, mon
         dmlbridge.convert_model(model, tmp_path / "out2", progress=False, checksum=True)
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="a pinned directory's path comes from /proc")
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd")),
+                    reason="a pinned directory's path comes from Linux's /proc/self/fd")
 def test_the_models_directory_is_pinned_when_the_model_is_opened(tmp_path: Path, monkeypatch: Any) -> None:
     """An attacker who controls the parent of the model's folder swaps the folder for a symlink to another one
     after the model was read: external data is still read in the folder the model was read from."""

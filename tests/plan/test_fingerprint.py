@@ -5,7 +5,6 @@ left to the opt-in SHA-256)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from builders import model_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from models import buffer_path
+from system_calls import record_positioned_reads
 
 from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import ManifestError
@@ -87,22 +87,14 @@ def test_fingerprint_reads_samples_not_the_whole_file(tmp_path: Path, monkeypatc
     """The always-on check costs a few reads whatever the size: of a 64 GiB (sparse) file it reads its two 64 KiB
     ends and 1024 samples of 64 bytes, every read recorded; a changed byte that no sample covers is left to the
     opt-in full SHA-256 (checksum=True, verify=True)."""
-    reads: list[tuple[int, int]] = []
-    pread = os.pread
-
-    def recorded(fd: int, size: int, offset: int) -> bytes:
-        data = pread(fd, size, offset)
-        reads.append((offset, len(data)))
-        return data
-
     big = tmp_path / "big.bin"
     with open(big, "w+b") as file:
         file.truncate(64 << 30)
         with monkeypatch.context() as patched:
-            patched.setattr(os, "pread", recorded)
+            reads = record_positioned_reads(patched)
             bin_fingerprint(file.fileno(), 64 << 30, [], [])
     assert reads and len(reads) <= 2 + 1024, len(reads)
-    assert sum(length for _, length in reads) <= 2 * (64 << 10) + 1024 * 64, sum(length for _, length in reads)
+    assert sum(read.got for read in reads) <= 2 * (64 << 10) + 1024 * 64, sum(read.got for read in reads)
 
     array = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: most of it is not sampled
     m = model_of({"w": array})

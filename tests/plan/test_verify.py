@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
 
 import background
 import memory
@@ -24,6 +22,7 @@ from models import (
     build_model,
 )
 from onnx import numpy_helper
+from system_calls import Read, file_of, record_positioned_reads
 
 from dmlbridge import DmlDataType, Target, convert_model, load_plan
 from dmlbridge.errors import (
@@ -109,7 +108,7 @@ def test_nans_read_back_and_verify_bit_for_bit_without_a_warning(tmp_path: Path)
             assert offset is not None and data[offset + 2 : offset + 4] == b"\x81\x7f"
             data[offset + 2] = 0x83  # the payload of the first NaN: 0x7F81 becomes 0x7F83
             buffer.write_bytes(bytes(data))
-            with pytest.raises(ManifestError, match=r"'bf': 1 byte\(s\) differ.*element \[0\]: the buffer holds nan "
+            with pytest.raises(ManifestError, match=r"'bf': 1 byte differs.*element \[0\]: the buffer holds nan "
                                                     r"\(bits 0x7f83\), the model nan \(bits 0x7f81\)"):
                 plan.verify(model)
         plan.close()
@@ -163,33 +162,13 @@ def test_verify_memory_stays_within_the_budget(tmp_path: Path) -> None:
     assert max(growth.values()) <= memory.BUDGET_MIB, growth
 
 
-def _record_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
-    """Every positioned read from now on: (descriptor, offset, bytes read)."""
-    reads: list[tuple[int, int, int]] = []
-    pread, preadv = os.pread, os.preadv
-
-    def counted_pread(fd: int, size: int, offset: int) -> bytes:
-        data = pread(fd, size, offset)
-        reads.append((fd, offset, len(data)))
-        return data
-
-    def counted_preadv(fd: int, buffers: list[Any], offset: int) -> int:
-        done = preadv(fd, buffers, offset)
-        reads.append((fd, offset, done))
-        return done
-
-    monkeypatch.setattr(os, "pread", counted_pread)
-    monkeypatch.setattr(os, "preadv", counted_preadv)
-    return reads
-
-
-def _times_read(reads: list[tuple[int, int, int]], fd: int, size: int) -> np.ndarray:
-    """How many times each byte of the file ``fd`` was read."""
+def _times_read(reads: list[Read], fd: int, size: int) -> np.ndarray:
+    """How many times each byte of the file open as ``fd`` was read (through any descriptor)."""
     counts = np.zeros(size + 1, np.int64)
-    for read_fd, offset, length in reads:
-        if read_fd == fd:
-            counts[offset] += 1
-            counts[offset + length] -= 1
+    for read in reads:
+        if read.file == file_of(fd):
+            counts[read.offset] += 1
+            counts[read.offset + read.got] -= 1
     return np.cumsum(counts)[:size]
 
 
@@ -212,7 +191,7 @@ def test_verify_reads_each_buffer_byte_once(tmp_path: Path, monkeypatch: pytest.
     onnx.save(model_of(inits), path)
     convert_model(path, tmp_path / "w", progress=False, fsync=False, checksum=checksum, max_buffer_bytes=512 << 10,
                   alignment=4096).close()
-    reads = _record_reads(monkeypatch)
+    reads = record_positioned_reads(monkeypatch)
     plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
     assert len(plan.buffers) == 3, plan.buffer_sizes
     assert verify.find_mismatches(plan, path, sha256=checksum, workers=workers) == []

@@ -390,12 +390,24 @@ def test_zero_copy_rules() -> None:
     assert not np.shares_memory(t4.data, i64) and t4.data.flags.writeable
 
 
+# C's long double: 80-bit extended on x86-64 Linux (numpy's float128, which ONNX has no type for), but the same
+# 64-bit IEEE double as double with MSVC on Windows, where it is ONNX's DOUBLE like any float64
+LONGDOUBLE_IS_DOUBLE = np.finfo(np.longdouble).nmant == np.finfo(np.float64).nmant
+
+
 def test_unsupported_numpy_dtypes() -> None:
-    for arr in (np.zeros(2, np.complex64), np.array(["a"]), np.array([b"a"]), np.array([object()], dtype=object),
-                np.zeros(2, "M8[s]"), np.zeros(2, np.longdouble)):  # fmt: skip
+    unsupported = [np.zeros(2, np.complex64), np.array(["a"]), np.array([b"a"]), np.array([object()], dtype=object),
+                   np.zeros(2, "M8[s]")]  # fmt: skip
+    if not LONGDOUBLE_IS_DOUBLE:
+        unsupported.append(np.zeros(2, np.longdouble))
+    for arr in unsupported:
         with pytest.raises(dmlbridge.UnsupportedTypeError) as info:
             dmlbridge.prepare(arr)
         assert str(info.value)
+    if LONGDOUBLE_IS_DOUBLE:
+        t = dmlbridge.prepare(np.array([1.5, -2.0], np.longdouble))
+        assert t.onnx_type == dmlbridge.OnnxDataType.DOUBLE
+        assert np.asarray(t.data).tobytes() == struct.pack("<2d", 1.5, -2.0)
 
 
 def test_errors_are_builtin_subclasses_too() -> None:
@@ -439,7 +451,9 @@ def test_decode_literals_and_short_data() -> None:
 @pytest.mark.parametrize(
     ("dtype", "onnx_type"),
     [
-        (np.intc, 6), (np.uintc, 12), (np.longlong, 7), (np.ulonglong, 13), (np.int_, 7), (np.uint, 13),
+        (np.intc, 6), (np.uintc, 12), (np.longlong, 7), (np.ulonglong, 13),
+        # numpy's int_ and uint are C's long before numpy 2: 64 bits on Linux, 32 on Windows
+        (np.int_, {4: 6, 8: 7}[np.dtype(np.int_).itemsize]), (np.uint, {4: 12, 8: 13}[np.dtype(np.uint).itemsize]),
         (np.single, 1), (np.double, 11), (np.half, 10), (np.byte, 3), (np.ubyte, 2), (np.short, 5),
         (np.ushort, 4), (np.bool_, 9), ("<i8", 7), (">i8", 7), ("=u2", 4), (">f4", 1), ("i4", 6), ("f8", 11),
     ],

@@ -36,7 +36,7 @@ def _tree(path: Path) -> ast.Module:
 
 
 def _name(path: Path) -> str:
-    return str(path.relative_to(ROOT).with_suffix("")).replace("/", ".")
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
 
 
 def _first_paragraph(path: Path) -> str:

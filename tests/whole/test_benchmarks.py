@@ -14,6 +14,9 @@ import background
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+POSIX = os.name == "posix"
+pytestmark = pytest.mark.skipif(not POSIX, reason="the benchmarks are POSIX's: peak memory by resource and /proc, "
+                                                   "peers such as cat(1)")
 
 
 def _quick_run(folder: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
@@ -37,7 +40,8 @@ _QUICK: list[background.Job[tuple[subprocess.CompletedProcess[str], dict]]] = []
 
 def start_in_background(queue: background.Queue, folder: Path) -> None:
     """The quick run runs beside the other tests (tests/conftest.py calls this)."""
-    _QUICK.append(queue.add(functools.partial(_quick_run, folder)))
+    if POSIX:
+        _QUICK.append(queue.add(functools.partial(_quick_run, folder)))
 
 
 @pytest.fixture(scope="module")

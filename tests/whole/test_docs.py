@@ -17,6 +17,7 @@ import fnmatch
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,7 @@ MANIFEST_SPEC = (ROOT / "docs" / "manifest.md").read_text(encoding="utf-8")
 
 
 def _name(path: Path) -> str:
-    return str(path.relative_to(ROOT))
+    return path.relative_to(ROOT).as_posix()
 
 
 # docs/windows.md drives a GPU: its Python blocks run on Windows' CPython, in tests/gpu/test_windows_page.py.
@@ -118,11 +119,15 @@ def test_the_readme_shows_the_commands_that_install_and_test() -> None:
 
 @pytest.mark.parametrize(("page", "number", "code"), COMMAND_BLOCKS, ids=[f"{p}#{n}" for p, n, _ in COMMAND_BLOCKS])
 def test_each_block_of_dmlbridge_commands_runs(page: str, number: int, code: str, tmp_path: Path) -> None:
-    """Shell blocks made only of ``dmlbridge`` commands run as written (with this checkout's dmlbridge)."""
-    script = f'set -e\ndmlbridge() {{ "{sys.executable}" -m dmlbridge "$@"; }}\n{code}'
-    run = subprocess.run(["bash", "-c", script], text=True, cwd=tmp_path, env=_env(), capture_output=True,
-                         timeout=600)
-    assert run.returncode == 0, f"{page} shell block {number} failed:\n{run.stderr}"
+    """Shell blocks made only of ``dmlbridge`` commands run as written (with this checkout's dmlbridge), one
+    command after the other, each of plain words (no shell needed: they run the same in any shell, Windows' too)."""
+    for line in filter(str.strip, code.splitlines()):
+        words = shlex.split(line, comments=True)
+        shell = [w for w in words if w in ("|", "||", "&&", ";", "&", "<", ">", ">>") or re.search(r"[$*?`~]", w)]
+        assert not shell, f"{page} shell block {number}: {line!r} needs a shell ({shell})"
+        run = subprocess.run([sys.executable, "-m", "dmlbridge", *words[1:]], text=True, cwd=tmp_path, env=_env(),
+                             capture_output=True, timeout=600)
+        assert run.returncode == 0, f"{page} shell block {number} failed at {line!r}:\n{run.stderr}"
 
 
 def test_the_readme_and_the_cli_page_have_command_blocks() -> None:

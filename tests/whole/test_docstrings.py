@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 _PACKAGE = Path(__file__).resolve().parents[2] / "dmlbridge"
-MODULES = sorted(str(p.relative_to(_PACKAGE).with_suffix("")).replace("/", ".").removesuffix(".__init__")
+MODULES = sorted(".".join(p.relative_to(_PACKAGE).with_suffix("").parts).removesuffix(".__init__")
                  for p in _PACKAGE.rglob("*.py") if p.stem != "__main__")
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 

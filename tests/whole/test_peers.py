@@ -96,10 +96,29 @@ def every_pattern(name: str, n: int) -> np.ndarray:
     return np.arange(n, dtype=np.uint8 if n <= 256 else np.uint16).view(ref.resolve_dtype(name))
 
 
+# IEEE-style formats by their (exponent, mantissa) bits: where a NaN is all ones in the exponent.
+_IEEE = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23), "float64": (11, 52), "float8_e5m2": (5, 2)}
+
+
 def astype_bits(src: np.ndarray, dml: DmlDataType) -> bytes:
+    """What ml_dtypes' and numpy's astype give, but for NaNs widened, which keep their sign and payload (their
+    mantissa bits, shifted up: docs/decisions.md "Values"), worked out here from the formats' bit layouts."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # NaN casts warn
-        return src.astype(dml.numpy()).tobytes()
+        out = src.astype(dml.numpy())
+    source, target = _IEEE.get(src.dtype.name), _IEEE.get(out.dtype.name)
+    if source is None or target is None or target[1] < source[1]:  # (only widening keeps a payload whole)
+        return out.tobytes()
+    (src_exp, src_mant), (dst_exp, dst_mant) = source, target
+    codes = src.reshape(-1).view(f"u{src.dtype.itemsize}").astype(object)
+    bits = out.reshape(-1).view(f"u{out.dtype.itemsize}").copy()
+    for i, code in enumerate(codes):
+        mantissa, exponent = code & ((1 << src_mant) - 1), (code >> src_mant) & ((1 << src_exp) - 1)
+        if exponent == (1 << src_exp) - 1 and mantissa:  # a NaN
+            sign = code >> (src_exp + src_mant)
+            bits[i] = (sign << (dst_exp + dst_mant)) | (((1 << dst_exp) - 1) << dst_mant) | (
+                mantissa << (dst_mant - src_mant))
+    return bits.tobytes()
 
 
 # (source dtype, pattern count, DML float type it can widen to)

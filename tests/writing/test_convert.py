@@ -10,6 +10,7 @@ import json
 import os
 import stat
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -263,17 +264,18 @@ def test_out_prefixes_that_name_no_outputs_are_refused_before_anything_is_writte
         (tmp_path / "m", DestinationError, r"out_prefix .* names the manifest .*m\.json', which is a directory"),
         (tmp_path / "k", DestinationError, r"out_prefix .* names the lock .*k\.lock', which is a directory"),
     ]
-    if os.path.exists("/dev/null"):
+    posix = os.name == "posix"  # (by the platform: Wine shows Linux's /dev and /proc to Windows programs too)
+    if posix:
         cases.append(("/dev/null", DestinationError, "out_prefix '/dev/null' is a character device"))
-    if os.path.exists("/proc/self/mountinfo"):
+    if sys.platform.startswith("linux"):
         cases.append(("/proc/dmlbridge-probe", DestinationError, "out_prefix .* kernel's proc filesystem"))
-    devices = set(os.listdir("/dev")) if os.path.isdir("/dev") else set()
+    devices = set(os.listdir("/dev")) if posix else set()
     try:
         for prefix, error, message in cases:
             with pytest.raises(error, match=message):
                 convert_model(path, prefix, progress=False)
     finally:  # (what a conversion allowed into /dev would have left there)
-        written = set(os.listdir("/dev")) - devices if os.path.isdir("/dev") else set()
+        written = set(os.listdir("/dev")) - devices if posix else set()
         for name in written:
             if name.startswith("null."):
                 os.unlink(os.path.join("/dev", name))

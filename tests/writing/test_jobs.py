@@ -282,16 +282,16 @@ def test_memory_with_eight_workers_stays_within_the_bound(tmp_path: Path) -> Non
             RNG.integers(0, 256, 2 << 20, dtype=np.uint8).tofile(f)
             inits.append(tensor)
     onnx.save(model_of(inits), folder / "m.onnx")
-    code = textwrap.dedent(f"""
-        import resource, dmlbridge
+    code = memory.PEAK_RSS + textwrap.dedent(f"""
+        import dmlbridge
         from dmlbridge.system import workers
         workers.IN_FLIGHT_BYTES = 32 << 20
         dmlbridge.convert_model({str(folder / "m.onnx")!r}, {str(tmp_path / "w")!r}, fsync=False,
                                 progress=False, workers=1).close()  # (imports, onnx, first-use caches)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        before = peak_rss_kib()
         plan = dmlbridge.convert_model({str(folder / "m.onnx")!r}, {str(tmp_path / "w")!r}, fsync=False,
                                        progress=False, workers=8)
-        print(plan.total_size, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+        print(plan.total_size, (peak_rss_kib() - before) / 1024)
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
