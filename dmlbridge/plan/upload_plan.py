@@ -263,8 +263,7 @@ class UploadPlan(Manifest):
         return self._prepared(key, DEFAULT_MAX_TENSOR_BYTES, as_onnx=True, data=raw).to_numpy()
 
     def _prepared(self, key: str, max_tensor_bytes: int, as_onnx: bool = False, data: Any = None) -> PreparedTensor:
-        # PreparedTensor.to_numpy of the bytes in the buffer file (or ``data``); ``as_onnx``: through the ONNX shape's
-        # desc (its bytes, whatever layout its consumers chose, are its ONNX values in C order), not the entry's own.
+        # The buffer file's bytes (or ``data``); ``as_onnx``: seen through the ONNX shape's packed desc (what they are).
         entry = self._entry(key)
         assert entry.buffer_desc is not None and entry.conversion is not None and entry.dml_type is not None
         desc = entry.buffer_desc
