@@ -18,7 +18,7 @@ import onnx
 import pytest
 import reference
 from gpu_runtime import TALLY
-from models import TYPED, build_model, ref_target, same_values
+from models import TYPED, build_model, consumer_layout_model, ref_target, same_values
 from onnx import helper, numpy_helper
 
 import dmlbridge
@@ -77,6 +77,26 @@ def test_every_entry_of_every_type_reads_back_from_the_gpu(device: dmlbridge.gpu
             uploaded.binding(skipped)
         with pytest.raises(dmlbridge.InvalidArgumentError, match="no such entry"):
             uploaded.read("no such key")
+
+
+def test_entries_laid_out_for_their_consumers_read_back_as_their_onnx_values(device: dmlbridge.gpu.Device,
+                                                                              tmp_path: Path) -> None:
+    """Conv weights at the convolution's rank, Gemm Cs broadcast with strides of 0, MatMul Bs and Gather data at
+    their consumer's rank: each is bound through its own desc, reads back as its ONNX values (``plan.array``), and
+    its bytes decoded through that desc are what DirectML sees (``plan.dml_array``)."""
+    plan = dmlbridge.convert_model(consumer_layout_model(), tmp_path / "w", progress=False, max_buffer_bytes=4096)
+    with plan, dmlbridge.gpu.upload(plan, device, staging_bytes=1024) as uploaded:
+        paddings = {e.padding for e in plan.converted}
+        assert {"broadcast", "rank", "spatial"} <= paddings, paddings
+        for entry in plan.converted:
+            desc = entry.buffer_desc
+            seen = dmlbridge.decode(uploaded.read_bytes(entry.key), desc.data_type, desc.sizes, desc.strides)
+            ok = same_values(uploaded.read(entry.key), plan.array(entry.key)) \
+                and same_values(seen, plan.dml_array(entry.key))
+            TALLY.entries += 1
+            TALLY.mismatches += not ok
+            assert ok, entry.key
+            _check_binding(uploaded, entry.key, entry.buffer, entry.offset, desc)
 
 
 def _file_bytes(directory: Path, doc: dict[str, Any], buffer: int, offset: int, size: int) -> bytes:
