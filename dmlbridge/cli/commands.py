@@ -26,6 +26,7 @@ from dmlbridge.errors import CleanupWarning, DestinationError, DmlBridgeError, I
 from dmlbridge.placement.entries import ConvertedEntry
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
+    DEFAULT_MAX_CONSTANTS,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
     PlanOptions,
@@ -80,8 +81,15 @@ def _cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_max_constants(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-constants", type=int, default=DEFAULT_MAX_CONSTANTS, metavar="N",
+                        help="refuse a model of more than N constants, counted before it is read (default 524288; "
+                        "each takes memory: docs/guide.md, Streaming)")
+
+
 def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     _add_target_options(parser)
+    _add_max_constants(parser)
     parser.add_argument("--alignment", type=_byte_count, default=256,
                         help="offset alignment in bytes, a power of two >= 16 (default 256)")
     parser.add_argument("--min-dims", type=int, default=None, metavar="N",
@@ -136,11 +144,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         plan = check_conversion(
             args.model, **options, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
             max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
-            flags=_FLAG_VALUES[args.flags], workers=args.workers,
+            flags=_FLAG_VALUES[args.flags], workers=args.workers, max_constants=args.max_constants,
         )
     else:
         layout = PlanOptions.check(options["target"], args.alignment, args.min_dims, 0, args.max_buffer_bytes)
-        plan, notes = plan_with_notes(args.model, layout, Selection.check(**_selection_from(args)), args.strict)
+        plan, notes = plan_with_notes(args.model, layout, Selection.check(**_selection_from(args)), args.strict,
+                                      max_constants=args.max_constants)
     if args.json:
         document = plan.manifest()
         converted = plan.converted
@@ -222,7 +231,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
             max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
             flags=_FLAG_VALUES[args.flags], max_buffer_bytes=args.max_buffer_bytes, **_selection_from(args),
-            workers=args.workers,
+            workers=args.workers, max_constants=args.max_constants,
         )
     for warning in caught:  # (a file of the replaced conversion left: one line, as every message here is)
         if issubclass(warning.category, CleanupWarning):
@@ -248,7 +257,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
         sha256=all(b.sha256 is not None for b in plan.buffers), progress=False if args.quiet else None,
-        workers=args.workers,
+        workers=args.workers, max_constants=args.max_constants,
     )
     if problems:
         for problem in problems[:20]:
@@ -494,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refuse constants larger than BYTES (e.g. 2GiB; default 16GiB)")
     verify.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
                         metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
+    _add_max_constants(verify)
     _add_workers(verify, "compare constants")
     verify.set_defaults(run=_cmd_verify)
 
