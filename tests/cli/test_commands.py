@@ -622,7 +622,7 @@ def test_bindings_output_errors_say_what_to_do_never_errno_or_temporary_names(co
         line = one_line_error(run("bindings", converted, "-o", output), "dmlbridge bindings: error: ", *words)
         assert "Errno" not in line and ".tmp" not in line and "Not a directory" not in line, line
         assert sorted(p.name for p in folder.rglob("*")) == before, output
-    assert (folder / "fifo").is_fifo()
+    assert (folder / "fifo").is_fifo() or not hasattr(os, "mkfifo")  # (FIFOs are POSIX)
 
 
 def test_bindings_output_that_cannot_be_written_names_the_file_not_a_temporary_one(
