@@ -4,6 +4,7 @@ pool's size follows the CPUs the process may use (affinity and cgroup v1 and v2 
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
@@ -68,7 +69,8 @@ def _innermost(error: BaseException) -> str:
 
 
 def _interrupt_main_thread() -> None:
-    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    """SIGINT for the main thread, as Ctrl-C gives it, on every platform (Windows has no pthread_kill)."""
+    _thread.interrupt_main(signal.SIGINT)
 
 
 def _no_dmlbridge_threads() -> bool:
@@ -78,7 +80,6 @@ def _no_dmlbridge_threads() -> bool:
     return not any(t.name.startswith("dmlbridge") for t in threading.enumerate())
 
 
-@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
 def test_ctrl_c_is_held_back_while_jobs_are_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Ctrl-C that lands inside the pool's own locking (here: while a job is submitted) is raised once that step
     is over, never inside it (Python's threading code cut in two leaves a lock released twice)."""
@@ -98,7 +99,6 @@ def test_ctrl_c_is_held_back_while_jobs_are_handed_out(monkeypatch: pytest.Monke
     assert _no_dmlbridge_threads()
 
 
-@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
 def test_ctrl_c_is_held_back_while_a_result_is_awaited() -> None:
     """A Ctrl-C while the writer waits for a job: the wait ends with the job, then KeyboardInterrupt; leaving the
     ``with`` block waits for the other running jobs, and no thread is left."""
@@ -117,7 +117,6 @@ def test_ctrl_c_is_held_back_while_a_result_is_awaited() -> None:
     assert _no_dmlbridge_threads()
 
 
-@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals")
 def test_ctrl_c_is_held_back_while_the_hash_thread_reads() -> None:
     """The checksum thread reads the bytes the writer wrote: a Ctrl-C while the writer waits for it is raised only
     once it has finished with them (the writer reuses its buffer)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import background
 import pytest
 
 import dmlbridge
@@ -62,12 +64,19 @@ def test_the_readme_and_the_docs_have_python_blocks() -> None:
     assert {"README.md", "docs/guide.md", "docs/quantized.md", "docs/mapping.md", "docs/manifest.md"} <= pages
 
 
+def _run_python_block(code: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh ``python -`` in the empty ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return subprocess.run([sys.executable, "-"], input=code, text=True, cwd=folder, env=_env(),
+                          capture_output=True, timeout=600)
+
+
 @pytest.mark.parametrize(("page", "number", "code"), PYTHON_BLOCKS, ids=[f"{p}#{n}" for p, n, _ in PYTHON_BLOCKS])
 def test_each_python_block_runs_on_its_own(page: str, number: int, code: str, tmp_path: Path) -> None:
     """Each block runs alone, in a fresh ``python -`` in an empty folder: it makes whatever files it needs."""
     assert re.search(r"^import dmlbridge$", code, re.M), f"{page} block {number} does not import dmlbridge"
-    run = subprocess.run([sys.executable, "-"], input=code, text=True, cwd=tmp_path, env=_env(),
-                         capture_output=True, timeout=600)
+    job = _BLOCK_RUNS.get((page, number))  # (run in the background since the session began)
+    run = job.result() if job is not None else _run_python_block(code, tmp_path)
     assert run.returncode == 0, f"{page} block {number} failed:\n{run.stderr}"
 
 
@@ -102,6 +111,21 @@ COMMAND_BLOCKS = [(page, number, code) for page, number, code in _blocks("(?:bas
                   if all(line.startswith("dmlbridge ") for line in code.splitlines() if line.strip())]
 
 
+_BLOCK_RUNS: dict[tuple[str, int], background.Job[subprocess.CompletedProcess[str]]] = {}
+_COMMAND_RUNS: dict[tuple[str, int], background.Job[list[tuple[str, subprocess.CompletedProcess[str]]]]] = {}
+
+
+def start_in_background(queue: background.Queue, folder: Path) -> None:
+    """The blocks' fresh processes run beside the other tests (tests/conftest.py calls this): a process takes
+    seconds to start on Windows' CPython, and there are dozens of them."""
+    for page, number, code in PYTHON_BLOCKS:
+        where = folder / f"python-{page.replace('/', '-')}-{number}"
+        _BLOCK_RUNS[page, number] = queue.add(functools.partial(_run_python_block, code, where))
+    for page, number, code in COMMAND_BLOCKS:
+        where = folder / f"commands-{page.replace('/', '-')}-{number}"
+        _COMMAND_RUNS[page, number] = queue.add(functools.partial(_run_commands, code, where))
+
+
 def test_the_readme_shows_the_commands_that_install_and_test() -> None:
     shell = [code for page, _, code in _blocks("bash") if page == "README.md"]
     assert "pip install . && dmlbridge demo\n" in shell
@@ -111,17 +135,35 @@ def test_the_readme_shows_the_commands_that_install_and_test() -> None:
     assert "DMLBRIDGE_DIRECTML=required" in README
 
 
+def _command_words(code: str) -> list[list[str]]:
+    """The words of each command of a shell block (``shlex``, comments dropped)."""
+    return [shlex.split(line, comments=True) for line in filter(str.strip, code.splitlines())]
+
+
+def _run_commands(code: str, folder: Path) -> list[tuple[str, subprocess.CompletedProcess[str]]]:
+    """Each command of the block as ``python -m dmlbridge ...`` in ``folder``, in order, until one fails."""
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = []
+    for words in _command_words(code):
+        run = subprocess.run([sys.executable, "-m", "dmlbridge", *words[1:]], text=True, cwd=folder, env=_env(),
+                             capture_output=True, timeout=600)
+        runs.append((shlex.join(words), run))
+        if run.returncode != 0:
+            break
+    return runs
+
+
 @pytest.mark.parametrize(("page", "number", "code"), COMMAND_BLOCKS, ids=[f"{p}#{n}" for p, n, _ in COMMAND_BLOCKS])
 def test_each_block_of_dmlbridge_commands_runs(page: str, number: int, code: str, tmp_path: Path) -> None:
     """Shell blocks made only of ``dmlbridge`` commands run as written (with this checkout's dmlbridge), one
     command after the other, each of plain words (no shell needed: they run the same in any shell, Windows' too)."""
-    for line in filter(str.strip, code.splitlines()):
-        words = shlex.split(line, comments=True)
+    for words in _command_words(code):
         shell = [w for w in words if w in ("|", "||", "&&", ";", "&", "<", ">", ">>") or re.search(r"[$*?`~]", w)]
-        assert not shell, f"{page} shell block {number}: {line!r} needs a shell ({shell})"
-        run = subprocess.run([sys.executable, "-m", "dmlbridge", *words[1:]], text=True, cwd=tmp_path, env=_env(),
-                             capture_output=True, timeout=600)
-        assert run.returncode == 0, f"{page} shell block {number} failed at {line!r}:\n{run.stderr}"
+        assert not shell, f"{page} shell block {number}: {shlex.join(words)!r} needs a shell ({shell})"
+    job = _COMMAND_RUNS.get((page, number))  # (run in the background since the session began)
+    runs = job.result() if job is not None else _run_commands(code, tmp_path)
+    assert len(runs) == len(_command_words(code)) and all(run.returncode == 0 for _, run in runs), (
+        f"{page} shell block {number} failed at {runs[-1][0]!r}:\n{runs[-1][1].stderr}")
 
 
 def test_the_readme_and_the_cli_page_have_command_blocks() -> None:
