@@ -87,6 +87,8 @@ if sys.platform == "win32":
         try:
             handle = _winapi.CreateFile(path, _GENERIC_READ, _FILE_SHARE_ALL, 0, _OPEN_EXISTING, flags, 0)
         except OSError as exc:  # in the C library's words for its errno, as os.open's: the same on every system
+            if exc.errno is None:  # (never from _winapi, which maps every Windows error to an errno)
+                raise
             raise OSError(exc.errno, os.strerror(exc.errno), path, exc.winerror) from None
         try:
             fd = msvcrt.open_osfhandle(handle, os.O_RDONLY)
