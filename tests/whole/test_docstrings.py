@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import linecache
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,9 @@ MODULES = sorted(".".join(p.relative_to(_PACKAGE).with_suffix("").parts).removes
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the examples' temporary folders go to pytest's
+    # doctest makes a debugger for each docstring, which stats every file linecache holds (thousands, late in the
+    # suite): a millisecond each on Windows' CPython under Wine, so seconds a module
+    linecache.clearcache()
     module = importlib.import_module("dmlbridge" if name == "__init__" else f"dmlbridge.{name}")
     if name == "__init__":  # (the public names, loaded at their first use: their docstrings are the root's)
         for public in module.__all__:
