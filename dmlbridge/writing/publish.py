@@ -106,7 +106,8 @@ def write_all(fd: int, data: Any) -> None:
 
 class Publication:
     """One conversion's outputs, from taking the prefix's lock to publishing its manifest (see the module
-    docstring). Use it as a context manager: leaving it by an exception removes what it created."""
+    docstring). Use it as a context manager, which takes the lock as it is entered: leaving it by an exception
+    removes what it created, and leaving it at all releases and removes the lock."""
 
     def __init__(self, prefix: str, *, fsync: bool) -> None:
         self.prefix = prefix
@@ -118,19 +119,28 @@ class Publication:
         self._folder = OutputFolder(prefix)
         self.directory, self.base = self._folder.directory, self._folder.base
         self.manifest_name = self.base + ".json"
+        self._tidy = _PageRelease([])
+
+    def __enter__(self) -> Publication:
+        """Take the prefix's lock and tidy what it may (steps 1 and 2). Taken here, not when the object is made,
+        with Ctrl-C held back meanwhile: whatever stops it, the lock is given back and removed, and once this
+        returns the ``with`` block owns it."""
         previous: list[int] = []
         try:
-            self._folder.take_lock()
-            self._folder.remove_leftovers(("temporary",), set())
-            previous = self._previous_buffers()
-            if not self._room_for_another(previous):  # (the new files may need the retired ones' blocks)
-                self._folder.remove_leftovers(("retired",), set())
-            self._tidy = _PageRelease(previous)
-        except BaseException:  # (nothing stays open: the previous buffers, the lock, the directory)
+            with sigint_deferred():
+                self._folder.take_lock()
+                self._folder.remove_leftovers(("temporary",), set())
+                previous = self._previous_buffers()
+                if not self._room_for_another(previous):  # (the new files may need the retired ones' blocks)
+                    self._folder.remove_leftovers(("retired",), set())
+                self._tidy = _PageRelease(previous)
+                previous = []  # (the release closes them)
+        except BaseException:  # (nothing stays: the previous buffers, the lock, the directory)
             for fd in previous:
                 os.close(fd)
-            self._folder.close()
+            self.close()
             raise
+        return self
 
     # --- writing ---------------------------------------------------------------------------------------------
 
@@ -243,9 +253,6 @@ class Publication:
                     self._folder.unlink(name)
             self._created.clear()
             self._folder.close()
-
-    def __enter__(self) -> Publication:
-        return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
