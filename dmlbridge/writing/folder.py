@@ -204,7 +204,8 @@ class OutputFolder:
         """Open and lock PREFIX.lock (:mod:`dmlbridge.writing.publish`, step 1): created when missing, used only when it
         is a regular file of one name that holds nothing but a holder's name. DestinationError names it when it
         cannot be, with what to do (``wait``: what to say when another process holds it). No descriptor is left
-        open on any error, and no lock file this call created (Ctrl-C is held back while it is taken).
+        open on any error. Ctrl-C is held back while it is taken: one that comes meanwhile is raised once
+        :attr:`lock_fd` is set, so the caller's clean-up (:meth:`close`) releases and removes the lock.
 
         A lock is only taken when, once locked, the name is still the file that was locked: its holder removes it
         when it is done (:meth:`release_lock`), so a file opened just before that is locked after it, and is no
