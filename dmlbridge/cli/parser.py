@@ -285,9 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
         "clean", help="remove the files killed or failed conversions into a prefix left behind",
         **_help("Remove what conversions into PREFIX left behind: buffer files PREFIX.json does not list (a killed "
                 "conversion's, or a replaced one's that could not be removed), temporary manifests "
-                "(.PREFIX.json.<id>.dmlbridge-tmp) and retired buffer files of earlier versions "
-                "(.PREFIX.<id>.<n>.bin.dmlbridge-old). Never the current conversion's files, another prefix's, or "
-                "a file a live writer holds; refused while a conversion into PREFIX runs. A conversion removes "
+                "(.PREFIX.json.<id>.dmlbridge-tmp), retired buffer files of earlier versions "
+                "(.PREFIX.<id>.<n>.bin.dmlbridge-old) and a stale PREFIX.lock (a killed conversion's, which no "
+                "one holds). Never the current conversion's files, another prefix's, a file a live writer holds, "
+                "or a PREFIX.lock that is not a lock of dmlbridge; refused while a conversion into PREFIX runs, "
+                "the lock left to it. A conversion removes "
                 "the files of the one it replaces itself, before it ends: this is for what a killed one left.",
                 "dmlbridge clean weights",
                 "0 done, 1 some files could not be removed (each is listed), 2 a usage or input error"))

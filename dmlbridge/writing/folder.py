@@ -3,7 +3,8 @@
 A prefix ``PREFIX`` (the last component ``NAME``) in its folder has these files (``ID`` a conversion id of 16 hex
 digits, ``N`` a buffer index of 5 digits), and no other name is ever taken for one of them:
 
-- ``NAME.json``, the manifest, and ``NAME.lock``, the lock (see :mod:`dmlbridge.writing.publish`);
+- ``NAME.json``, the manifest, and ``NAME.lock``, the lock, there while a conversion (or :func:`clean`) holds it
+  and after a killed one (see :meth:`OutputFolder.take_lock` and :meth:`OutputFolder.release_lock`);
 - ``NAME.ID.N.bin``, buffer files: the ones the manifest lists are the current conversion's; any other is a
   previous conversion's, or one a failed or killed conversion left;
 - ``.NAME.json.ID.dmlbridge-tmp``, a temporary manifest (a conversion's, until its commit point);
@@ -14,7 +15,7 @@ Every name is used relative to the folder, opened once (on POSIX; Windows has no
 to the folder's path). A file is removed only when no live writer holds it: on POSIX a writer holds a ``flock``
 on each file it writes, so a file whose ``flock`` can be taken has none, whatever process namespace it ran in; on
 Windows a writer's open handle forbids the removal itself (a sharing violation), so a file that can be removed has
-none. :func:`clean` removes what conversions leave behind (see its docstring).
+none. :func:`clean` removes what conversions leave behind (see its docstring), a stale lock among them.
 
     >>> import os, tempfile
     >>> folder = OutputFolder(os.path.join(tempfile.mkdtemp(), "w"))
@@ -33,6 +34,7 @@ import re
 import socket
 import stat
 import sys
+import time
 from typing import NamedTuple
 
 from dmlbridge.errors import DestinationError, InvalidArgumentError, ManifestError
@@ -63,6 +65,13 @@ _TEMP_TAIL = re.compile(r"json\.[0-9a-f]{16}" + re.escape(TEMP_SUFFIX))  # after
 _LOCK_TEXT_MAX = 512  # bytes: the most a lock file of dmlbridge holds ("pid N on HOST\n", or nothing)
 _LOCK_TEXT = re.compile(rb"(?:pid [0-9]+ on [^\n]*\n)?")
 _WAIT = "wait for it to finish, or choose another output prefix"
+# How often a lock is looked at again when it was removed or replaced while it was taken (each time, another
+# process took it and let it go meanwhile), and how often of those a Windows refusal of access is taken for a removal
+# under way (it lasts while the remover's handle is open: microseconds), with a pause each time.
+_LOCK_TRIES, _WINDOWS_TRIES, _WINDOWS_PAUSE = 100, 20, 0.01
+_ERROR_ACCESS_DENIED = 5
+LOCK_HELD = "another process has it open"
+LOCK_GONE = "it is no longer the lock that was held"
 
 
 def umask_mode() -> int:
@@ -134,6 +143,7 @@ class OutputFolder:
         self.directory = os.path.realpath(os.path.dirname(prefix) or os.curdir)  # (as prefix_folder resolved it)
         self.base = os.path.basename(prefix)
         self.lock_fd: int | None = None
+        self.lock_found: int | None = None
         try:
             flags = os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC
             self.dir_fd: int | None = os.open(self.directory, flags) if _DIR_FD else None
@@ -157,6 +167,16 @@ class OutputFolder:
         """Remove ``name`` if it can be (a file that cannot be removed is harmless where this is used)."""
         with contextlib.suppress(OSError):
             os.unlink(self.path(name), dir_fd=self.dir_fd)
+
+    def exists(self, name: str) -> bool:
+        """Whether the folder holds ``name`` (of any kind, a symlink not followed)."""
+        try:
+            os.lstat(self.path(name), dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True  # (something is there that cannot be looked at: taking the lock says what)
+        return True
 
     def names(self) -> list[str]:
         """The names in the folder (none when it cannot be listed)."""
@@ -184,52 +204,98 @@ class OutputFolder:
         """Open and lock PREFIX.lock (:mod:`dmlbridge.writing.publish`, step 1): created when missing, used only when it
         is a regular file of one name that holds nothing but a holder's name. DestinationError names it when it
         cannot be, with what to do (``wait``: what to say when another process holds it). No descriptor is left
-        open on any error."""
+        open on any error. Ctrl-C is held back while it is taken: one that comes meanwhile is raised once
+        :attr:`lock_fd` is set, so the caller's clean-up (:meth:`close`) releases and removes the lock.
+
+        A lock is only taken when, once locked, the name is still the file that was locked: its holder removes it
+        when it is done (:meth:`release_lock`), so a file opened just before that is locked after it, and is no
+        one's lock any more; then the lock is taken again, on the file now at the name. So two processes never both
+        hold the lock of one prefix. :attr:`lock_found` is the size of the lock file when it was there already (a
+        stale lock a killed process left), None when this call created it."""
         name = self.base + LOCK_SUFFIX
         where = self.where(name)
-        fd = self._open_lock(name, where)
-        try:
-            _lock(fd, self.prefix, where, wait)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.lock_fd = fd
-
-    def _open_lock(self, name: str, where: str) -> int:
-        """A read-write descriptor of the lock file: created (``O_EXCL``) when there is none, else the regular
-        file of one name that is there, never followed through a symlink nor opened when it is anything else (a
-        FIFO, a device, a folder) or a file with other names (a hard link: the lock's text would change it)."""
-        for _ in range(3):  # (a lock removed between two steps is created again)
-            try:
-                seen = os.lstat(self.path(name), dir_fd=self.dir_fd)
-            except FileNotFoundError:
+        with sigint_deferred():
+            for attempt in range(_LOCK_TRIES):
+                opened = self._open_lock(name, where, transient_allowed=attempt < _WINDOWS_TRIES)
+                if opened is None:
+                    _pause()
+                    continue  # removed or replaced between two steps: look again
+                fd, found = opened
                 try:
-                    return self.open_name(name, _CREATE, umask_mode())
-                except FileExistsError:
-                    continue
-                except OSError as exc:
-                    self._refuse_unwritable(exc)
-                    raise DestinationError(f"cannot create the lock {where!r}: {exc.strerror or exc}") from None
-            except OSError as exc:
-                raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
-            _refuse_as_lock(seen, where)
+                    taken = _try_lock(fd, where)
+                    if not self._names(fd, name, where):
+                        os.close(fd)  # its holder removed it meanwhile (or it was replaced): the file at the name now
+                        _pause()
+                        continue
+                    if not taken:
+                        _refuse_held(fd, self.prefix, where, wait)
+                    _write_holder(fd, where)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self.lock_fd, self.lock_found = fd, found
+                return
+        raise DestinationError(
+            f"the lock {where!r} was removed or replaced {_LOCK_TRIES} times while it was taken (other conversions "
+            "into the prefix keep starting and ending); try again"
+        )
+
+    def _open_lock(self, name: str, where: str, *, transient_allowed: bool) -> tuple[int, int | None] | None:
+        """A read-write descriptor of the lock file and its size when it was there (None: created here, with
+        ``O_EXCL``), or None when it was removed or replaced between two steps (look again). It is never followed
+        through a symlink nor opened when it is anything else (a FIFO, a device, a folder) or a file with other
+        names (a hard link: the lock's text would change it). On Windows a file whose removal is under way cannot
+        be opened for a moment (access denied): that is tried again while ``transient_allowed``."""
+        try:
+            seen = os.lstat(self.path(name), dir_fd=self.dir_fd)
+        except FileNotFoundError:
             try:
-                fd = self.open_name(name, os.O_RDWR | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC | _O_BINARY)
-            except FileNotFoundError:
-                continue
+                return self.open_name(name, _CREATE, umask_mode()), None
+            except FileExistsError:
+                return None
             except OSError as exc:
+                if transient_allowed and _transient(exc):
+                    return None
                 self._refuse_unwritable(exc)
-                raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
-            try:
-                info = os.fstat(fd)
-                if (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino):
-                    raise DestinationError(f"the lock {where!r} was replaced while it was opened; try again")
-                _refuse_as_lock(info, where)
-            except BaseException:
+                raise DestinationError(f"cannot create the lock {where!r}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            if transient_allowed and _transient(exc):
+                return None
+            raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
+        _refuse_as_lock(seen, where)
+        try:
+            fd = self.open_name(name, os.O_RDWR | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC | _O_BINARY)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if transient_allowed and _transient(exc):
+                return None
+            self._refuse_unwritable(exc)
+            raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
+        try:
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino):
                 os.close(fd)
-                raise
-            return fd
-        raise DestinationError(f"the lock {where!r} was removed three times while it was opened; try again")
+                return None
+            _refuse_as_lock(info, where)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        return fd, info.st_size
+
+    def _names(self, fd: int, name: str, where: str) -> bool:
+        """Whether ``name`` is still the file ``fd`` is open on (False: removed or replaced since it was opened)."""
+        try:
+            seen = os.lstat(self.path(name), dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            if _transient(exc):
+                return False  # (Windows: its removal is under way)
+            raise DestinationError(f"cannot open the lock {where!r}: {exc.strerror or exc}") from None
+        info = os.fstat(fd)
+        return (seen.st_dev, seen.st_ino) == (info.st_dev, info.st_ino)
 
     def _refuse_unwritable(self, exc: OSError) -> None:
         """DestinationError naming the folder, when ``exc`` says it cannot be written (a read-only filesystem, a
@@ -240,10 +306,43 @@ class OutputFolder:
                 f"{self.prefix!r} need a folder you can write; give another out_prefix, or make the folder writable"
             ) from None
 
-    def release_lock(self) -> None:
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)  # releases the flock; the lock file stays
-            self.lock_fd = None
+    def release_lock(self, *, remove: bool = True) -> str | None:
+        """Release the lock and remove PREFIX.lock (unless not ``remove``); None when it was removed, else why
+        it stays: :data:`LOCK_HELD` (Windows: another process has it open, to take it; it removes it in turn),
+        :data:`LOCK_GONE` (not the file that was locked any more) or the error. On POSIX the file is removed while
+        it is locked, so no one takes it meanwhile (one who opened it before finds, once it has the lock, that the
+        name is no longer that file: :meth:`take_lock`). On Windows it is closed first, since a file open through
+        ``os.open`` cannot be removed, not even through that handle; the removal then succeeds only while no other
+        process has the file open, and every process that takes the lock holds it open from before it locks until
+        after it lets go, so what is removed is no one's lock."""
+        fd = self.lock_fd
+        if fd is None:
+            return LOCK_GONE
+        self.lock_fd = None
+        name = self.base + LOCK_SUFFIX
+        with sigint_deferred():
+            if _WINDOWS:
+                os.close(fd)
+                return self._remove_lock(name) if remove else LOCK_GONE
+            try:
+                if not remove:
+                    return LOCK_GONE
+                return self._remove_lock(name) if self._names(fd, name, self.where(name)) else LOCK_GONE
+            except DestinationError as exc:
+                return str(exc)
+            finally:
+                os.close(fd)  # (releases the flock)
+
+    def _remove_lock(self, name: str) -> str | None:
+        try:
+            os.unlink(self.path(name), dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            return LOCK_GONE
+        except OSError as exc:
+            if _WINDOWS and (is_sharing_violation(exc) or getattr(exc, "winerror", None) == _ERROR_ACCESS_DENIED):
+                return LOCK_HELD  # another process has it open (or is removing it)
+            return exc.strerror or str(exc)
+        return None
 
     # --- removing what no conversion needs ---------------------------------------------------------------------
 
@@ -311,28 +410,46 @@ class OutputFolder:
             self.dir_fd = None
 
 
-def _lock(fd: int, prefix: str, where: str, wait: str) -> None:
-    """Take the lock of the lock file ``fd`` without waiting (:func:`dmlbridge.system.locks.try_lock`), check that
-    it is a lock file of dmlbridge and write the holder's name into it."""
+def _try_lock(fd: int, where: str) -> bool:
+    """Take the lock of the lock file ``fd`` without waiting (:func:`dmlbridge.system.locks.try_lock`)."""
     try:
-        taken = try_lock(fd)
+        return try_lock(fd)
     except OSError as exc:
         raise DestinationError(f"cannot lock {where!r}: {exc.strerror or exc}") from None
-    if not taken:
-        text = read_at(fd, 0, _LOCK_TEXT_MAX + 1)
-        holder = text.decode("utf-8", "replace").strip() if _LOCK_TEXT.fullmatch(text) else ""
-        raise DestinationError(
-            f"another conversion into {prefix!r} is running: it holds the lock {where!r} "
-            f"({holder or 'holder unknown'}); {wait}"
-        ) from None
+
+
+def _refuse_held(fd: int, prefix: str, where: str, wait: str) -> None:
+    """The DestinationError of a lock another process holds, naming the holder its text gives."""
+    text = read_at(fd, 0, _LOCK_TEXT_MAX + 1)
+    holder = text.decode("utf-8", "replace").strip() if _LOCK_TEXT.fullmatch(text) else ""
+    raise DestinationError(
+        f"another conversion into {prefix!r} is running: it holds the lock {where!r} "
+        f"({holder or 'holder unknown'}); {wait}"
+    ) from None
+
+
+def _write_holder(fd: int, where: str) -> None:
+    """Check that the locked file is a lock file of dmlbridge and write the holder's name into it."""
     if not _LOCK_TEXT.fullmatch(read_at(fd, 0, _LOCK_TEXT_MAX + 1)):
         raise DestinationError(
             f"the lock {where!r} is not a lock file: it holds something else, which the lock's text would "
             "overwrite; move it away (the next conversion creates a new lock), or choose another output prefix"
         )
-    with contextlib.suppress(OSError):  # who holds it, for the message above (the file stays in place)
+    with contextlib.suppress(OSError):  # who holds it, for the message above
         os.ftruncate(fd, 0)
         write_at(fd, 0, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+
+
+def _pause() -> None:
+    """Before a lock is looked at again: on Windows a moment, for a removal under way to end."""
+    if _WINDOWS:
+        time.sleep(_WINDOWS_PAUSE)
+
+
+def _transient(exc: OSError) -> bool:
+    """Whether ``exc``, from opening or looking at a lock file, may say only that its removal is under way:
+    Windows refuses access to a file being removed (and ``os.open`` reports a sharing violation so too)."""
+    return _WINDOWS and isinstance(exc, PermissionError)
 
 
 def _refuse_as_lock(info: os.stat_result, where: str) -> None:
@@ -353,8 +470,9 @@ def _refuse_as_lock(info: os.stat_result, where: str) -> None:
 
 
 class CleanReport(NamedTuple):
-    """What :func:`clean` did: the paths of the files it ``removed`` and the bytes they held (``freed``); the
-    leftovers it left: those a live writer ``held``, and those whose removal ``failed``, each as (path, why).
+    """What :func:`clean` did: the paths of the files it ``removed`` (a stale lock among them) and the bytes they
+    held (``freed``); the leftovers it left: those a live writer ``held``, and those whose removal ``failed``, each
+    as (path, why).
 
     Example:
         >>> CleanReport(("out/.w.json.0123456789abcdef.dmlbridge-tmp",), 120, (), ()).freed
@@ -370,13 +488,16 @@ class CleanReport(NamedTuple):
 def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> CleanReport:
     """Remove what conversions into ``prefix`` (the ``out_prefix`` given to ``convert_model``) left behind: buffer
     files that ``PREFIX.json`` does not list (a killed conversion's, or a previous conversion's that could not be
-    removed when the next one published), temporary manifests and retired buffer files of earlier versions.
+    removed when the next one published), temporary manifests, retired buffer files of earlier versions, and a
+    stale ``PREFIX.lock`` (one a killed conversion left, which no process holds).
 
-    Never the current conversion's files (the manifest, the buffer files it lists, the lock), never a file of
-    another prefix, never a file a live writer holds (its ``flock``; on Windows, its open handle). It takes the
-    prefix's lock first, so it fails at once (DestinationError naming the lock) while a conversion into the prefix
-    runs; a manifest it cannot read is a ManifestError, and then nothing is removed. A folder with no buffer,
-    temporary or retired file of the prefix is left as it is (no lock is created). Returns a
+    Never the current conversion's files (the manifest, the buffer files it lists), never a file of another
+    prefix, never a file a live writer holds (its ``flock``; on Windows, its open handle), never a lock a live
+    conversion holds nor a file at ``PREFIX.lock`` that is not a lock file of dmlbridge. It takes the prefix's lock
+    first, so it fails at once (DestinationError naming the lock) while a conversion into the prefix runs, or when
+    ``PREFIX.lock`` is not a lock file; it removes the lock when it is done. A manifest it cannot read is a
+    ManifestError, and then nothing is removed. A folder with no buffer, temporary, retired or lock file of the
+    prefix is left as it is (no lock is created). Returns a
     :class:`CleanReport`; ``dmlbridge clean PREFIX`` on the command line. On Windows a buffer file that a loaded
     plan still holds open is removed as far as Windows allows: its removal is pending until the plan is closed,
     and then it is gone.
@@ -398,18 +519,32 @@ def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_M
         >>> shutil.rmtree(folder)
     """
     folder = OutputFolder(output_prefix(prefix, "prefix"))
+    lock = folder.base + LOCK_SUFFIX
     try:
         kinds = ("buffer", "temporary", "retired")
-        if not any(folder.kind(name) in kinds for name in folder.names()):
+        if not any(folder.kind(name) in kinds for name in folder.names()) and not folder.exists(lock):
             return CleanReport((), 0, (), ())
         folder.take_lock("wait for it to finish, then clean again (a conversion removes what it replaces itself)")
-        removals = folder.remove_leftovers(kinds, _listed(folder, max_manifest_bytes))
+        found = folder.lock_found
+        try:
+            removals = folder.remove_leftovers(kinds, _listed(folder, max_manifest_bytes))
+        except BaseException:
+            folder.release_lock(remove=found is None)  # (a stale lock stays as it was: nothing was removed)
+            raise
+        why = folder.release_lock()
     finally:
         folder.close()
+    if found is not None:  # a stale lock: no one held it, and this call took it and removed it
+        if why is None:
+            removals.removed.append((lock, found))
+        elif why == LOCK_HELD:
+            removals.held.append(lock)
+        elif why != LOCK_GONE:
+            removals.failed.append((lock, why))
     return CleanReport(
-        tuple(folder.where(name) for name, _ in removals.removed), sum(size for _, size in removals.removed),
-        tuple(folder.where(name) for name in removals.held),
-        tuple((folder.where(name), why) for name, why in removals.failed),
+        tuple(folder.where(name) for name, _ in sorted(removals.removed)), sum(size for _, size in removals.removed),
+        tuple(folder.where(name) for name in sorted(removals.held)),
+        tuple((folder.where(name), why) for name, why in sorted(removals.failed)),
     )
 
 

@@ -5,11 +5,15 @@ The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``
 
 1. ``PREFIX.lock`` is created if missing and locked (``flock``, exclusive, not waiting): a second conversion into
    the same prefix fails at once with ``DestinationError`` naming the lock and the process that holds it. The
-   lock file stays in place (it is empty but for the holder's name) and is harmless. It is opened like every
-   other output, and only when it is a regular file of one name that holds nothing but a holder's name: anything
-   else at that name (a symlink, a FIFO, a device, a folder, a hard link to another file, a file of other
-   content) is refused with ``DestinationError`` (remove it), never followed, opened or written into. ``flock``
-   is unreliable on network filesystems (NFS, SMB): there, do not run two conversions into one prefix at once.
+   lock file holds nothing but the holder's name, and the conversion removes it when it ends, published or not
+   (:meth:`dmlbridge.writing.folder.OutputFolder.release_lock`); a killed one leaves it, held by no one, and the
+   next conversion or :func:`dmlbridge.writing.folder.clean` takes it and removes it. A lock is taken only when,
+   once locked, its name is still the file locked (the holder may have removed it meanwhile), so two conversions
+   never both hold it. It is opened like every other output, and only when it is a regular file of one name that
+   holds nothing but a holder's name: anything else at that name (a symlink, a FIFO, a device, a folder, a hard
+   link to another file, a file of other content) is refused with ``DestinationError`` (remove it), never
+   followed, opened, written into or removed. ``flock`` is unreliable on network filesystems (NFS, SMB): there,
+   do not run two conversions into one prefix at once.
 2. Temporary manifests (``.PREFIX.json.ID.dmlbridge-tmp``) that no live writer holds are removed. A writer holds
    a ``flock`` on each file it is writing, so a file is known to be abandoned whatever process namespace its
    writer ran in. Retired buffer files that earlier versions left (``.PREFIX.ID.N.bin.dmlbridge-old``) are
@@ -28,7 +32,8 @@ The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``
    returns (Ctrl-C is held back until they are). Freeing a large file waits for the disk on a filesystem mounted
    with ``discard``; the call pays it, not the disk space between conversions. A file that cannot be removed is
    not a failure of the conversion, which is published: :meth:`publish` returns it, ``convert_model`` warns
-   (``CleanupWarning``) and :func:`dmlbridge.writing.folder.clean` removes it later. Then the lock is released.
+   (``CleanupWarning``) and :func:`dmlbridge.writing.folder.clean` removes it later. Then the lock is released
+   and removed.
 
 Every file is created once, relative to the output directory opened at the start, and everything after
 (writing, hashing, the mode, fsync) goes through its descriptor, never its name. A process killed at any moment
@@ -44,8 +49,8 @@ point the files this conversion created are removed (with Ctrl-C held back while
     ...         _ = buffer.write(b"1234")
     ...     publication.publish(b"{}").failed
     []
-    >>> sorted(name for name in os.listdir(folder) if not name.endswith(".bin"))
-    ['w.json', 'w.lock']
+    >>> sorted(name for name in os.listdir(folder) if not name.endswith(".bin"))  # (the lock is removed)
+    ['w.json']
 """
 
 from __future__ import annotations
@@ -101,7 +106,8 @@ def write_all(fd: int, data: Any) -> None:
 
 class Publication:
     """One conversion's outputs, from taking the prefix's lock to publishing its manifest (see the module
-    docstring). Use it as a context manager: leaving it by an exception removes what it created."""
+    docstring). Use it as a context manager, which takes the lock as it is entered: leaving it by an exception
+    removes what it created, and leaving it at all releases and removes the lock."""
 
     def __init__(self, prefix: str, *, fsync: bool) -> None:
         self.prefix = prefix
@@ -113,19 +119,28 @@ class Publication:
         self._folder = OutputFolder(prefix)
         self.directory, self.base = self._folder.directory, self._folder.base
         self.manifest_name = self.base + ".json"
+        self._tidy = _PageRelease([])
+
+    def __enter__(self) -> Publication:
+        """Take the prefix's lock and tidy what it may (steps 1 and 2). Taken here, not when the object is made,
+        with Ctrl-C held back meanwhile: whatever stops it, the lock is given back and removed, and once this
+        returns the ``with`` block owns it."""
         previous: list[int] = []
         try:
-            self._folder.take_lock()
-            self._folder.remove_leftovers(("temporary",), set())
-            previous = self._previous_buffers()
-            if not self._room_for_another(previous):  # (the new files may need the retired ones' blocks)
-                self._folder.remove_leftovers(("retired",), set())
-            self._tidy = _PageRelease(previous)
-        except BaseException:  # (nothing stays open: the previous buffers, the lock, the directory)
+            with sigint_deferred():
+                self._folder.take_lock()
+                self._folder.remove_leftovers(("temporary",), set())
+                previous = self._previous_buffers()
+                if not self._room_for_another(previous):  # (the new files may need the retired ones' blocks)
+                    self._folder.remove_leftovers(("retired",), set())
+                self._tidy = _PageRelease(previous)
+                previous = []  # (the release closes them)
+        except BaseException:  # (nothing stays: the previous buffers, the lock, the directory)
             for fd in previous:
                 os.close(fd)
-            self._folder.close()
+            self.close()
             raise
+        return self
 
     # --- writing ---------------------------------------------------------------------------------------------
 
@@ -226,7 +241,7 @@ class Publication:
         return fds
 
     def close(self) -> None:
-        """Remove what an unpublished conversion created, and release the lock."""
+        """Remove what an unpublished conversion created, and release and remove the lock."""
         with sigint_deferred():  # a second Ctrl-C must not leave a file behind
             self._tidy.stop()
             for fd in self._open:
@@ -238,9 +253,6 @@ class Publication:
                     self._folder.unlink(name)
             self._created.clear()
             self._folder.close()
-
-    def __enter__(self) -> Publication:
-        return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.close()

@@ -131,7 +131,7 @@ def test_convert_errors_are_one_line_and_leave_nothing(sample: Path, tmp_path: P
     one_line_error(run("convert", model, "--strict"), "labels", "strict")
     # w_int64 holds 2^40: it cannot be narrowed, and that is found halfway through writing.
     one_line_error(run("convert", model, "--unsupported", "INT64", "--int64", "narrow"), "w_int64", "INT32")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.dml.lock", "sample.onnx", "sample.weights"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample.onnx", "sample.weights"]  # (no lock either)
 
 
 def test_clean_removes_what_a_killed_conversion_left_and_says_what(small: Path, tmp_path: Path) -> None:
@@ -145,10 +145,15 @@ def test_clean_removes_what_a_killed_conversion_left_and_says_what(small: Path, 
     assert result.returncode == 0 and result.stderr == "", result.stderr
     assert result.stdout.splitlines() == [*(f"removed {p}" for p in sorted(map(str, dead))),
                                           "2 files removed (200 bytes freed)"]
-    assert output_names(tmp_path) == ["small.onnx", "w.ID.00000.bin", "w.json", "w.lock"]
+    assert output_names(tmp_path) == ["small.onnx", "w.ID.00000.bin", "w.json"]
     again = run("clean", tmp_path / "w")
     assert again.returncode == 0 and again.stdout == f"nothing to remove: {tmp_path / 'w'} holds no file that " \
         "conversions left behind\n"
+    (tmp_path / "w.lock").write_bytes(b"pid 4242 on other-host\n")  # (a stale lock, as a killed conversion leaves it)
+    stale = run("clean", tmp_path / "w")
+    assert stale.returncode == 0 and stale.stderr == "", stale.stderr
+    assert stale.stdout.splitlines() == [f"removed {tmp_path / 'w.lock'}", "1 file removed (23 bytes freed)"]
+    assert output_names(tmp_path) == ["small.onnx", "w.ID.00000.bin", "w.json"]
     dead[0].write_bytes(b"x")
     quiet = run("clean", tmp_path / "w", "--quiet")
     assert quiet.returncode == 0 and quiet.stdout == quiet.stderr == "" and not dead[0].exists()
@@ -194,8 +199,8 @@ def test_demo(tmp_path: Path) -> None:
     assert "f8 10 07 00" in result.stdout
     kept = run("demo", "--keep", tmp_path / "kept")
     assert kept.returncode == 0, kept.stderr
-    assert output_names(tmp_path / "kept") == ["sample.dml.ID.00000.bin", "sample.dml.json", "sample.dml.lock",
-                                               "sample.onnx", "sample.weights"]
+    assert output_names(tmp_path / "kept") == ["sample.dml.ID.00000.bin", "sample.dml.json", "sample.onnx",
+                                               "sample.weights"]  # (no lock: the conversion removed it)
 
 
 @pytest.mark.parametrize(
@@ -445,7 +450,7 @@ def test_a_trailing_slash_names_a_folder_that_must_exist(small: Path) -> None:
     for given in (f"{folder}/", str(folder)):
         assert commands.main(["convert", str(small), "-o", given, "--quiet"]) == 0
         written.append(output_names(folder))
-    assert written[0] == written[1] == ["small.dml.ID.00000.bin", "small.dml.json", "small.dml.lock"]
+    assert written[0] == written[1] == ["small.dml.ID.00000.bin", "small.dml.json"]
     line = one_line_error(run("convert", small, "-o", f"{small}/", "--quiet"))
     assert "ends in a slash" in line and "is a file" in line
 
@@ -721,6 +726,7 @@ def test_missing_external_data_says_where_it_was_looked_for_and_fails_inspect_to
     for line in lines:
         assert "tensor 'e': external data file 'data/e.bin' cannot be resolved (No such file or directory)" in line
         assert f"looked for {looked!r}" in line, line
+    assert not (external.parent / "w.lock").exists()  # (the failed conversion removed its lock)
     (external.parent / "data" / "e.bin").write_bytes(b"\0" * 100)
     one_line_error(run("inspect", external), "'data/e.bin'", "the tensor needs exactly 256")
 

@@ -6,7 +6,8 @@ whose bytes are byte for byte the previous image or the new one (the two convers
 tensor, so a mix of the two would show). The trials run with one buffer, and with several where the previous
 conversion has more buffers than the new one, and fewer. Every other file left behind is recognisable (a buffer
 file of a killed conversion, or of the previous one when the kill came while they were removed after the commit
-point; a temporary manifest), and ``dmlbridge.clean`` or the next conversion into the prefix removes it.
+point; a temporary manifest; the lock, held by no one), and ``dmlbridge.clean`` or the next conversion into the
+prefix removes it. (Each trial's conversion starts beside the lock the killed one before it left.)
 
 The child (tests/helpers/killed_conversion.py, forked from a fork server that has dmlbridge imported, so that a
 trial costs milliseconds) sends a marker at each step of the conversion (each constant, the fingerprint, the
@@ -39,6 +40,7 @@ from onnx import external_data_helper, helper, numpy_helper
 
 from dmlbridge import clean, convert_model, load_plan
 from dmlbridge.errors import ManifestError
+from dmlbridge.system.locks import try_lock
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="SIGKILL trials from a fork server are POSIX")
 
@@ -48,7 +50,7 @@ TRIALS = examples(30)
 STEP_TRIALS = max(2, TRIALS * 2 // 3)
 FREE_TRIALS = max(0, TRIALS - STEP_TRIALS)
 
-LEFTOVER = re.compile(r"^(out\.[0-9a-f]{16}\.[0-9]{5}\.bin|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp)$")
+LEFTOVER = re.compile(r"^(out\.[0-9a-f]{16}\.[0-9]{5}\.bin|\.out\.json\.[0-9a-f]{16}\.dmlbridge-tmp|out\.lock)$")
 ONE_BUFFER = 2 << 30
 # The buffer limits of the previous conversion ("a") and the new one ("b"): one buffer each; seven buffers
 # before four; four before seven (the ~3 MB image in 512 KiB or 1 MiB buffers).
@@ -102,7 +104,8 @@ class Versions:
             ref.mkdir()
             convert_model(model, ref / "out", max_buffer_bytes=self.limits[version])
             self.outputs[version] = outputs(ref / "out")
-            self.files[version] = {p.name: p.read_bytes() for p in ref.iterdir() if p.name != "out.lock"}
+            self.files[version] = {p.name: p.read_bytes() for p in ref.iterdir()}
+            assert "out.lock" not in self.files[version]  # (removed as the conversion ended)
         image_a, image_b = (np.frombuffer(self.outputs[v][0], np.uint8) for v in "ab")
         assert image_a.size == image_b.size > 2 << 20  # the same size, ~3 MB
         assert np.count_nonzero(image_a != image_b) == 1  # one byte apart
@@ -238,9 +241,15 @@ def _check_after_kill(versions: Versions, directory: Path, previous: str) -> str
     state = versions.state(directory)
     allowed = {"-": {"-", "b"}, "a": {"a", "b"}}[previous]
     assert state in allowed, f"after a kill over {previous!r}: {state}"
-    current = {"out.json", "out.lock"} | ({p.name for p in buffer_paths(directory / "out")} if state != "-" else set())
+    current = {"out.json"} | ({p.name for p in buffer_paths(directory / "out")} if state != "-" else set())
     for name in set(os.listdir(directory)) - current:
         assert LEFTOVER.match(name), f"unexpected file {name!r}"
+    if (directory / "out.lock").exists():  # (a stale lock: no one holds it, so the next conversion takes it)
+        fd = os.open(directory / "out.lock", os.O_RDWR)
+        try:
+            assert try_lock(fd)
+        finally:
+            os.close(fd)
     return state
 
 
@@ -323,19 +332,19 @@ def test_sigkill_at_random_moments_leaves_one_whole_conversion(versions: Version
     # next conversion into the prefix completes, and the one after, back to the previous layout, removes the
     # files of this one: the folder holds one conversion, nothing hidden.
     state = versions.state(directory)
-    kept = {"out.lock"} | ({"out.json", *(p.name for p in buffer_paths(directory / "out"))} if state != "-" else set())
+    kept = {"out.json", *(p.name for p in buffer_paths(directory / "out"))} if state != "-" else set()
     leftovers = sorted(str(directory / name) for name in set(os.listdir(directory)) - kept)
     assert all(LEFTOVER.match(os.path.basename(path)) for path in leftovers)
     assert clean(directory / "out").removed == tuple(leftovers)
     assert versions.state(directory) == state and set(os.listdir(directory)) == kept
     convert_model(versions.b, directory / "out", max_buffer_bytes=versions.limits["b"])
     assert versions.state(directory) == "b"
-    names = ["out.json", "out.lock", *(p.name for p in buffer_paths(directory / "out"))]
-    assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["b"]) + 1
+    names = ["out.json", *(p.name for p in buffer_paths(directory / "out"))]
+    assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["b"])
     convert_model(versions.a, directory / "out", max_buffer_bytes=versions.limits["a"])
     assert versions.state(directory) == "a"
-    names = ["out.json", "out.lock", *(p.name for p in buffer_paths(directory / "out"))]
-    assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["a"]) + 1
+    names = ["out.json", *(p.name for p in buffer_paths(directory / "out"))]
+    assert sorted(os.listdir(directory)) == sorted(names) and len(names) == len(versions.files["a"])
 
 
 def _run_freely(child: Child, delay: float) -> None:

@@ -39,8 +39,8 @@ from dmlbridge.types.target import Target
 
 
 def _outputs(tmp_path: Path) -> dict[str, bytes]:
-    """Every output file of the prefix ``out`` but its lock (whose text names the last holder), by name."""
-    return {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("out.") and p.name != "out.lock"}
+    """Every output file of the prefix ``out``, by name (its lock is removed when a conversion ends)."""
+    return {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("out.")}
 
 
 def _previous_outputs(tmp_path: Path) -> dict[str, bytes]:
@@ -115,11 +115,11 @@ def test_failure_between_the_two_renames_restores_the_previous_bin(
         convert_model(path, tmp_path / "out", alignment=64)
     monkeypatch.undo()
     assert _unchanged(tmp_path, before) and no_temp_files(tmp_path)
-    # Without previous outputs, nothing is left at all.
+    # Without previous outputs, nothing is left at all, not even the lock.
     monkeypatch.setattr(os, "replace", failing_json_replace)
     with pytest.raises(BaseException):  # noqa: B017 - whichever of the two was injected
         convert_model(path, tmp_path / "fresh")
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("fresh")] == ["fresh.lock"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("fresh")] == []
     assert no_temp_files(tmp_path)
 
 

@@ -15,9 +15,7 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 import types
@@ -28,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 from builders import model_of
+from lock_holders import hold, release
 from models import output_names, retired_names
 from onnx import numpy_helper
 
@@ -123,18 +122,21 @@ def test_new_files_are_used_through_their_descriptors_only(tmp_path: Path, monke
     monkeypatch.undo()
     created = [name for kind, name, flags in calls if kind == "open" and flags & os.O_CREAT and flags & os.O_EXCL]
     assert sorted(created) == sorted([os.path.basename(plan.bin_path or ""), f".w.json.{plan.conversion_id}"
-                                      ".dmlbridge-tmp"])
+                                      ".dmlbridge-tmp", "w.lock"])  # (the previous conversion removed its lock)
     # (The manifest's and the lock's names are lstat'ed, never followed: what is there before the conversion, which
     # did not create it, must be a regular file.)
     # (Windows has no O_NOFOLLOW: a new file is created exclusively, which no symlink at its name survives, the lock
     # is opened after its lstat and checked to be the same file by its descriptor, and the previous conversion's
     # files are lstat'ed before they are removed.)
+    # (Once locked, the lock's name is lstat'ed again, to check that it is still the file locked: never followed,
+    # never opened again.)
     followed = getattr(os, "O_NOFOLLOW", 0) or (os.O_EXCL if WINDOWS else 0)
     for kind, name, flags in calls:
         assert (kind == "open" and (flags & followed or (WINDOWS and name == "w.lock"))) or (kind, name) in {
             ("lstat", "w.lock"), ("lstat", "w.json")} or (WINDOWS and kind == "lstat" and name not in created), (
             kind, name)
-        assert name not in created or (kind == "open" and flags & os.O_EXCL), f"{name} used again by name"
+        assert name not in created or (kind == "open" and flags & os.O_EXCL) or (kind, name) == ("lstat", "w.lock"), (
+            f"{name} used again by name")
     assert load_plan(tmp_path / "w.json", verify=True).array("w").tolist() == [2.0, 2.0, 2.0]
 
 
@@ -148,58 +150,29 @@ def test_short_writes_are_completed_and_a_write_of_nothing_fails(tmp_path: Path,
     convert_model(_model(3.0, 2000), tmp_path / "w", progress=False)
     monkeypatch.undo()
     assert load_plan(tmp_path / "w.json").array("w").tolist() == [3.0] * 2000
-    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"}
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
     monkeypatch.setattr(os, "write", lambda fd, data: 0)
     with pytest.raises(DestinationError, match="w"):
         convert_model(_model(4.0, 2000), tmp_path / "w", progress=False)
     monkeypatch.undo()
-    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"} == before
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before  # (no lock left)
 
 
-# Another process holding a file as a live conversion does: its lock (flock on POSIX, LockFileEx on Windows, where
-# the open handle alone also keeps the file from being removed).
-HOLD = textwrap.dedent("""
-    import os, sys, time
-    from dmlbridge.system.locks import try_lock
-    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600)
-    assert try_lock(fd)
-    if len(sys.argv) > 2:
-        os.write(fd, sys.argv[2].encode())
-    print("held", flush=True)
-    sys.stdin.readline()
-""")
-
-
-def _holder(path: Path, text: str = "") -> subprocess.Popen[str]:
-    child = subprocess.Popen([sys.executable, "-c", HOLD, str(path), *([text] if text else [])],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None and child.stdout.readline() == "held\n"
-    return child
-
-
-def _release(child: subprocess.Popen[str]) -> None:
-    assert child.stdin is not None
-    child.stdin.write("\n")
-    child.stdin.close()
-    child.wait(30)
-    if child.stdout is not None:
-        child.stdout.close()
-
-
-def test_a_second_writer_fails_fast_naming_the_lock_and_its_holder(tmp_path: Path) -> None:
+def test_a_second_writer_fails_fast_naming_the_lock_and_itsholder(tmp_path: Path) -> None:
     convert_model(_model(), tmp_path / "w", progress=False)
     before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"}
-    holder = _holder(tmp_path / "w.lock", "pid 4242 on other-host\n")
+    holder = hold(tmp_path / "w.lock", "pid 4242 on other-host\n")
     try:
         started = time.perf_counter()
         with pytest.raises(DestinationError, match=r"w\.lock.*pid 4242 on other-host"):
             convert_model(_model(5.0), tmp_path / "w", progress=False)
         assert time.perf_counter() - started < 5
     finally:
-        _release(holder)
+        release(holder)
     assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if name != "w.lock"} == before
     convert_model(_model(5.0), tmp_path / "w", progress=False)  # the lock is free again
     assert load_plan(tmp_path / "w.json").array("w").tolist() == [5.0, 5.0, 5.0]
+    assert not (tmp_path / "w.lock").exists()  # (the holder's, left as it let go, taken and removed)
 
 
 def _open_descriptors() -> int:
@@ -230,7 +203,7 @@ def test_only_a_lock_file_of_its_own_is_locked_and_nothing_else_is_touched(tmp_p
     names = sorted(os.listdir(tmp_path))
     held = os.open(tmp_path / "held.lock", os.O_RDWR | os.O_NONBLOCK)
     assert try_lock(held)
-    second = _holder(tmp_path / "w.lock", "pid 4242 on other-host\n")
+    second = hold(tmp_path / "w.lock", "pid 4242 on other-host\n")
     try:
         before = _open_descriptors()
         for name, reason in why.items():
@@ -246,13 +219,15 @@ def test_only_a_lock_file_of_its_own_is_locked_and_nothing_else_is_touched(tmp_p
         assert _open_descriptors() == before
     finally:
         os.close(held)
-        _release(second)
+        release(second)
+    for name in why:  # none removed by clean either, which refuses them as a conversion does
+        with pytest.raises(DestinationError, match="lock"):
+            dmlbridge.clean(tmp_path / name)
     assert victim.read_bytes() == b"precious\n" and (tmp_path / "notes.lock").read_bytes() == b"my notes\n"
-    assert sorted(os.listdir(tmp_path)) == names
+    assert sorted(os.listdir(tmp_path)) == sorted([*names, "w.lock"])  # (the stand-in holder leaves its lock)
     (tmp_path / "linked.lock").unlink()
     convert_model(_model(3.0), tmp_path / "linked", progress=False)
-    lock = (tmp_path / "linked.lock").lstat()
-    assert stat.S_ISREG(lock.st_mode) and lock.st_nlink == 1 and victim.read_bytes() == b"precious\n"
+    assert not (tmp_path / "linked.lock").exists() and victim.read_bytes() == b"precious\n"
     assert load_plan(tmp_path / "linked.json").array("w").tolist() == [3.0, 3.0, 3.0]
 
 
@@ -401,7 +376,7 @@ def test_abandoned_files_are_removed_only_when_no_live_writer_holds_them(tmp_pat
               tmp_path / ".w.x.fedcba9876543210.00000.bin.dmlbridge-old"]
     for path in (dead_temp, dead_buffer, *others):
         path.write_bytes(b"x")
-    holders = [_holder(live_temp), _holder(live_buffer)]
+    holders = [hold(live_temp), hold(live_buffer)]
     try:
         convert_model(_model(), tmp_path / "w", progress=False)
         assert live_temp.exists() and live_buffer.exists()
@@ -409,10 +384,10 @@ def test_abandoned_files_are_removed_only_when_no_live_writer_holds_them(tmp_pat
         assert all(path.exists() for path in others)
     finally:
         for holder in holders:
-            _release(holder)
+            release(holder)
     convert_model(_model(), tmp_path / "w", progress=False)
     assert not live_temp.exists() and not live_buffer.exists() and all(path.exists() for path in others)
-    assert output_names(tmp_path) == sorted(["w.ID.00000.bin", "w.json", "w.lock", "x.ID.00000.bin", "w.notes",
+    assert output_names(tmp_path) == sorted(["w.ID.00000.bin", "w.json", "x.ID.00000.bin", "w.notes",
                                              "w.0123.00000.bin", "w.x.ID.00000.bin", ".w.x.json.ID.dmlbridge-tmp"])
     assert retired_names(tmp_path) == ["w.x.fedcba9876543210.00000.bin"]  # (the other prefix's)
 
@@ -450,12 +425,12 @@ def test_a_reconversion_removes_the_previous_buffers_before_it_returns(
     second = convert_model(_layers(2.0), tmp_path / "w", progress=False, max_buffer_bytes=1024)
     monkeypatch.undo()
     assert events == [("replace", "w.json", "MainThread"),
-                      *sorted(("unlink", name, "MainThread") for name in [*first_names, legacy.name])]
+                      *sorted(("unlink", name, "MainThread") for name in [*first_names, legacy.name]),
+                      ("unlink", "w.lock", "MainThread")]  # (the lock last, as the conversion ends)
     assert _values(first) == {1.0} and _values(load_plan(tmp_path / "w.json")) == {2.0}
     if WINDOWS:  # (there, a file a plan holds open is removed when the plan closes it)
         first.close()
-    assert sorted(os.listdir(tmp_path)) == sorted(["w.json", "w.lock", *(os.path.basename(b.path)
-                                                                          for b in second.buffers)])
+    assert sorted(os.listdir(tmp_path)) == sorted(["w.json", *(os.path.basename(b.path) for b in second.buffers)])
 
 
 def test_an_interrupt_while_the_previous_buffers_are_removed_is_held_back_until_they_are(
@@ -479,7 +454,7 @@ def test_an_interrupt_while_the_previous_buffers_are_removed_is_held_back_until_
     if WINDOWS:  # (there, a file a plan holds open is removed when the plan closes it)
         first.close()
     assert not any(Path(b.path).exists() for b in first.buffers)
-    assert output_names(tmp_path) == ["w.ID.00000.bin", "w.ID.00001.bin", "w.ID.00002.bin", "w.json", "w.lock"]
+    assert output_names(tmp_path) == ["w.ID.00000.bin", "w.ID.00001.bin", "w.ID.00002.bin", "w.json"]
     assert _values(load_plan(tmp_path / "w.json")) == {2.0}
 
 
@@ -536,7 +511,7 @@ def test_a_previous_buffer_that_cannot_be_removed_is_a_warning_and_clean_removes
     report = dmlbridge.clean(tmp_path / "w")
     assert report == dmlbridge.CleanReport((str(old),), 4000, (), ())
     first.close()  # (on Windows, the removal of a file a plan holds open is done when the plan closes it)
-    assert sorted(os.listdir(tmp_path)) == sorted(["w.json", "w.lock", os.path.basename(second.bin_path or "")])
+    assert sorted(os.listdir(tmp_path)) == sorted(["w.json", os.path.basename(second.bin_path or "")])
 
 
 def test_clean_removes_what_conversions_left_and_nothing_else(tmp_path: Path) -> None:
@@ -559,11 +534,11 @@ def test_clean_removes_what_conversions_left_and_nothing_else(tmp_path: Path) ->
     for path in others:
         path.write_bytes(b"x")
     live = tmp_path / "w.0123456789abcdef.00000.bin"
-    holder = _holder(live)
+    holder = hold(live)
     try:
         report = dmlbridge.clean(tmp_path / "w")
     finally:
-        _release(holder)
+        release(holder)
     assert report == dmlbridge.CleanReport(tuple(sorted(str(p) for p in dead)), 1331, (str(live),), ())
     assert not any(path.exists() for path in dead) and live.exists() and all(path.exists() for path in others)
     assert victim.read_bytes() == b"precious" and (WINDOWS or os.path.islink(tmp_path / "w.aaaaaaaaaaaaaaaa.00000.bin"))
@@ -583,12 +558,12 @@ def test_clean_refuses_while_a_conversion_runs_and_without_a_readable_manifest(t
     plan = convert_model(_model(1.0), tmp_path / "w", progress=False)
     dead = tmp_path / "w.fedcba9876543210.00000.bin"
     dead.write_bytes(b"x")
-    holder = _holder(tmp_path / "w.lock", "pid 4242 on other-host\n")
+    holder = hold(tmp_path / "w.lock", "pid 4242 on other-host\n")
     try:
         with pytest.raises(DestinationError, match=r"w\.lock.*pid 4242 on other-host.*then clean again"):
             dmlbridge.clean(tmp_path / "w")
     finally:
-        _release(holder)
+        release(holder)
     assert dead.exists()
     manifest = (tmp_path / "w.json").read_bytes()
     (tmp_path / "w.json").write_bytes(manifest[:-20])
@@ -597,7 +572,9 @@ def test_clean_refuses_while_a_conversion_runs_and_without_a_readable_manifest(t
         dmlbridge.clean(tmp_path / "w")
     assert dead.exists() and Path(plan.bin_path or "").exists()
     (tmp_path / "w.json").unlink()
-    assert dmlbridge.clean(tmp_path / "w").removed == tuple(sorted([str(dead), plan.bin_path or ""]))
+    assert (tmp_path / "w.lock").exists()  # (the holder's, left as it let go: a stale lock, kept while nothing was)
+    assert dmlbridge.clean(tmp_path / "w").removed == tuple(sorted([str(dead), plan.bin_path or "",
+                                                                    str(tmp_path / "w.lock")]))
     with pytest.raises(dmlbridge.InvalidArgumentError, match="prefix must be a path"):
         dmlbridge.clean(3)  # type: ignore[arg-type]
     with pytest.raises(DestinationError, match="does not exist"):
@@ -650,7 +627,7 @@ def test_a_failed_publish_over_a_symlinked_manifest_changes_nothing(
     monkeypatch.undo()
     assert os.readlink(out / "w.json") == str(store / "w.json")
     assert {p.name: p.read_bytes() for p in store.iterdir()} == before
-    assert sorted(os.listdir(out)) == ["w.json", "w.lock"]
+    assert sorted(os.listdir(out)) == ["w.json"]
 
 
 def test_an_interrupt_during_cleanup_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -676,4 +653,4 @@ def test_an_interrupt_during_cleanup_leaves_nothing(tmp_path: Path, monkeypatch:
         convert_model(_model(), tmp_path / "w", progress=False)
     monkeypatch.undo()
     assert real_write_all is commit.write_all
-    assert sorted(os.listdir(tmp_path)) == ["w.lock"]
+    assert sorted(os.listdir(tmp_path)) == []
