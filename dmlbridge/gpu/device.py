@@ -40,7 +40,7 @@ from dmlbridge.gpu.structs import (
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel
 from dmlbridge.types.target import Int64Mode, Target
 
-__all__ = ["Device", "as_device", "create_dml_device", "dll_function", "target_of"]
+__all__ = ["Device", "as_device", "create_dml_device", "debug_layers_missing", "dll_function", "target_of"]
 
 _E_NOINTERFACE = 0x80004002
 _DXGI_ERROR_SDK_COMPONENT_MISSING = 0x887A002D
@@ -220,10 +220,22 @@ def dll_function(dll: Any, name: str, *argtypes: Any) -> Any:
     return function
 
 
-def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os.PathLike[str] | None = None) -> int:
+def debug_layers_missing(missing: list[str]) -> GpuUnavailableError:
+    """The error of ``debug=True`` where debug layers are missing: each one named, with how to get it.
+
+        >>> print(debug_layers_missing(["the layer (how to get it)"]))
+        debug=True needs debug layers this machine lacks: the layer (how to get it); or pass debug=False
+    """
+    return GpuUnavailableError(f"debug=True needs debug layers this machine lacks: {'; and '.join(missing)}; "
+                               "or pass debug=False")
+
+
+def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os.PathLike[str] | None = None,
+                      missing: tuple[str, ...] = ()) -> int:
     """A DirectML device on the Direct3D 12 device at ``d3d12`` (``DMLCreateDevice1``, feature level 1.0 at
     least: the device then reports the highest it has); ``debug`` adds ``DML_CREATE_DEVICE_FLAG_DEBUG``.
-    GpuUnavailableError when DirectML (or its debug layer) is missing."""
+    GpuUnavailableError when DirectML (or its debug layer) is missing; ``missing`` names the debug layers already
+    found missing, so that the error names them all."""
     dll = load_dll(directml_dll if directml_dll is not None else "DirectML.dll", _DIRECTML_HINT)
     try:
         create = dll_function(dll, "DMLCreateDevice1", ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
@@ -235,12 +247,13 @@ def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os
     flags = DML_CREATE_DEVICE_FLAG_DEBUG if debug else DML_CREATE_DEVICE_FLAG_NONE
     hresult = create(d3d12, flags, int(FeatureLevel.FL_1_0), ctypes.byref(IID.IDMLDevice), ctypes.byref(out))
     if debug and (hresult & 0xFFFFFFFF) == _DXGI_ERROR_SDK_COMPONENT_MISSING:
-        raise GpuUnavailableError(
-            f"debug=True needs DirectML's debug layer, DirectML.Debug.dll beside DirectML.dll, which is not there: "
-            f"DMLCreateDevice1 with DML_CREATE_DEVICE_FLAG_DEBUG failed with HRESULT {hresult_text(hresult)}; take "
-            "DirectML.Debug.dll from the Microsoft.AI.DirectML NuGet package (bin/x64-win), or pass debug=False"
-        )
+        raise debug_layers_missing([
+            *missing, f"DirectML's debug layer (DMLCreateDevice1 with DML_CREATE_DEVICE_FLAG_DEBUG failed with "
+            f"HRESULT {hresult_text(hresult)}): put DirectML.Debug.dll, from the Microsoft.AI.DirectML NuGet "
+            "package (bin/x64-win), beside DirectML.dll"])
     if failed(hresult) or not out.value:
+        if missing:  # (a debug layer is known to be missing: that is the error to act on first)
+            raise debug_layers_missing(list(missing))
         raise ComError(f"DMLCreateDevice1 failed with HRESULT {hresult_text(hresult)}", "DMLCreateDevice1",
                        hresult & 0xFFFFFFFF)
     return out.value

@@ -13,7 +13,7 @@ from typing import Any
 
 from dmlbridge.errors import ComError, GpuUnavailableError, InvalidArgumentError
 from dmlbridge.gpu.com import address_of, failed, hresult_text, invoke, out_pointer, release
-from dmlbridge.gpu.device import Device, create_dml_device, dll_function
+from dmlbridge.gpu.device import Device, create_dml_device, debug_layers_missing, dll_function
 from dmlbridge.gpu.dlls import load_dll, needs_windows
 from dmlbridge.gpu.interfaces import IID, ID3D12Debug, IDXGIAdapter1, IDXGIFactory1
 from dmlbridge.gpu.structs import (
@@ -37,21 +37,26 @@ def enable_debug_layer() -> None:
         ...     print("debug layer" in str(exc))
         True
     """
+    missing = _enable_debug_layer()
+    if missing is not None:
+        raise debug_layers_missing([missing])
+
+
+def _enable_debug_layer() -> str | None:
+    """Turn on the Direct3D 12 debug layer; where it is not installed, what is missing and how to get it."""
     needs_windows("the Direct3D 12 debug layer")
     d3d12 = load_dll("d3d12.dll", "Direct3D 12 is part of Windows 10 and later")
     get_debug = dll_function(d3d12, "D3D12GetDebugInterface", ctypes.c_void_p, ctypes.c_void_p)
     debug = out_pointer()
     hresult = get_debug(ctypes.byref(IID.ID3D12Debug), ctypes.byref(debug))
     if failed(hresult) or not debug.value:
-        raise GpuUnavailableError(
-            f"debug=True needs the Direct3D 12 debug layer, which is not installed here: D3D12GetDebugInterface "
-            f"failed with HRESULT {hresult_text(hresult)}; on Windows, add the optional feature 'Graphics Tools' "
-            "(Settings > System > Optional features), or pass debug=False"
-        )
+        return (f"the Direct3D 12 debug layer (D3D12GetDebugInterface failed with HRESULT {hresult_text(hresult)}): "
+                "on Windows, add the optional feature 'Graphics Tools' (Settings > System > Optional features)")
     try:
         invoke(debug.value, ID3D12Debug.EnableDebugLayer)
     finally:
         release(debug.value)
+    return None
 
 
 def _adapter(adapter: Any) -> tuple[int | None, str | None]:
@@ -109,8 +114,8 @@ def create_device(adapter: Any = None, debug: bool = False, *,
     if isinstance(adapter, bool) or (isinstance(adapter, int) and not 0 <= adapter < 2**16):
         raise InvalidArgumentError(f"adapter must be None, an adapter index (0, 1, ...) or an IDXGIAdapter pointer "
                                    f"(a ctypes.c_void_p or a comtypes pointer), not {adapter!r}")
-    if debug:
-        enable_debug_layer()
+    # Where the Direct3D 12 layer is missing, DirectML's is still asked for, so that one error names all that is.
+    missing = [] if not debug else [m for m in [_enable_debug_layer()] if m is not None]
     # An adapter DXGI made before the device lives as long as the device: releasing it earlier breaks Wine's
     # vkd3d. For the default adapter, DXGI is asked for its description after the device is made.
     adapter_pointer, description = (None, None) if adapter is None else _adapter(adapter)
@@ -129,7 +134,9 @@ def create_device(adapter: Any = None, debug: bool = False, *,
         if adapter is None:
             default, description = _adapter(None)
             release(default)
-        dml = create_dml_device(d3d12, debug=debug, directml_dll=directml_dll)
+        dml = create_dml_device(d3d12, debug=debug, directml_dll=directml_dll, missing=tuple(missing))
+        if missing:
+            raise debug_layers_missing(missing)
         taken = d3d12, dml, keep
         d3d12 = dml = None  # (the Device owns them from here)
         keep = []

@@ -39,6 +39,7 @@ class Tally:
     parts: int = 0
     tensors: int = 0
     operators: int = 0
+    dmlupload_operators: int = 0  # (run by dmlupload.exe, in its own process)
     mismatches: int = 0
     uploads: list[str] = field(default_factory=list)  # the measured uploads: size, Python's peak, the heap
 
@@ -116,8 +117,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if TALLY.known_answers == 0:
         return
+    compared = TALLY.entries + TALLY.parts + TALLY.tensors
     terminalreporter.write_line(
-        f"GPU: {TALLY.known_answers} known-answer checks passed; read back from the GPU and compared: "
-        f"{TALLY.entries} plan entries, {TALLY.parts} quantized parts, {TALLY.tensors} prepared tensors; "
-        f"{TALLY.operators} operators run; {TALLY.mismatches} mismatches"
+        f"GPU: {TALLY.known_answers} known-answer check(s) passed; {TALLY.operators + TALLY.dmlupload_operators} "
+        f"operators run ({TALLY.operators} by dmlbridge.gpu, {TALLY.dmlupload_operators} by dmlupload); "
+        f"{compared} outputs compared ({TALLY.entries} plan entries, {TALLY.parts} quantized parts, "
+        f"{TALLY.tensors} prepared tensors read back from the GPU); {TALLY.mismatches} mismatches"
         + "".join(f"; {upload}" for upload in TALLY.uploads))

@@ -135,17 +135,31 @@ def test_an_adapter_that_does_not_exist_is_a_clear_error(windows: None) -> None:
             dmlbridge.gpu.create_device(bad)
 
 
-def test_debug_true_is_a_clear_error_where_the_debug_layers_are_missing(windows: None) -> None:
-    """On this stack vkd3d's D3D12GetDebugInterface returns E_NOTIMPL; where the Graphics Tools are installed the
-    device is made with the layer on, or DirectML's own layer is what is missing."""
+def _directml_debug_dll_installed() -> bool:
+    found = ctypes.util.find_library("DirectML")
+    folders = {Path(sys.executable).parent, *([Path(found).parent] if found else [])}
+    return any((folder / "DirectML.Debug.dll").exists() for folder in folders)
+
+
+def test_debug_true_is_a_clear_error_naming_every_debug_layer_missing(windows: None) -> None:
+    """On this stack vkd3d's D3D12GetDebugInterface returns E_NOTIMPL and DirectML.Debug.dll is not there: one
+    error names both, each with its HRESULT and how to get it (as ``dmlupload --debug`` does), so that installing
+    one does not lead to a second error. Where the Graphics Tools and DirectML.Debug.dll are installed, the device
+    is made with the layers on."""
     try:
         made = dmlbridge.gpu.create_device(debug=True)
     except dmlbridge.GpuUnavailableError as exc:
         message = str(exc)
-        assert message.startswith("debug=True needs"), message
-        assert ("D3D12GetDebugInterface failed with HRESULT 0x80004001 (E_NOTIMPL)" in message
-                or "HRESULT 0x887A002D (DXGI_ERROR_SDK_COMPONENT_MISSING)" in message), message
-        assert "debug=False" in message
+        assert message.startswith("debug=True needs debug layers this machine lacks: "), message
+        assert message.endswith("; or pass debug=False"), message
+        d3d12 = "the Direct3D 12 debug layer (D3D12GetDebugInterface failed with HRESULT 0x80004001 (E_NOTIMPL))"
+        directml = ("DirectML's debug layer (DMLCreateDevice1 with DML_CREATE_DEVICE_FLAG_DEBUG failed with HRESULT "
+                    "0x887A002D (DXGI_ERROR_SDK_COMPONENT_MISSING))")
+        assert (d3d12 in message) or (directml in message), message
+        if d3d12 in message:
+            assert "add the optional feature 'Graphics Tools'" in message, message
+        if not _directml_debug_dll_installed():
+            assert directml in message and "put DirectML.Debug.dll" in message, message
     else:
         with made:
             assert made.debug
@@ -155,9 +169,7 @@ def test_debug_true_is_a_clear_error_where_the_debug_layers_are_missing(windows:
 
 def test_directmls_debug_layer_missing_is_named(device: dmlbridge.gpu.Device) -> None:
     """DML_CREATE_DEVICE_FLAG_DEBUG without DirectML.Debug.dll beside DirectML.dll."""
-    found = ctypes.util.find_library("DirectML")
-    folders = {Path(sys.executable).parent, *([Path(found).parent] if found else [])}
-    if any((folder / "DirectML.Debug.dll").exists() for folder in folders):
+    if _directml_debug_dll_installed():
         pytest.skip("DirectML.Debug.dll is installed: DirectML's debug layer is there")
     with pytest.raises(dmlbridge.GpuUnavailableError) as caught:
         create_dml_device(device.d3d12, debug=True)

@@ -7,6 +7,7 @@ and what DirectML read through each of its bindings equals what ``dmlbridge.gpu`
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,6 @@ def test_dmlupload_reads_what_dmlbridge_gpu_reads(device: dmlbridge.gpu.Device, 
             assert ok, name
             compared += 1
     assert compared == len(listed.lines)
+    summary = re.search(r"^summary (\d+) executed, 0 refused, 0 binding-refused, 0 desc-refused$", run.stdout, re.M)
+    assert summary, run.stdout
+    TALLY.dmlupload_operators += int(summary.group(1))
