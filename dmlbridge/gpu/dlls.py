@@ -4,7 +4,12 @@ kernel's events a fence wait blocks on.
 Everything here imports on any system; only calling it needs Windows (a :class:`~dmlbridge.errors.GpuUnavailableError`
 elsewhere).
 
-    >>> on_windows() == (sys.platform == "win32")
+    >>> try:
+    ...     needs_windows("this call")
+    ...     said = "this call needs Windows, and has it"
+    ... except GpuUnavailableError as exc:   # (off Windows: it says so, naming the call)
+    ...     said = str(exc)
+    >>> said.startswith("this call needs Windows")
     True
 """
 
@@ -16,16 +21,12 @@ import sys
 from typing import Any
 
 from dmlbridge.errors import GpuError, GpuUnavailableError
+from dmlbridge.system.windows import on_windows
 
-__all__ = ["WAIT_OBJECT_0", "Event", "load_dll", "needs_windows", "on_windows"]
+__all__ = ["WAIT_OBJECT_0", "Event", "load_dll", "needs_windows"]
 
 WAIT_OBJECT_0 = 0
 _WAIT_FAILED = 0xFFFFFFFF
-
-
-def on_windows() -> bool:
-    """Whether this Python runs on Windows (Wine's included: it is Windows to the program)."""
-    return sys.platform == "win32"
 
 
 def needs_windows(what: str) -> None:
