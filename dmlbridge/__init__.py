@@ -20,9 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from dmlbridge.errors import (
     CleanupWarning,
+    ComError,
     DestinationError,
+    DeviceRemovedError,
     DmlBridgeError,
     ExternalDataError,
+    GpuError,
+    GpuUnavailableError,
     InvalidArgumentError,
     LayoutError,
     ManifestError,
@@ -126,6 +130,10 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "ExternalDataError",
     "ManifestError",
     "DestinationError",
+    "GpuError",
+    "GpuUnavailableError",
+    "ComError",
+    "DeviceRemovedError",
     "CleanupWarning",
 ]
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 __all__ = [
     "CleanupWarning",
+    "ComError",
     "DestinationError",
+    "DeviceRemovedError",
     "DmlBridgeError",
     "ExternalDataError",
+    "GpuError",
+    "GpuUnavailableError",
     "InvalidArgumentError",
     "LayoutError",
     "ManifestError",
@@ -144,6 +148,61 @@ class ManifestError(DmlBridgeError, ValueError):
         Traceback (most recent call last):
         ...
         dmlbridge.ManifestError: cannot read manifest 'no-such-plan.json': No such file or directory
+    """
+
+
+class GpuError(DmlBridgeError, RuntimeError):
+    """Direct3D 12 or DirectML refused a call of ``dmlbridge.gpu``, or is not there to call.
+
+    Example:
+        >>> import dmlbridge
+        >>> issubclass(dmlbridge.ComError, dmlbridge.GpuError), issubclass(dmlbridge.GpuError, RuntimeError)
+        (True, True)
+    """
+
+
+class GpuUnavailableError(GpuError):
+    """``dmlbridge.gpu`` cannot run here: not on Windows, no ``d3d12.dll`` or ``DirectML.dll``, no such adapter,
+    or ``debug=True`` where the debug layers are not installed.
+
+    Example:
+        >>> import dmlbridge
+        >>> str(dmlbridge.GpuUnavailableError("dmlbridge.gpu needs Windows"))
+        'dmlbridge.gpu needs Windows'
+    """
+
+
+class ComError(GpuError):
+    """A COM call of Direct3D 12 or DirectML failed: ``call`` names it (``"IDMLDevice::CreateOperator"``),
+    ``hresult`` is its HRESULT (as an unsigned 32-bit number), and the message says both.
+
+    Example:
+        >>> import dmlbridge
+        >>> error = dmlbridge.ComError("IDMLDevice::CreateOperator failed with HRESULT 0x80070057 (E_INVALIDARG)",
+        ...                            "IDMLDevice::CreateOperator", 0x80070057)
+        >>> error.call, hex(error.hresult)
+        ('IDMLDevice::CreateOperator', '0x80070057')
+    """
+
+    def __init__(self, message: str, call: str, hresult: int) -> None:
+        super().__init__(message)
+        self.call = call
+        self.hresult = hresult
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (str(self), self.call, self.hresult)
+
+
+class DeviceRemovedError(ComError):
+    """The Direct3D 12 device was removed (lost): ``hresult`` is the reason ``GetDeviceRemovedReason`` gave
+    (``DXGI_ERROR_DEVICE_HUNG``, ...), ``call`` what was running when it was found. Nothing on the device can be
+    used again: create a new device (a new process, after a hang the driver blamed on this one).
+
+    Example:
+        >>> import dmlbridge
+        >>> error = dmlbridge.DeviceRemovedError("removed", "ID3D12Fence::SetEventOnCompletion", 0x887A0006)
+        >>> isinstance(error, dmlbridge.ComError), hex(error.hresult)
+        (True, '0x887a0006')
     """
 
 

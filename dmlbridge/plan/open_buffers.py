@@ -136,6 +136,18 @@ class OpenBuffers:
                 f"{offset + len(view)}; it was cut short after the plan was loaded"
             )
 
+    def read_checked(self, index: Any, offset: Any, out: Any) -> None:
+        """:meth:`read_into` for a caller's arguments: InvalidArgumentError unless ``out`` is a writable, contiguous
+        uint8 array that fits inside buffer ``index`` from ``offset``."""
+        if not (isinstance(out, np.ndarray) and out.dtype == np.uint8 and out.flags.c_contiguous
+                and out.flags.writeable):
+            raise InvalidArgumentError("out must be a writable, contiguous numpy uint8 array")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (index, offset)) \
+                or not 0 <= index < len(self.paths) or not 0 <= offset <= self.size(index) - out.size:
+            raise InvalidArgumentError(f"buffer file {index!r} has no {out.size} bytes at offset {offset!r} (the "
+                                       f"plan has {len(self.paths)} buffer files)")
+        self.read_into(index, offset, out)
+
     def sha256(self, index: int) -> str:
         sha, fd, offset = hashlib.sha256(), self.fd(index), 0
         try:

@@ -47,16 +47,15 @@ from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
 from dmlbridge.quantized.records import QuantizedWeight, check_zero_scales, quantized_views
+from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.decode import decode
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
 from dmlbridge.tensor.encode import PreparedTensor
 from dmlbridge.types.target import Target
 from dmlbridge.version import __version__
 
-__all__ = [
-    "Binding", "ModelAndPlan", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes",
-    "raise_if_skipped", "read_plan",
-]
+__all__ = ["Binding", "ModelAndPlan", "UploadPlan", "load_plan", "plan_loaded", "plan_model", "plan_with_notes",
+           "raise_if_skipped", "read_plan"]
 
 _LOAD_ATTEMPTS = 5  # manifests read while other conversions publish (see read_plan)
 
@@ -253,10 +252,18 @@ class UploadPlan(Manifest):
         """
         return [Binding(e.key, e.buffer, e.offset, e.total_tensor_size_in_bytes) for e in self.converted]
 
-    def _prepared(self, key: str, max_tensor_bytes: int, as_onnx: bool = False) -> PreparedTensor:
-        # The core's readback (PreparedTensor.to_numpy) applied to the bytes in the buffer file; ``as_onnx``: read
-        # through the desc of the ONNX shape (its bytes, whatever layout its consumers chose, are its ONNX values
-        # in C order), not the entry's own (which may repeat elements through strides of 0).
+    def read_buffer(self, index: int, offset: int, out: np.ndarray) -> None:
+        """Fill ``out`` (a writable, contiguous uint8 array) with buffer file ``index``'s bytes from ``offset``."""
+        self._open_files().read_checked(index, offset, out)
+
+    def array_from(self, key: str, data: Any) -> np.ndarray:
+        """The entry's ONNX values, as :meth:`array` gives them, from ``data``: its bytes read elsewhere (a GPU)."""
+        if (raw := as_bytes(data, "data")).size != (size := self._entry(key).total_tensor_size_in_bytes):
+            raise InvalidArgumentError(f"entry {key!r} holds {size} bytes; data has {raw.size}")
+        return self._prepared(key, DEFAULT_MAX_TENSOR_BYTES, as_onnx=True, data=raw).to_numpy()
+
+    def _prepared(self, key: str, max_tensor_bytes: int, as_onnx: bool = False, data: Any = None) -> PreparedTensor:
+        # The buffer file's bytes (or ``data``); ``as_onnx``: seen through the ONNX shape's packed desc (what they are).
         entry = self._entry(key)
         assert entry.buffer_desc is not None and entry.conversion is not None and entry.dml_type is not None
         desc = entry.buffer_desc
@@ -268,7 +275,7 @@ class UploadPlan(Manifest):
             onnx_type=entry.onnx_type,
             conversion=entry.conversion,
             buffer_desc=desc,
-            data=self.read(key, max_tensor_bytes=max_tensor_bytes),
+            data=self.read(key, max_tensor_bytes=max_tensor_bytes) if data is None else data,
             source_dtype=entry.onnx_type.numpy(),
             source_shape=entry.shape,
             element_strides=None,  # (the ONNX shape's bytes are packed)

@@ -21,7 +21,7 @@ import errno
 import os
 import sys
 
-__all__ = ["is_sharing_violation", "lock_nowait", "open_shared", "read_into_at", "unlock"]
+__all__ = ["is_sharing_violation", "lock_nowait", "on_windows", "open_shared", "read_into_at", "unlock"]
 
 # Windows' error codes (winerror.h): another handle forbids what was asked (a share mode), or holds a byte-range lock.
 ERROR_SHARING_VIOLATION = 32
@@ -30,6 +30,12 @@ ERROR_HANDLE_EOF = 38
 # The byte a lock file is locked at: far past its text, so that a holder's name stays readable by others (a range
 # lock on Windows forbids reading the bytes it covers).
 LOCK_OFFSET = 1 << 62
+
+
+def on_windows() -> bool:
+    """Whether this Python runs on Windows (Wine's included: it is Windows to the program). Asked at each call, so
+    that a test may set ``sys.platform``."""
+    return sys.platform == "win32"
 
 
 def is_sharing_violation(exc: OSError) -> bool:

@@ -1,12 +1,13 @@
 """The README and the docs pages stay true.
 
 - Every Python block of README.md and docs/*.md runs on its own, in a fresh process in an empty folder; the
-  quickstart's comments promise the values it gets.
+  quickstart's comments promise the values it gets. (docs/windows.md's drive a GPU: tests/gpu/test_windows_page.py runs
+  them on Windows.)
 - Every shell block made only of ``dmlbridge`` commands runs as written.
 - docs/manifest.md, the manifest format's one specification, states what the code does: its version numbers and
   every field of its tables are the JSON Schema's, and its example is a manifest ``load_plan``'s rules accept.
-- The docs name only public names (``dmlbridge.X`` of ``__all__``), their links lead to files and headings that
-  exist, and every test docs/safety.md names exists.
+- The docs name only public names (``dmlbridge.X`` of ``__all__``, ``dmlbridge.gpu.X`` of its own), their links
+  lead to files and headings that exist, and every test docs/safety.md names exists.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import background
 import pytest
 
 import dmlbridge
+import dmlbridge.gpu
 from dmlbridge.manifest.format import MANIFEST_FORMAT, READABLE_VERSIONS, parse_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +38,10 @@ MANIFEST_SPEC = (ROOT / "docs" / "manifest.md").read_text(encoding="utf-8")
 
 def _name(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
+
+
+# docs/windows.md drives a GPU: its Python blocks run on Windows' CPython, in tests/gpu/test_windows_page.py.
+GPU_PAGES = {"docs/windows.md"}
 
 
 def _blocks(language: str) -> list[tuple[str, int, str]]:
@@ -56,7 +62,7 @@ def _env() -> dict[str, str]:
 
 # --- Python blocks ----------------------------------------------------------------------------------------------
 
-PYTHON_BLOCKS = _blocks("python")
+PYTHON_BLOCKS = [block for block in _blocks("python") if block[0] not in GPU_PAGES]
 
 
 def test_the_readme_and_the_docs_have_python_blocks() -> None:
@@ -269,12 +275,15 @@ def test_the_manifest_spec_has_one_copy() -> None:
 def test_the_docs_name_only_public_names() -> None:
     """README.md and docs/*.md name dmlbridge's API as ``dmlbridge.X`` with X in ``__all__``, never by a module
     path (docs/architecture.md, the map of the modules, names modules by design)."""
-    public = set(dmlbridge.__all__) | {"__version__"}
+    public = set(dmlbridge.__all__) | {"__version__", "gpu"}
+    gpu = set(dmlbridge.gpu.__all__)
     for page in PAGES:
         if page.name == "architecture.md":
             continue
         text = page.read_text(encoding="utf-8")
-        assert not re.findall(r"\bdmlbridge\.[a-z_]+\.\w", text), _name(page)
+        modules = set(re.findall(r"\bdmlbridge\.([a-z_]+)\.(\w+)", text))
+        assert {package for package, _ in modules} <= {"gpu"}, _name(page)  # (the one public subpackage)
+        assert {name for _, name in modules} <= gpu, (_name(page), {name for _, name in modules} - gpu)
         named = set(re.findall(r"(?<![\w/.])dmlbridge\.(\w+)", text)) - {"dml", "json", "lock"}
         assert named <= public, (_name(page), named - public)
 
