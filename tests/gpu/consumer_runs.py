@@ -76,13 +76,20 @@ class ConsumerRun:
     inputs of the operator (or graph) being built, in the order they are asked for."""
 
     def __init__(self, device: dmlbridge.gpu.Device, folder: Path, model: onnx.ModelProto,
-                 feeds: dict[str, np.ndarray], *, target: dmlbridge.Target | None = None) -> None:
+                 feeds: dict[str, np.ndarray], *, target: dmlbridge.Target | None = None,
+                 converted: tuple[Any, Any] | None = None) -> None:
+        """``converted``: the (plan, upload) of a larger model whose entries ``model`` reads (kept open here);
+        else ``model`` itself is converted and uploaded."""
         self.device, self.feeds = device, feeds
         self.expected = onnx_runtime(model, feeds)
         self.target = target if target is not None else dmlbridge.gpu.target_of(device)
-        self.plan = dmlbridge.convert_model(model, folder / "w", target=self.target, flags="owned-by-dml",
-                                            progress=False)
-        self.uploaded = dmlbridge.gpu.upload(self.plan, device)
+        self._owns = converted is None
+        if converted is None:
+            self.plan = dmlbridge.convert_model(model, folder / "w", target=self.target, flags="owned-by-dml",
+                                                progress=False)
+            self.uploaded = dmlbridge.gpu.upload(self.plan, device)
+        else:
+            self.plan, self.uploaded = converted
         self.bindings: list[Any] = []
         self.owned: list[int] = []
         self.outputs: list[tuple[tuple[int, ...], np.dtype[Any], int]] = []
@@ -95,8 +102,9 @@ class ConsumerRun:
     def __exit__(self, *exc_info: object) -> None:
         for uploaded in self._uploads:
             uploaded.close()
-        self.uploaded.close()
-        self.plan.close()
+        if self._owns:
+            self.uploaded.close()
+            self.plan.close()
 
     def _input(self, desc: Any, binding: Any, owned: bool) -> Any:
         if owned:
@@ -105,6 +113,11 @@ class ConsumerRun:
         self.bindings.append(binding)
         self._keep.append(desc)
         return desc
+
+    def absent(self) -> None:
+        """An optional input left out: its slot is still bound, with nothing (DML_BINDING_TYPE_NONE), since
+        DirectML counts a binding for every input of the operator, given or not."""
+        self.bindings.append(None)
 
     def weight(self, key: str) -> Any:
         """An entry's desc as the manifest gives it, bound at initialization."""
