@@ -2,11 +2,11 @@
 with the weights flagged DML_TENSOR_FLAG_OWNED_BY_DML and bound when the operator is initialized, and computing
 what ONNX Runtime's CPU provider computes on the same inputs (consumer_runs.py has the harness and the bounds):
 CONVOLUTION 1-D, 2-D and 3-D (weight, bias, groups, strides, pads, dilations), BATCH_NORMALIZATION (mean,
-variance, scale, bias at 3, 4 and 5 dimensions), GEMM (B with and without TransB, C broadcast), GATHER (data with
-1-D and 2-D indices), ELEMENT_WISE_ADD and MULTIPLY with a per-channel constant, DEQUANTIZE then GEMM for
-MatMulNBits, and ELEMENT_WISE_DEQUANTIZE_LINEAR for the records made for levels below 6.3. Each runs as one
-compiled operator; the layers of one small model run again as one graph (``IDMLDevice1::CompileGraph``), and
-DEQUANTIZE feeds GEMM inside a graph."""
+variance, scale, bias at 3, 4 and 5 dimensions), GEMM (B with and without TransB, C broadcast; a MatMul's B at
+the output's batch sizes), GATHER (data with 1-D and 2-D indices), ELEMENT_WISE_ADD and MULTIPLY with a
+per-channel constant, DEQUANTIZE then GEMM for MatMulNBits, and ELEMENT_WISE_DEQUANTIZE_LINEAR for the records
+made for levels below 6.3. Each runs as one compiled operator; the layers of one small model run again as one
+graph (``IDMLDevice1::CompileGraph``), and DEQUANTIZE feeds GEMM inside a graph."""
 
 from __future__ import annotations
 
@@ -159,6 +159,24 @@ def test_gemm_takes_b_and_a_broadcast_c_as_emitted(device: dmlbridge.gpu.Device,
         else:
             size = magnitude(model, {"a": a})["y"]  # (alpha and beta are powers of 2: exact scalings)
             assert within(got, want, "sum", k=k + 1, size=size), name
+
+
+@pytest.mark.parametrize("a_shape", [(2, 3, 5), (1, 3, 5), (2, 2, 3, 5)], ids=["batch 2", "batch 1", "batch 2x2"])
+def test_gemm_takes_a_matmul_b_at_the_outputs_batch_sizes(device: dmlbridge.gpu.Device, tmp_path: Path,
+                                                          a_shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
+    out_shape = (*a_shape[:-1], 4)
+    model = one_node(helper.make_node("MatMul", ["a", "b"], ["y"], name="mm"), {"a": (F32, list(a_shape))},
+                     (F32, list(out_shape)), {"b": b})
+    with ConsumerRun(device, tmp_path, model, {"a": a}) as run:
+        want = run.expected["y"]
+        entry = run.plan.entries["b"]
+        batch = a_shape[:-2]
+        assert entry.padding == "broadcast" and entry.sizes == (*batch, 5, 4), (entry.padding, entry.sizes)
+        ad, bd, no_c = run.feed("a"), run.weight("b"), run.absent()
+        (got,) = run.run(ops.gemm(ad, bd, no_c, run.output(out_shape, np.float32)))
+        assert within(got, want, "sum", k=5, size=magnitude(model, {"a": a})["y"])
 
 
 # --- GATHER -------------------------------------------------------------------------------------------------------
