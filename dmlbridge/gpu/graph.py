@@ -43,7 +43,13 @@ __all__ = ["InputEdge", "IntermediateEdge", "OutputEdge", "run_graph"]
 
 
 class InputEdge(NamedTuple):
-    """Graph input ``graph_input`` feeds input ``node_input`` of node ``node`` (``DML_INPUT_GRAPH_EDGE_DESC``)."""
+    """Graph input ``graph_input`` feeds input ``node_input`` of node ``node`` (``DML_INPUT_GRAPH_EDGE_DESC``).
+
+    Example:
+        >>> import dmlbridge.gpu
+        >>> dmlbridge.gpu.InputEdge(graph_input=1, node=0, node_input=1)   # the second graph input is node 0's B
+        InputEdge(graph_input=1, node=0, node_input=1)
+    """
 
     graph_input: int
     node: int
@@ -52,7 +58,13 @@ class InputEdge(NamedTuple):
 
 class IntermediateEdge(NamedTuple):
     """Output ``from_output`` of node ``from_node`` feeds input ``to_input`` of node ``to_node``
-    (``DML_INTERMEDIATE_GRAPH_EDGE_DESC``)."""
+    (``DML_INTERMEDIATE_GRAPH_EDGE_DESC``).
+
+    Example:
+        >>> import dmlbridge.gpu
+        >>> dmlbridge.gpu.IntermediateEdge(0, 0, 1, 1)   # node 0's output is node 1's second input
+        IntermediateEdge(from_node=0, from_output=0, to_node=1, to_input=1)
+    """
 
     from_node: int
     from_output: int
@@ -61,7 +73,13 @@ class IntermediateEdge(NamedTuple):
 
 
 class OutputEdge(NamedTuple):
-    """Output ``node_output`` of node ``node`` is graph output ``graph_output`` (``DML_OUTPUT_GRAPH_EDGE_DESC``)."""
+    """Output ``node_output`` of node ``node`` is graph output ``graph_output`` (``DML_OUTPUT_GRAPH_EDGE_DESC``).
+
+    Example:
+        >>> import dmlbridge.gpu
+        >>> dmlbridge.gpu.OutputEdge(node=1, node_output=0, graph_output=0)
+        OutputEdge(node=1, node_output=0, graph_output=0)
+    """
 
     node: int
     node_output: int
