@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import pytest
 from consumer_runs import ConsumerRun, grid16, magnitude, sizes_of, within
+from gpu_runtime import TALLY
 from onnx import TensorProto, helper, numpy_helper
 from quantized_models import dq_model, identity_product, node_output, quantized
 
@@ -359,3 +360,43 @@ def test_the_layers_of_a_small_model_run_as_one_graph(device: dmlbridge.gpu.Devi
         for index, (name, k, size) in enumerate((("t1", 28, sizes1), ("t2", 34, sizes2), ("t3", 35, sizes3),
                                                  ("y", 36, sizes4))):
             assert within(got[index], want[name], "sum", k=k, size=size), name
+
+
+# --- what the consumer layouts replace ----------------------------------------------------------------------------
+
+def _refused(device: dmlbridge.gpu.Device, operator: Any) -> bool:
+    """Whether DirectML's validation refuses the operator desc (E_INVALIDARG from CreateOperator; nothing runs)."""
+    try:
+        dmlbridge.gpu.run_operator(device, operator.desc, [], [16])
+    except dmlbridge.ComError as exc:
+        return exc.call == "IDMLDevice::CreateOperator" and exc.hresult == 0x80070057
+    return False
+
+
+def test_the_onnx_shape_layouts_are_refused(device: dmlbridge.gpu.Device) -> None:
+    """The layouts the ONNX shapes give (``prepare``'s, and what manifests before format 6 emitted), beside the same
+    operators' other tensors: DirectML refuses each when the operator is created, which is why the consumer
+    layouts exist. (Nothing is bound: validation comes first.)"""
+    def desc(shape: tuple[int, ...], **options: Any) -> Any:
+        return dmlbridge.prepare(np.zeros(shape, np.float32), **options).as_ctypes_tensor_desc()
+
+    cases = {
+        # a 1-D convolution's weight [M, C/g, k] beside its 4-D input, bias and output
+        "conv 1-d weight": ops.convolution(desc((1, 4, 1, 9)), desc((6, 2, 3)), desc((1, 6, 1, 1)),
+                                           desc((1, 6, 1, 7)), strides=(1, 1), dilations=(1, 1), start=(0, 0),
+                                           end=(0, 0), groups=2),
+        # ... and with leading 1s (min_dims=4)
+        "conv 1-d weight, min_dims 4": ops.convolution(desc((1, 4, 1, 9)), desc((6, 2, 3), min_dims=4),
+                                                       desc((1, 6, 1, 1)), desc((1, 6, 1, 7)), strides=(1, 1),
+                                                       dilations=(1, 1), start=(0, 0), end=(0, 0), groups=2),
+        # a Gemm's C [N] and [1, N] beside A [M, K] and the output [M, N]
+        "gemm c [N]": ops.gemm(desc((3, 5)), desc((5, 4)), desc((4,)), desc((3, 4))),
+        "gemm c [1, N]": ops.gemm(desc((3, 5)), desc((5, 4)), desc((4,), min_dims=2), desc((3, 4))),
+        # Gather's data [5, 3] beside 2-D indices and the output [2, 2, 3]
+        "gather data": ops.gather(desc((5, 3)), dmlbridge.prepare(np.zeros((1, 2, 2), np.int32))
+                                  .as_ctypes_tensor_desc(), desc((2, 2, 3)), axis=1, index_dimensions=2),
+    }
+    refused = {name: _refused(device, operator) for name, operator in cases.items()}
+    TALLY.refusals += len(refused)
+    TALLY.mismatches += sum(not r for r in refused.values())
+    assert all(refused.values()), refused
