@@ -12,6 +12,7 @@ DirectML operators through the manifest's descs as they are; and the comparisons
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,34 @@ import dmlbridge
 import dmlbridge.gpu
 
 OWNED_BY_DML = 1
+
+
+@dataclass
+class ConsumerTally:
+    """What the consumer suite did on DirectML, printed at the end of the run (its operators and mismatches count
+    in the GPU suite's own line too)."""
+
+    operators: int = 0
+    graphs: int = 0  # compiled graphs run (IDMLDevice1::CompileGraph)
+    outputs: int = 0  # operator and graph outputs compared with ONNX Runtime's CPU provider
+    refusals: int = 0  # descs DirectML's validation is shown to refuse
+    mismatches: int = 0
+
+    def failed(self, bad: bool) -> None:
+        self.mismatches += bad
+        TALLY.mismatches += bad
+
+
+CONSUMERS = ConsumerTally()
+
+
+def consumer_summary(terminalreporter: Any) -> None:
+    """The consumer suite's closing line (nothing when it ran nothing)."""
+    done = CONSUMERS
+    if done.operators or done.graphs or done.refusals:
+        terminalreporter.write_line(
+            f"GPU consumers: {done.operators} operators and {done.graphs} graphs run, {done.outputs} outputs "
+            f"compared with ONNX Runtime, {done.refusals} refusals checked; {done.mismatches} mismatches")
 
 
 def onnx_runtime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -60,8 +89,8 @@ def within(got: np.ndarray, want: np.ndarray, how: str, *, k: int = 0, size: np.
         ordinal = [np.where(v.view(np.int16) < 0, -(v.view(np.int16) & 0x7FFF).astype(np.int32),
                             v.view(np.int16).astype(np.int32)) for v in (got, want)]
         ok = bool(np.all(np.abs(ordinal[0] - ordinal[1]) <= 1))
-    TALLY.outputs += 1
-    TALLY.mismatches += not ok
+    CONSUMERS.outputs += 1
+    CONSUMERS.failed(not ok)
     return ok
 
 
@@ -167,6 +196,7 @@ class ConsumerRun:
         results = dmlbridge.gpu.run_operator(self.device, operator.desc, self.bindings,
                                              [size for _, _, size in self.outputs], owned_by_dml=self.owned)
         TALLY.operators += 1
+        CONSUMERS.operators += 1
         return self._decoded(results)
 
     def run_graph(self, operators: list[Any], input_edges: list[Any], intermediate_edges: list[Any],
@@ -175,7 +205,7 @@ class ConsumerRun:
         results = dmlbridge.gpu.run_graph(self.device, [op.desc for op in operators], input_edges,
                                           intermediate_edges, output_edges, self.bindings,
                                           [size for _, _, size in self.outputs], owned_by_dml=self.owned)
-        TALLY.graphs += 1
+        CONSUMERS.graphs += 1
         return self._decoded(results)
 
     def reset(self) -> None:
@@ -189,4 +219,4 @@ def sizes_of(desc: Any) -> tuple[int, ...]:
     return tuple(buffer.Sizes[: buffer.DimensionCount])
 
 
-__all__ = ["ConsumerRun", "grid16", "magnitude", "onnx_runtime", "sizes_of", "within"]
+__all__ = ["CONSUMERS", "ConsumerRun", "consumer_summary", "grid16", "magnitude", "onnx_runtime", "sizes_of", "within"]

@@ -17,8 +17,7 @@ import dml_operators as ops
 import numpy as np
 import onnx
 import pytest
-from consumer_runs import ConsumerRun, grid16, magnitude, sizes_of, within
-from gpu_runtime import TALLY
+from consumer_runs import CONSUMERS, ConsumerRun, grid16, magnitude, sizes_of, within
 from onnx import TensorProto, helper, numpy_helper
 from quantized_models import dq_model, identity_product, node_output, quantized
 
@@ -397,6 +396,7 @@ def test_the_onnx_shape_layouts_are_refused(device: dmlbridge.gpu.Device) -> Non
                                   .as_ctypes_tensor_desc(), desc((2, 2, 3)), axis=1, index_dimensions=2),
     }
     refused = {name: _refused(device, operator) for name, operator in cases.items()}
-    TALLY.refusals += len(refused)
-    TALLY.mismatches += sum(not r for r in refused.values())
+    CONSUMERS.refusals += len(refused)
+    for was_refused in refused.values():
+        CONSUMERS.failed(not was_refused)
     assert all(refused.values()), refused
