@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dmlbridge.errors import ComError, DeviceRemovedError, GpuError, GpuUnavailableError
 from dmlbridge.gpu.device import Device, target_of
-from dmlbridge.gpu.dispatch import run_operator
+from dmlbridge.gpu.dispatch import run_compiled, run_operator
+from dmlbridge.gpu.graph import InputEdge, IntermediateEdge, OutputEdge, run_graph
 from dmlbridge.gpu.resources import DEFAULT_STAGING_BYTES
 from dmlbridge.gpu.runtime import create_device
 from dmlbridge.gpu.structs import DML_BINDING_DESC, DML_OPERATOR_DESC
@@ -32,6 +33,12 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "DEFAULT_STAGING_BYTES",
     # Operators
     "run_operator",
+    "run_compiled",
+    # Graphs
+    "run_graph",
+    "InputEdge",
+    "IntermediateEdge",
+    "OutputEdge",
     # DirectML's structs as ctypes
     "DML_BINDING_DESC",
     "DML_OPERATOR_DESC",

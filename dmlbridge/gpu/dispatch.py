@@ -49,7 +49,7 @@ from dmlbridge.gpu.structs import (
 )
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
 
-__all__ = ["run_operator"]
+__all__ = ["run_compiled", "run_operator"]
 
 _PERSISTENT_ALIGNMENT = 256  # DML_PERSISTENT_BUFFER_ALIGNMENT
 
@@ -134,6 +134,32 @@ def run_operator(device: Any, operator: DML_OPERATOR_DESC, inputs: Sequence[DML_
             held.close()
 
 
+def run_compiled(device: Any, compiled: int, inputs: Sequence[DML_BUFFER_BINDING | None], output_sizes: Sequence[int],
+                 *, owned_by_dml: Sequence[int] = ()) -> list[np.ndarray]:
+    """Run a compiled operator, or a compiled graph (``IDMLCompiledOperator*``, an int, which the caller keeps and
+    releases), as :func:`run_operator` runs an operator it compiles: ``inputs`` one binding per input of the
+    operator (of the graph), ``owned_by_dml`` those bound when it is initialized, each output a fresh buffer of
+    its size filled with 0xA5 first; each output's bytes returned (uint8 arrays).
+
+    Example:
+        >>> import dmlbridge.gpu
+        >>> dmlbridge.gpu.run_compiled.__name__   # (dmlbridge.gpu.run_graph compiles a graph and runs it with this)
+        'run_compiled'
+    """
+    if isinstance(compiled, bool) or not isinstance(compiled, int) or not compiled:
+        raise InvalidArgumentError("compiled must be the address (an int) of an IDMLCompiledOperator")
+    bindings, owned = _check_inputs(inputs, owned_by_dml)
+    if isinstance(output_sizes, (str, bytes)) or not isinstance(output_sizes, Sequence) or not output_sizes or \
+            not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in output_sizes):
+        raise InvalidArgumentError("output_sizes must be a non-empty sequence of byte counts, one per output")
+    held, owns = as_device(device)
+    try:
+        return _Run(held).run(None, bindings, owned, list(output_sizes), compiled=compiled)
+    finally:
+        if owns:
+            held.close()
+
+
 class _Run:
     """The COM objects of one run, released together."""
 
@@ -151,15 +177,18 @@ class _Run:
         self.objects.append(address)
         return address
 
-    def run(self, operator: DML_OPERATOR_DESC, inputs: list[DML_BUFFER_BINDING | None], owned: set[int],
-            output_sizes: list[int]) -> list[np.ndarray]:
+    def run(self, operator: DML_OPERATOR_DESC | None, inputs: list[DML_BUFFER_BINDING | None], owned: set[int],
+            output_sizes: list[int], compiled: int = 0) -> list[np.ndarray]:
+        """Run ``operator``, or the compiled operator (or graph) at ``compiled``, which the caller keeps."""
         device = self.device
         commands = readback = None
         try:
-            op = self.make(IDMLDevice.CreateOperator, ctypes.byref(operator), ctypes.byref(IID.IDMLOperator),
-                           doing="(DirectML refused the operator desc)")
-            compiled = self.make(IDMLDevice.CompileOperator, op, 0, ctypes.byref(IID.IDMLCompiledOperator),
-                                 doing="compiling the operator")
+            if not compiled:
+                assert operator is not None
+                op = self.make(IDMLDevice.CreateOperator, ctypes.byref(operator), ctypes.byref(IID.IDMLOperator),
+                               doing="(DirectML refused the operator desc)")
+                compiled = self.make(IDMLDevice.CompileOperator, op, 0, ctypes.byref(IID.IDMLCompiledOperator),
+                                     doing="compiling the operator")
             operators = (ctypes.c_void_p * 1)(compiled)
             initializer = self.make(IDMLDevice.CreateOperatorInitializer, 1, operators,
                                     ctypes.byref(IID.IDMLOperatorInitializer), doing="making its initializer")

@@ -25,7 +25,8 @@ def _device_examples(name: str) -> list[doctest.DocTest]:
 
 def test_the_device_examples_are_found() -> None:
     found = {test.name.rsplit(".", 1)[-1] for name in MODULES for test in _device_examples(name)}
-    assert {"create_device", "target_of", "upload", "upload_tensors", "run_operator", "UploadedPlan"} <= found
+    assert {"create_device", "target_of", "upload", "upload_tensors", "run_operator", "run_graph",
+            "UploadedPlan"} <= found
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,46 @@
+"""``run_graph`` and ``run_compiled`` on every system: what they are given is checked before any COM call (an
+InvalidArgumentError naming the argument), and well-formed arguments off Windows say the call needs Windows."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+import dmlbridge
+import dmlbridge.gpu
+from dmlbridge.gpu import DML_OPERATOR_DESC, InputEdge, IntermediateEdge, OutputEdge
+
+OP = DML_OPERATOR_DESC(1, None)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"operators": []}, "operators must be a non-empty sequence of DML_OPERATOR_DESC"),
+    ({"operators": [object()]}, "operators must be a non-empty sequence of DML_OPERATOR_DESC"),
+    ({"input_edges": [(0, 0)]}, r"input_edges\[0\] is \(0, 0\): give 3 indices"),
+    ({"intermediate_edges": [(0, 0, 1, -1)]}, r"intermediate_edges\[0\] is \(0, 0, 1, -1\): give 4 indices"),
+    ({"output_edges": "0 0 0"}, "output_edges must be a sequence"),
+    ({"inputs": "x"}, "inputs and output_sizes must be sequences"),
+], ids=["no operators", "not a desc", "short input edge", "negative index", "edges as text", "inputs as text"])
+def test_run_graph_checks_its_arguments_first(changes: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = {"operators": [OP, OP], "input_edges": [InputEdge(0, 0, 0)],
+                                 "intermediate_edges": [IntermediateEdge(0, 0, 1, 0)],
+                                 "output_edges": [OutputEdge(1, 0, 0)], "inputs": [None], "output_sizes": [16]}
+    arguments.update(changes)
+    with pytest.raises(dmlbridge.InvalidArgumentError, match=message):
+        dmlbridge.gpu.run_graph(0x20000, **arguments)
+
+
+def test_off_windows_a_graph_says_it_needs_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "linux")
+    with pytest.raises(dmlbridge.GpuUnavailableError, match="needs Windows"):
+        dmlbridge.gpu.run_graph(0x20000, [OP], [InputEdge(0, 0, 0)], [], [OutputEdge(0, 0, 0)], [None], [16])
+    with pytest.raises(dmlbridge.GpuUnavailableError, match="needs Windows"):
+        dmlbridge.gpu.run_compiled(0x20000, 0x30000, [], [16])
+
+
+@pytest.mark.parametrize("compiled", [0, None, True, 1.5])
+def test_run_compiled_wants_a_compiled_operators_address(compiled: Any) -> None:
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="compiled must be the address"):
+        dmlbridge.gpu.run_compiled(0x20000, compiled, [], [16])

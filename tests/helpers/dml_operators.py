@@ -1,0 +1,149 @@
+"""The DirectML operator descs the consumer suite builds (tests/gpu/test_consumers.py), as ctypes laid out as
+DirectML.h declares them (tests/gpu/test_graph_structs.py checks every size, offset and operator number against the
+header with the Windows compiler), and :class:`Operator`, which keeps a desc and everything it points at alive.
+
+A tensor is given as a ``DML_TENSOR_DESC`` (an entry's or a prepared tensor's ``as_ctypes_tensor_desc()``), or
+None for an optional tensor left out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import dmlbridge
+import dmlbridge.gpu
+
+OPERATOR_TYPES = {  # DML_OPERATOR_TYPE (DirectML.h)
+    "ELEMENT_WISE_IDENTITY": 1,
+    "ELEMENT_WISE_ADD": 4,
+    "ELEMENT_WISE_MULTIPLY": 24,
+    "ELEMENT_WISE_DEQUANTIZE_LINEAR": 34,
+    "CONVOLUTION": 53,
+    "GEMM": 54,
+    "GATHER": 67,
+    "BATCH_NORMALIZATION": 72,
+    "DEQUANTIZE": 174,
+}
+CONVOLUTION_MODE_CROSS_CORRELATION = 1  # DML_CONVOLUTION_MODE (ONNX's Conv)
+CONVOLUTION_DIRECTION_FORWARD = 0
+MATRIX_TRANSFORM_NONE, MATRIX_TRANSFORM_TRANSPOSE = 0, 1
+QUANTIZATION_TYPE_SCALE_ZERO_POINT = 2
+
+_P = ctypes.c_void_p
+_U = ctypes.c_uint32
+
+
+class DML_CONVOLUTION_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("InputTensor", _P), ("FilterTensor", _P), ("BiasTensor", _P), ("OutputTensor", _P),
+                ("Mode", ctypes.c_int32), ("Direction", ctypes.c_int32), ("DimensionCount", _U),
+                ("Strides", _P), ("Dilations", _P), ("StartPadding", _P), ("EndPadding", _P),
+                ("OutputPadding", _P), ("GroupCount", _U), ("FusedActivation", _P)]
+
+
+class DML_GEMM_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("ATensor", _P), ("BTensor", _P), ("CTensor", _P), ("OutputTensor", _P),
+                ("TransA", ctypes.c_int32), ("TransB", ctypes.c_int32), ("Alpha", ctypes.c_float),
+                ("Beta", ctypes.c_float), ("FusedActivation", _P)]
+
+
+class DML_GATHER_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("InputTensor", _P), ("IndicesTensor", _P), ("OutputTensor", _P), ("Axis", _U),
+                ("IndexDimensions", _U)]
+
+
+class DML_BATCH_NORMALIZATION_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("InputTensor", _P), ("MeanTensor", _P), ("VarianceTensor", _P), ("ScaleTensor", _P),
+                ("BiasTensor", _P), ("OutputTensor", _P), ("Spatial", ctypes.c_int32), ("Epsilon", ctypes.c_float),
+                ("FusedActivation", _P)]
+
+
+class DML_ELEMENT_WISE_ADD_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - (MULTIPLY's is the same)
+    _fields_ = [("ATensor", _P), ("BTensor", _P), ("OutputTensor", _P)]
+
+
+class DML_DEQUANTIZE_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("InputTensor", _P), ("QuantizationType", ctypes.c_int32), ("QuantizationTensorCount", _U),
+                ("QuantizationTensors", _P), ("OutputTensor", _P)]
+
+
+class DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("InputTensor", _P), ("ScaleTensor", _P), ("ZeroPointTensor", _P), ("OutputTensor", _P)]
+
+
+STRUCTS: dict[str, type[ctypes.Structure]] = {
+    "CONVOLUTION": DML_CONVOLUTION_OPERATOR_DESC, "GEMM": DML_GEMM_OPERATOR_DESC,
+    "GATHER": DML_GATHER_OPERATOR_DESC, "BATCH_NORMALIZATION": DML_BATCH_NORMALIZATION_OPERATOR_DESC,
+    "ELEMENT_WISE_ADD": DML_ELEMENT_WISE_ADD_OPERATOR_DESC, "ELEMENT_WISE_MULTIPLY": DML_ELEMENT_WISE_ADD_OPERATOR_DESC,
+    "DEQUANTIZE": DML_DEQUANTIZE_OPERATOR_DESC,
+    "ELEMENT_WISE_DEQUANTIZE_LINEAR": DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC,
+}
+"""The desc struct of each operator (the C name is ``DML_<key>_OPERATOR_DESC``; ADD and MULTIPLY share one)."""
+
+
+class Operator:
+    """One operator desc (``desc``: its DML_OPERATOR_DESC) and everything it points at, alive together."""
+
+    def __init__(self, name: str, **fields: Any) -> None:
+        self.name = name
+        self.keep: list[Any] = []
+        values = {key: self._value(value) for key, value in fields.items()}
+        self.struct = STRUCTS[name](**values)
+        self.desc = dmlbridge.gpu.DML_OPERATOR_DESC(OPERATOR_TYPES[name], ctypes.addressof(self.struct))
+
+    def _value(self, value: Any) -> Any:
+        if value is None or isinstance(value, (int, float)):
+            return value
+        if isinstance(value, tuple):  # a UINT array (strides, paddings, ...)
+            array = (ctypes.c_uint32 * len(value))(*value)
+            self.keep.append(array)
+            return ctypes.addressof(array)
+        self.keep.append(value)  # a DML_TENSOR_DESC, or an array of them
+        return ctypes.addressof(value)
+
+
+def convolution(x: Any, w: Any, b: Any, y: Any, *, strides: Sequence[int], dilations: Sequence[int],
+                start: Sequence[int], end: Sequence[int], groups: int) -> Operator:
+    """CONVOLUTION, cross-correlation forward (ONNX's Conv), over ``len(strides)`` spatial dimensions."""
+    count = len(strides)
+    return Operator("CONVOLUTION", InputTensor=x, FilterTensor=w, BiasTensor=b, OutputTensor=y,
+                    Mode=CONVOLUTION_MODE_CROSS_CORRELATION, Direction=CONVOLUTION_DIRECTION_FORWARD,
+                    DimensionCount=count, Strides=tuple(strides), Dilations=tuple(dilations), StartPadding=tuple(start),
+                    EndPadding=tuple(end), OutputPadding=(0,) * count, GroupCount=groups)
+
+
+def gemm(a: Any, b: Any, c: Any, y: Any, *, trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0,
+         beta: float = 1.0) -> Operator:
+    """GEMM: alpha · op(A) · op(B) + beta · C."""
+    return Operator("GEMM", ATensor=a, BTensor=b, CTensor=c, OutputTensor=y,
+                    TransA=MATRIX_TRANSFORM_TRANSPOSE if trans_a else MATRIX_TRANSFORM_NONE,
+                    TransB=MATRIX_TRANSFORM_TRANSPOSE if trans_b else MATRIX_TRANSFORM_NONE, Alpha=alpha, Beta=beta)
+
+
+def gather(data: Any, indices: Any, y: Any, *, axis: int, index_dimensions: int) -> Operator:
+    return Operator("GATHER", InputTensor=data, IndicesTensor=indices, OutputTensor=y, Axis=axis,
+                    IndexDimensions=index_dimensions)
+
+
+def batch_normalization(x: Any, mean: Any, variance: Any, scale: Any, bias: Any, y: Any, *,
+                        epsilon: float) -> Operator:
+    return Operator("BATCH_NORMALIZATION", InputTensor=x, MeanTensor=mean, VarianceTensor=variance,
+                    ScaleTensor=scale, BiasTensor=bias, OutputTensor=y, Spatial=1, Epsilon=epsilon)
+
+
+def element_wise(name: str, a: Any, b: Any, y: Any) -> Operator:
+    """ELEMENT_WISE_ADD or ELEMENT_WISE_MULTIPLY."""
+    return Operator(name, ATensor=a, BTensor=b, OutputTensor=y)
+
+
+def dequantize(x: Any, scales: Any, zero_points: Any, y: Any) -> Operator:
+    """DEQUANTIZE, SCALE_ZERO_POINT: ``scales`` and ``zero_points`` are parts (anything with ``as_ctypes()``)."""
+    array = dmlbridge.tensor_desc_array([scales, zero_points])
+    return Operator("DEQUANTIZE", InputTensor=x, QuantizationType=QUANTIZATION_TYPE_SCALE_ZERO_POINT,
+                    QuantizationTensorCount=2, QuantizationTensors=array, OutputTensor=y)
+
+
+def dequantize_linear(x: Any, scale: Any, zero_point: Any, y: Any) -> Operator:
+    return Operator("ELEMENT_WISE_DEQUANTIZE_LINEAR", InputTensor=x, ScaleTensor=scale, ZeroPointTensor=zero_point,
+                    OutputTensor=y)
