@@ -1,4 +1,4 @@
-"""The DirectML operator descs the consumer suite builds (tests/gpu/test_consumers.py), as ctypes laid out as
+"""The DirectML operator descs the consumer suite builds (tests/gpu/test_consumer_operators.py), as ctypes laid out as
 DirectML.h declares them (tests/gpu/test_graph_structs.py checks every size, offset and operator number against the
 header with the Windows compiler), and :class:`Operator`, which keeps a desc and everything it points at alive.
 
