@@ -321,15 +321,19 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def __getitem__(self, key: str) -> PlanEntry:
         return self.at(self._index[key])
 
-    def at(self, i: int) -> PlanEntry:
-        """The entry of the ``i``-th constant (no lookup by key: the image writer goes through them in order)."""
+    def at(self, i: int, *, keep: bool = True) -> PlanEntry:
+        """The entry of the ``i``-th constant (no lookup by key: the image writer goes through them in order);
+        ``keep=False`` makes it without keeping it (the writer and the manifest read each entry once: a million
+        entries kept would take a few hundred MB)."""
         entry = self._made[i]
         if entry is None:
-            entry = self._made[i] = PlanEntry(
+            entry = PlanEntry(
                 **{**self._pairs[i].fields, "key": self._keys[i], "origin": self._origins[i],
                    "offset": self._offsets[i], "clamped": self._clamped.get(i), "consumers": self._consumers[i],
                    "buffer": self._buffers[i]}
             )
+            if keep:
+                self._made[i] = entry
         return entry
 
     def __iter__(self) -> Iterator[str]:
