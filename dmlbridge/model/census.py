@@ -240,35 +240,68 @@ def _skip_group(data: bytes, at: int, end: int, number: int) -> int:
     return end + 1
 
 
+class _Read(NamedTuple):
+    """What was read of some records: the LENGTH fields asked for, record by record and each record's in order;
+    per number counted, how many LENGTH fields of it each record has; and, for the records that were walked one
+    field at a time (those of many fields), where each of their fields begins."""
+
+    fields: _Fields
+    counts: dict[int, np.ndarray]
+    positions: dict[int, np.ndarray]
+
+
 def _fields(
-    data: bytes, source: np.ndarray, starts: np.ndarray, ends: np.ndarray
-) -> tuple[_Fields, dict[int, np.ndarray]] | None:
-    """Every field of the records data[starts[i]:ends[i]], record by record, each in order: read together with
-    numpy, and one record at a time those numpy leaves (more than MAX_ROUNDS fields, 10-byte varints, groups);
-    with where each field begins in the records read one at a time that have no such oddity. None when a record
-    is not a message."""
+    data: bytes, source: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: tuple[int, ...],
+    counted: tuple[int, ...] = (), *, large: bool = False,
+) -> _Read | None:
+    """The fields ``wanted`` of the records data[starts[i]:ends[i]] (LENGTH ones: spans), and the number of
+    those ``counted``: read together with numpy, and one record at a time those numpy leaves (more than
+    MAX_ROUNDS fields, 10-byte varints, groups), or all of them when they are ``large`` (a main graph). Only what
+    is asked for is kept: a level of subgraphs may hold millions of fields. None when a record is not a
+    message."""
+    count = len(starts)
+    counts = {number: np.zeros(count, dtype=np.int64) for number in counted}
     pieces: list[tuple[np.ndarray, ...]] = []
-    walk = RecordWalk(source, starts, ends)
-    for rows, numbers, wires, values, payload in walk.rounds():
-        pieces.append((rows, numbers, wires, values, payload))
-    broken = walk.broken
+
+    def keep(rows: np.ndarray, numbers: np.ndarray, wires: np.ndarray, values: np.ndarray,
+             payload: np.ndarray) -> None:
+        length = wires == LENGTH
+        for number in counted:
+            counts[number] += np.bincount(rows[length & (numbers == number)], minlength=count)
+        chosen = np.zeros(len(rows), dtype=bool)
+        for number in wanted:
+            chosen |= numbers == number
+        chosen &= length
+        pieces.append((rows[chosen], numbers[chosen], wires[chosen], values[chosen], payload[chosen]))
+
+    if large:
+        broken = np.ones(count, dtype=bool)
+    else:
+        walk = RecordWalk(source, starts, ends)
+        for fields in walk.rounds():
+            keep(*fields)
+        broken = walk.broken
     positions: dict[int, np.ndarray] = {}
     if broken.any():
+        for number in counted:
+            counts[number][broken] = 0
         pieces = [tuple(column[~broken[piece[0]]] for column in piece) for piece in pieces]
         for row in np.flatnonzero(broken).tolist():
             read = _message_fields(data, source, int(starts[row]), int(ends[row]))
             if read is None:
                 return None
             fields, where = read
-            pieces.append((np.full(len(fields.rows), row, dtype=np.int64), *fields[1:]))
+            keep(np.full(len(fields.rows), row, dtype=np.int64), *fields[1:])
             if where is not None:
                 positions[row] = where
     if not pieces:
         empty = np.zeros(0, dtype=np.int64)
-        return _Fields(empty, empty, empty, empty, empty), positions
+        return _Read(_Fields(empty, empty, empty, empty, empty), counts, positions)
     fields = _Fields(*(np.concatenate([piece[k] for piece in pieces]) for k in range(5)))
-    order = np.lexsort((fields.payload, fields.rows))  # record by record, each in its order (rounds interleave)
-    return _Fields(*(column[order] for column in fields)), positions
+    if len(pieces) > 1:  # record by record, each in its order: a round holds a field of each record, in order
+        order = np.argsort(fields.rows, kind="stable")
+        fields = _Fields(*(column[order] for column in fields))
+    return _Read(fields, counts, positions)
 
 
 def _message_fields(data: bytes, source: np.ndarray, at: int, end: int) -> tuple[_Fields, np.ndarray | None] | None:
@@ -323,7 +356,7 @@ def count_constants(data: bytes) -> ConstantCount | None:
     total = in_subgraphs = depth = name_chars = 0
     graph_fields = None
     under = np.zeros(0, dtype=np.int64)  # constants under each main-graph node
-    main_nodes: tuple[np.ndarray, ...] = ()  # the main graph's nodes: their name, op type and index spans
+    main_nodes: tuple[np.ndarray, ...] = ()  # the main graph's nodes: their spans, op types and indices
     for depth_now in range(_MOST_LEVELS):
         if not len(level.starts):
             break
@@ -350,55 +383,69 @@ def count_constants(data: bytes) -> ConstantCount | None:
     if in_subgraphs and under.size:
         node = int(np.argmax(under))
         most = int(under[node])
-        busiest = _node_label(source, main_nodes, node)
+        busiest = _node_label(data, source, main_nodes, node)
     return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, graph_fields)
 
 
 def _count_level(
     data: bytes, source: np.ndarray, level: _Level, main: bool
 ) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None] | None:
-    """The constants of each graph of ``level``, the graphs of the next level, this level's nodes (name and
-    op_type spans, index in their graph) and, for the one main graph, where its fields begin."""
+    """The constants of each graph of ``level``, the graphs of the next level, this level's nodes (their spans,
+    op_type spans and index in their graph) and, for the one main graph, where its fields begin."""
     count = len(level.starts)
-    read = _fields(data, source, level.starts, level.ends)
+    read = _fields(data, source, level.starts, level.ends, (GraphField.NODE, FUNCTION_NODE),
+                   (GraphField.INITIALIZER, GraphField.SPARSE_INITIALIZER), large=main)
     if read is None:
         return None
-    graphs, where = read
-    positions = where.get(0) if main else None
-    is_graph = level.node_field[graphs.rows] == GraphField.NODE
-    records = graphs.wires == LENGTH
-    per_graph = np.bincount(graphs.rows[records & is_graph & ((graphs.numbers == GraphField.INITIALIZER)
-                                                              | (graphs.numbers == GraphField.SPARSE_INITIALIZER))],
-                            minlength=count)
-    chosen = records & (graphs.numbers == level.node_field[graphs.rows])
+    graphs = read.fields
+    positions = read.positions.get(0) if main else None
+    is_graph = level.node_field == GraphField.NODE
+    per_graph = np.where(is_graph, read.counts[GraphField.INITIALIZER] + read.counts[GraphField.SPARSE_INITIALIZER],
+                         0)
+    chosen = graphs.numbers == level.node_field[graphs.rows]
     node_graph, node_starts = graphs.rows[chosen], graphs.payload[chosen]
     node_ends = node_starts + graphs.values[chosen]
     first_of_graph = np.searchsorted(node_graph, np.arange(count))
     node_index = np.arange(len(node_graph)) - first_of_graph[node_graph]
-    read = _fields(data, source, node_starts, node_ends)
+    read = _fields(data, source, node_starts, node_ends, (NodeField.OP_TYPE, NodeField.ATTRIBUTE, NodeField.DOMAIN))
     if read is None:
         return None
-    nodes = read[0]
+    nodes = read.fields
     n = len(node_starts)
-    name = nodes.last_span(NodeField.NAME, n)
     op_type = nodes.last_span(NodeField.OP_TYPE, n)
     domain = nodes.last_span(NodeField.DOMAIN, n)
     constant = spans_equal(source, *op_type, b"Constant") & (
         (domain[0] < 0) | spans_equal(source, *domain, b"") | spans_equal(source, *domain, b"ai.onnx"))
     per_graph += np.bincount(node_graph[constant], minlength=count)
-    # A node's part of its subgraphs' scope: its name, or {op_type}_{index}.
-    named = name[1] - name[0]
-    segment = np.where(named > 0, named, np.maximum(op_type[1] - op_type[0], 0) + 1 + _digits(node_index))
     attribute_node, attribute_starts, attribute_ends = nodes.spans(NodeField.ATTRIBUTE)
-    read = _fields(data, source, attribute_starts, attribute_ends)
+    read = _fields(data, source, attribute_starts, attribute_ends, (AttributeField.G, AttributeField.GRAPHS))
     if read is None:
         return None
-    attributes = read[0]
-    attribute_name = attributes.last_span(AttributeField.NAME, len(attribute_starts))
-    name_length = np.maximum(attribute_name[1] - attribute_name[0], 0)
+    subgraphs = read.fields  # (most models have none: the names below are read only for those that do)
+    nodes_read = (node_starts, node_ends, op_type[0], op_type[1], node_index)
+    if not len(subgraphs.rows):
+        empty = np.zeros(0, dtype=np.int64)
+        return per_graph, _Level(empty, empty, empty, empty, empty), nodes_read, positions
+    # A subgraph's scope: its node's (name, or {op_type}_{index}), then its attribute's name.
+    holders = np.unique(subgraphs.rows)
+    read = _fields(data, source, attribute_starts[holders], attribute_ends[holders], (AttributeField.NAME,))
+    if read is None:
+        return None
+    name_length = np.zeros(len(attribute_starts), dtype=np.int64)
+    named = read.fields.last_span(AttributeField.NAME, len(holders))
+    name_length[holders] = np.maximum(named[1] - named[0], 0)
+    parents = np.unique(attribute_node[holders])
+    read = _fields(data, source, node_starts[parents], node_ends[parents], (NodeField.NAME,))
+    if read is None:
+        return None
+    segment = np.zeros(n, dtype=np.int64)
+    named = read.fields.last_span(NodeField.NAME, len(parents))
+    own = np.maximum(named[1] - named[0], 0)
+    segment[parents] = np.where(own > 0, own, np.maximum(op_type[1][parents] - op_type[0][parents], 0) + 1
+                                + _digits(node_index[parents]))
     children = []
     for number in (AttributeField.G, AttributeField.GRAPHS):
-        rows, starts, ends = attributes.spans(number)
+        rows, starts, ends = subgraphs.spans(number)
         node = attribute_node[rows]
         graph = node_graph[node]
         parent = level.scope[graph]
@@ -412,14 +459,17 @@ def _count_level(
     child_starts, child_ends, child_scope, child_root = (np.concatenate([c[k] for c in children]) for k in range(4))
     next_level = _Level(child_starts, child_ends, np.full(len(child_starts), GraphField.NODE, dtype=np.int64),
                         child_scope, child_root)
-    return per_graph, next_level, (name[0], name[1], op_type[0], op_type[1], node_index), positions
+    return per_graph, next_level, nodes_read, positions
 
 
-def _node_label(source: np.ndarray, nodes: tuple[np.ndarray, ...], node: int) -> str:
+def _node_label(data: bytes, source: np.ndarray, nodes: tuple[np.ndarray, ...], node: int) -> str:
     """A main-graph node as its constants' keys name it: its name, or {op_type}_{index}."""
-    name_start, name_end, op_start, op_end, index = (column[node : node + 1] for column in nodes)
-    name = span_text(source, name_start, name_end)[0] if name_start[0] >= 0 else ""
-    if name:
-        return name
+    starts, ends, op_start, op_end, index = (column[node : node + 1] for column in nodes)
+    read = _fields(data, source, starts, ends, (NodeField.NAME,))
+    if read is not None:
+        name_start, name_end = read.fields.last_span(NodeField.NAME, 1)
+        name = span_text(source, name_start, name_end)[0] if name_start[0] >= 0 else ""
+        if name:
+            return name
     op_type = span_text(source, op_start, op_end)[0] if op_start[0] >= 0 else ""
     return f"{op_type}_{int(index[0])}"

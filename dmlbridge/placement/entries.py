@@ -18,9 +18,13 @@ lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast
+
+import numpy as np
 
 from dmlbridge.errors import (
     DmlBridgeError,
@@ -409,6 +413,21 @@ class Placement(NamedTuple):
         """The positions of the constants in buffer ``buffer`` (skipped ones between them included)."""
         stop = self.buffer_starts[buffer + 1] if buffer + 1 < len(self.buffer_starts) else len(self.offsets)
         return slice(self.buffer_starts[buffer], stop)
+
+    def converted_ranges(self, buffer: int) -> tuple[np.ndarray, np.ndarray]:
+        """The offsets and TotalTensorSizeInBytes of buffer ``buffer``'s converted constants, in order, as arrays
+        (what its fingerprint samples; no list of them: a buffer may hold a million)."""
+        within = self.buffer_range(buffer)
+        count = within.stop - within.start
+        totals = np.fromiter(map(_TOTAL, itertools.islice(self.pairs, within.start, within.stop)), np.int64, count)
+        converted = totals >= 0
+        kept = int(np.count_nonzero(converted))
+        offsets = np.fromiter(itertools.compress(itertools.islice(self.offsets, within.start, within.stop),
+                                                 converted.tolist()), np.int64, kept)
+        return offsets, totals[converted]
+
+
+_TOTAL = operator.attrgetter("total")
 
 
 def place_constants(

@@ -483,10 +483,7 @@ def _write_outputs(
                 for index, size in enumerate(placement.buffer_sizes):  # one file per buffer, in order
                     with publication.new_buffer(index) as file:
                         image = write_image(file, constants, placement, scan, reader, options, bar, buffer=index)
-                        within = placement.buffer_range(index)
-                        fingerprint = bin_fingerprint(
-                            file.fileno(), size, [o for o in placement.offsets[within] if o is not None],
-                            [pair.total for pair in placement.pairs[within] if pair.total >= 0])
+                        fingerprint = bin_fingerprint(file.fileno(), size, *placement.converted_ranges(index))
                         path = os.path.join(publication.directory, publication.buffer_names[index])
                         kept.append(keep_open(file.fileno(), path))
                     buffers.append(BufferFile(path, size, fingerprint, image.sha256))
