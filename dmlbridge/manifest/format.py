@@ -64,6 +64,7 @@ __all__ = [
     "BufferFile",
     "Manifest",
     "check_manifest_size",
+    "entries_size",
     "manifest_chunks",
     "manifest_document",
     "manifest_schema",
@@ -182,27 +183,48 @@ def manifest_chunks(manifest: Manifest) -> Iterator[bytes]:
     yield (",\n".join(previous) + "\n  ]\n}\n").encode("ascii")
 
 
-def check_manifest_size(entries: Mapping[str, PlanEntry], limit: int) -> int:
-    """The bytes of the manifest's entry lines, worked out without making them; InvalidArgumentError when they
-    are more than ``limit`` (each key is at most MAX_KEY_LENGTH characters, so a line is at most about 76 KiB)."""
-    size = _entries_size(entries)
-    _check_size(size, len(entries), limit)
-    return size
+def check_manifest_size(entries: Mapping[str, PlanEntry], limit: int) -> None:
+    """InvalidArgumentError when the manifest's entry lines would take more than ``limit`` bytes, worked out
+    without making them (each key is at most MAX_KEY_LENGTH characters, so a line is at most about 76 KiB): an
+    upper bound first (what every key's and origin's characters could take escaped), the exact size only when
+    that passes the limit."""
+    if _entries_size(entries, bound=True) > limit:
+        _check_size(entries_size(entries), len(entries), limit)
 
 
-def _entries_size(entries: Mapping[str, PlanEntry]) -> int:
-    """``sum(map(len, lines))`` of the entry lines :func:`_entry_pieces` makes, from the columns (a line is its
-    key, origin, offset and consumers around the text its pair shares: only those are measured per entry, each
-    column in one pass)."""
+def entries_size(entries: Mapping[str, PlanEntry]) -> int:
+    """``sum(map(len, lines))`` of the manifest's entry lines, worked out from the plan's columns without making
+    them.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+        >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], [w])))
+        >>> entries_size(plan.entries) == len(manifest_text(plan).splitlines()[-3])
+        True
+    """
+    return _entries_size(entries, bound=False)
+
+
+# A character of a key or an origin takes at most 12 in JSON (an astral one: two \uXXXX escapes); an offset has at
+# most 10 digits (a buffer is at most 0xFFFF0000 bytes), a buffer index at most 3.
+_MOST_PER_CHARACTER, _MOST_OFFSET_DIGITS, _MOST_BUFFER_DIGITS = 12, 10, 3
+
+
+def _entries_size(entries: Mapping[str, PlanEntry], bound: bool) -> int:
+    """The size of the entry lines :func:`_entry_pieces` makes (``bound``: an upper bound of it, cheaper), from
+    the columns: a line is its key, origin, offset and consumers around the text its pair shares, so only those
+    are measured per entry, each column in one pass."""
     if not isinstance(entries, PlanEntries):
         return sum(len(_entry_json(entry)) for entry in entries.values())
     keys, origins, offsets, pairs = entries.columns()
     consumers, buffers, clamped = entries.consumers, entries.buffers, entries.clamped
     several = any(buffers)
-    shared = _shared_texts(pairs, several)
+    shared, kinds = _shared_texts(pairs, several)
     widths = {ident: len(head) + len(tail) for ident, (head, tail) in shared.items()}
     alone = sorted(clamped)  # the entries whose line is their own json: clamped ones, and skipped ones
-    if len(widths) < len(set(map(id, pairs))):
+    if len(widths) < kinds:
         alone += np.flatnonzero(np.fromiter(map(widths.__contains__, map(id, pairs)), bool, len(pairs)) == 0).tolist()
         alone = sorted(set(alone))
     size = sum(len(_entry_json(entries.at(i, keep=False))) for i in alone)
@@ -219,11 +241,17 @@ def _entries_size(entries: Mapping[str, PlanEntry]) -> int:
         return column if shared_rows is None else itertools.compress(column, shared_rows)
 
     size += 27 * count  # '    {"key": ', ', "origin": ', ', ' and the closing brace
+    size += sum(len(_consumers_json(read_by)) - 1 for read_by in filter(None, rows(consumers)))
+    if several:
+        size += len(', "offset": ') * count
+    if bound:
+        characters = sum(map(len, rows(keys))) + sum(map(len, rows(origins)))
+        return (size + _MOST_PER_CHARACTER * characters + 4 * count
+                + (max(widths.values()) + _MOST_OFFSET_DIGITS + several * _MOST_BUFFER_DIGITS) * count)
     size += sum(map(len, map(_quote, rows(keys)))) + sum(map(len, map(_quote, rows(origins))))
     size += _digits(np.fromiter(rows(offsets), np.int64, count)) + sum(map(widths.__getitem__, map(id, rows(pairs))))
-    size += sum(len(_consumers_json(read_by)) - 1 for read_by in rows(consumers) if read_by)
     if several:
-        size += _digits(np.fromiter(rows(buffers), np.int64, count)) + len(', "offset": ') * count
+        size += _digits(np.fromiter(rows(buffers), np.int64, count))
     return size
 
 
@@ -232,12 +260,12 @@ def _digits(values: np.ndarray) -> int:
     return len(values) + sum(int(np.count_nonzero(values >= 10**k)) for k in range(1, 19))
 
 
-def _shared_texts(pairs: list[Any], several: bool) -> dict[int, tuple[str, str]]:
+def _shared_texts(pairs: list[Any], several: bool) -> tuple[dict[int, tuple[str, str]], int]:
     """Per pair (by id) that is converted, the text of its entries' lines around their offset (and buffer):
-    :func:`_shared_json`'s."""
+    :func:`_shared_json`'s; and how many pairs there are, skipped ones included."""
     unique = dict(zip(map(id, pairs), pairs, strict=True))
     return {ident: _shared_json(pair.fields, None if several else 0)
-            for ident, pair in unique.items() if pair.total >= 0}
+            for ident, pair in unique.items() if pair.total >= 0}, len(unique)
 
 
 def _entry_pieces(entries: Mapping[str, PlanEntry]) -> Iterator[list[str]]:
@@ -250,7 +278,7 @@ def _entry_pieces(entries: Mapping[str, PlanEntry]) -> Iterator[list[str]]:
     keys, origins, offsets, pairs = entries.columns()
     consumers, buffers = entries.consumers, entries.buffers
     several = any(buffers)  # (one buffer, the usual case: "buffer": 0 goes into each pair's shared text)
-    shared = _shared_texts(pairs, several)
+    shared = _shared_texts(pairs, several)[0]
     clamped = entries.clamped
     for first in range(0, len(keys), _LINES_AT_ONCE):
         stop = min(first + _LINES_AT_ONCE, len(keys))

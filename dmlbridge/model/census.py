@@ -34,6 +34,7 @@ of what their manifest lines hold.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from enum import IntEnum
 from typing import NamedTuple
 
@@ -46,7 +47,7 @@ from dmlbridge.onnx.wire import (
     LENGTH,
     VARINT,
     RecordWalk,
-    field_positions,
+    field_position_runs,
     span_text,
     spans_equal,
     varints,
@@ -63,6 +64,7 @@ MIN_ENTRY_LINE = 160
 """Fewer characters than any manifest entry line has besides its key and origin (the shortest, a skipped
 entry's, has about 190; tests/manifest holds it to that)."""
 _MOST_LEVELS = 100  # protobuf parses no deeper nesting; constants.py refuses subgraphs nested deeper than 64
+_RUN = 1 << 20  # fields of one message read at a time (a main graph may have millions)
 
 
 class ModelField(IntEnum):
@@ -175,33 +177,38 @@ class _Fields(NamedTuple):
         return first, stop
 
 
-def _walk_one(data: bytes, at: int, end: int) -> list[tuple[int, int, int, int]] | None:
-    """Every field of the message in data[at:end] as (number, wire, value, payload start), read one at a time:
-    10-byte varints (negative integers) and groups (skipped) included, which the numpy walk leaves out; None
-    when the bytes are not a protobuf message."""
-    fields = []
+def _walk_one(data: bytes, at: int, end: int) -> Iterator[_Fields | None]:
+    """The fields of the message in data[at:end], read one at a time, _RUN at a time: 10-byte varints (negative
+    integers) and groups (skipped) included, which the numpy walk leaves out; a None run last when the bytes
+    are not a protobuf message."""
     while at < end:
-        tag, at = _varint(data, at, end)
-        if tag < 8:
-            return None
-        number, wire = tag >> 3, tag & 7
-        value, payload = 0, at
-        if wire == VARINT:
-            value, at = _varint(data, at, end)
-            value = min(value, 0)  # (-1: malformed; a value is never used)
-        elif wire == LENGTH:
-            value, payload = _varint(data, at, end)
-            at = payload + value
-        elif wire in (FIXED64, FIXED32):
-            at += 8 if wire == FIXED64 else 4
-        elif wire == 3:  # a group: skipped to its end tag
-            at = _skip_group(data, at, end, number)
-        else:
-            return None
-        if value < 0 or at > end:
-            return None
-        fields.append((number, wire, value, payload))
-    return fields
+        fields: list[tuple[int, int, int, int]] = []
+        while at < end and len(fields) < _RUN:
+            tag, at = _varint(data, at, end)
+            if tag < 8:
+                yield None
+                return
+            number, wire = tag >> 3, tag & 7
+            value, payload = 0, at
+            if wire == VARINT:
+                value, at = _varint(data, at, end)
+                value = min(value, 0)  # (-1: malformed; a value is never used)
+            elif wire == LENGTH:
+                value, payload = _varint(data, at, end)
+                at = payload + value
+            elif wire in (FIXED64, FIXED32):
+                at += 8 if wire == FIXED64 else 4
+            elif wire == 3:  # a group: skipped to its end tag
+                at = _skip_group(data, at, end, number)
+            else:
+                yield None
+                return
+            if value < 0 or at > end:
+                yield None
+                return
+            fields.append((number, wire, value, payload))
+        columns = np.array(fields, dtype=np.int64).reshape(-1, 4).T
+        yield _Fields(np.zeros(len(fields), dtype=np.int64), *columns)
 
 
 def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
@@ -252,7 +259,7 @@ class _Read(NamedTuple):
 
 def _fields(
     data: bytes, source: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: tuple[int, ...],
-    counted: tuple[int, ...] = (), *, large: bool = False,
+    counted: tuple[int, ...] = (), *, large: bool = False, with_positions: bool = False,
 ) -> _Read | None:
     """The fields ``wanted`` of the records data[starts[i]:ends[i]] (LENGTH ones: spans), and the number of
     those ``counted``: read together with numpy, and one record at a time those numpy leaves (more than
@@ -287,11 +294,13 @@ def _fields(
             counts[number][broken] = 0
         pieces = [tuple(column[~broken[piece[0]]] for column in piece) for piece in pieces]
         for row in np.flatnonzero(broken).tolist():
-            read = _message_fields(data, source, int(starts[row]), int(ends[row]))
+            read = _message_fields(data, source, int(starts[row]), int(ends[row]), wanted, counted, with_positions)
             if read is None:
                 return None
-            fields, where = read
-            keep(np.full(len(fields.rows), row, dtype=np.int64), *fields[1:])
+            fields, row_counts, where = read
+            pieces.append((np.full(len(fields.rows), row, dtype=np.int64), *fields[1:]))
+            for number, many in row_counts.items():
+                counts[number][row] = many
             if where is not None:
                 positions[row] = where
     if not pieces:
@@ -304,21 +313,50 @@ def _fields(
     return _Read(fields, counts, positions)
 
 
-def _message_fields(data: bytes, source: np.ndarray, at: int, end: int) -> tuple[_Fields, np.ndarray | None] | None:
-    """The fields of one large message (a graph: a field per node and initializer) and where each begins."""
-    positions = field_positions(data, at, end)
-    if positions is None:
-        fields = _walk_one(data, at, end)
-        if fields is None:
-            return None
-        columns = np.array(fields, dtype=np.int64).reshape(-1, 4).T
-        return _Fields(np.zeros(len(fields), dtype=np.int64), *columns), None
-    tags, tag_lengths, _ = varints(source, positions)
-    values, value_lengths, _ = varints(source, positions + tag_lengths)
-    wires = tags & 7
-    values = np.where(wires == LENGTH, values, 0)  # (only lengths are used)
-    return _Fields(np.zeros(len(positions), dtype=np.int64), tags >> 3, wires, values,
-                   positions + tag_lengths + value_lengths), positions
+def _message_fields(
+    data: bytes, source: np.ndarray, at: int, end: int, wanted: tuple[int, ...], counted: tuple[int, ...],
+    with_positions: bool,
+) -> tuple[_Fields, dict[int, int], np.ndarray | None] | None:
+    """The fields ``wanted`` of one message of many fields (a main graph: one per node and initializer), the
+    number of those ``counted``, and (``with_positions``) where each field begins; read _RUN fields at a time,
+    with numpy, or one at a time where it has an oddity. None when it is not a message."""
+    for fast in (True, False):
+        kept: list[_Fields] = []
+        counts = dict.fromkeys(counted, 0)
+        runs: list[np.ndarray] = []
+        for fields in _fast_runs(data, source, at, end, runs) if fast else _walk_one(data, at, end):
+            if fields is None:
+                break
+            length = fields.wires == LENGTH
+            for number in counted:
+                counts[number] += int(np.count_nonzero(length & (fields.numbers == number)))
+            chosen = np.zeros(len(fields.rows), dtype=bool)
+            for number in wanted:
+                chosen |= fields.numbers == number
+            chosen &= length
+            kept.append(_Fields(*(column[chosen] for column in fields)))
+        else:
+            joined = _Fields(*(np.concatenate([piece[k] for piece in kept]) for k in range(5))) if kept else (
+                _Fields(*[np.zeros(0, dtype=np.int64)] * 5))
+            where = (np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)) if with_positions and fast else None
+            return joined, counts, where
+    return None
+
+
+def _fast_runs(data: bytes, source: np.ndarray, at: int, end: int, runs: list[np.ndarray]) -> Iterator[_Fields | None]:
+    """The fields of one message, _RUN at a time, read with numpy from where each begins (appended to ``runs``);
+    a None run last where the message has a field numpy does not read (a 10-byte varint, a group)."""
+    for positions in field_position_runs(data, at, end, _RUN):
+        if positions is None:
+            yield None
+            return
+        tags, tag_lengths, _ = varints(source, positions)
+        values, value_lengths, _ = varints(source, positions + tag_lengths)
+        wires = tags & 7
+        values = np.where(wires == LENGTH, values, 0)  # (only lengths are used)
+        runs.append(positions)
+        yield _Fields(np.zeros(len(positions), dtype=np.int64), tags >> 3, wires, values,
+                      positions + tag_lengths + value_lengths)
 
 
 def _digits(values: np.ndarray) -> np.ndarray:
@@ -337,11 +375,12 @@ class _Level(NamedTuple):
     root: np.ndarray
 
 
-def count_constants(data: bytes) -> ConstantCount | None:
+def count_constants(data: bytes, graph_fields: bool = True) -> ConstantCount | None:
     """The constants of the serialized ModelProto ``data`` (see the module docstring); None when the bytes are not
-    a protobuf message as this module reads one."""
+    a protobuf message as this module reads one. ``graph_fields``: keep where each field of the main graph begins
+    (8 bytes a field), for the byte scan."""
     source = np.frombuffer(data, dtype=np.uint8)
-    read = _message_fields(data, source, 0, len(data))
+    read = _message_fields(data, source, 0, len(data), (ModelField.GRAPH, ModelField.FUNCTIONS), (), False)
     if read is None:
         return None
     top = read[0]
@@ -354,18 +393,18 @@ def count_constants(data: bytes) -> ConstantCount | None:
     scope = np.r_[np.zeros(len(graph_starts), np.int64), np.full(len(function_starts), 11, np.int64)]
     level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64))
     total = in_subgraphs = depth = name_chars = 0
-    graph_fields = None
+    main_fields = None
     under = np.zeros(0, dtype=np.int64)  # constants under each main-graph node
     main_nodes: tuple[np.ndarray, ...] = ()  # the main graph's nodes: their spans, op types and indices
     for depth_now in range(_MOST_LEVELS):
         if not len(level.starts):
             break
-        counted = _count_level(data, source, level, depth_now == 0 and len(graph_starts) == 1)
+        counted = _count_level(data, source, level, depth_now == 0 and len(graph_starts) == 1, graph_fields)
         if counted is None:
             return None
         per_graph, children, nodes, positions = counted
         if depth_now == 0:
-            graph_fields, main_nodes = positions, nodes
+            main_fields, main_nodes = positions, nodes
             under = np.zeros(max(len(nodes[0]), 1), dtype=np.int64)
         here = int(per_graph.sum())
         total += here
@@ -384,17 +423,18 @@ def count_constants(data: bytes) -> ConstantCount | None:
         node = int(np.argmax(under))
         most = int(under[node])
         busiest = _node_label(data, source, main_nodes, node)
-    return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, graph_fields)
+    return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields)
 
 
 def _count_level(
-    data: bytes, source: np.ndarray, level: _Level, main: bool
+    data: bytes, source: np.ndarray, level: _Level, main: bool, graph_fields: bool
 ) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None] | None:
     """The constants of each graph of ``level``, the graphs of the next level, this level's nodes (their spans,
     op_type spans and index in their graph) and, for the one main graph, where its fields begin."""
     count = len(level.starts)
     read = _fields(data, source, level.starts, level.ends, (GraphField.NODE, FUNCTION_NODE),
-                   (GraphField.INITIALIZER, GraphField.SPARSE_INITIALIZER), large=main)
+                   (GraphField.INITIALIZER, GraphField.SPARSE_INITIALIZER), large=main,
+                   with_positions=main and graph_fields)
     if read is None:
         return None
     graphs = read.fields

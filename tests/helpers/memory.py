@@ -193,6 +193,24 @@ def peak_growth(code: str) -> dict[str, float]:
     return growth
 
 
+def process_peak(code: str) -> tuple[float, str]:
+    """Run ``code`` in a fresh interpreter (numpy, onnx and dmlbridge imported, the helpers importable) and return
+    the whole process's peak RSS (MiB: ``VmHWM``, the interpreter and its imports included) and the last line
+    the code printed (the process must succeed)."""
+    script = textwrap.dedent("""
+        import numpy, onnx, dmlbridge
+    """) + textwrap.dedent(code) + textwrap.dedent("""
+        with open("/proc/self/status") as _status:
+            print(next(int(line.split()[1]) for line in _status if line.startswith("VmHWM:")) / 1024)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_HOME), *sys.path]))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1800, cwd=_HOME,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    *printed, peak = result.stdout.strip().splitlines()
+    return float(peak), printed[-1] if printed else ""
+
+
 def conversion_code(path: Path, out: Path, target: str = "dmlbridge.Target()") -> str:
     """The code for :func:`peak_growth` that measures converting ``path`` into ``out`` with 1, 2 and 8 workers
     (``target``: the code that makes the target in the child)."""
