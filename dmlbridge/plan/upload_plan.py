@@ -363,7 +363,8 @@ def plan_model(
     options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes)
     strict = check_flag("strict", strict)
     selection = Selection.check(include, exclude, kinds, min_bytes, drop_quantized_sources)
-    return plan_with_notes(model, options, selection, strict, base_dir, check_max_constants(max_constants))[0]
+    return plan_with_notes(model, options, selection, strict, base_dir,
+                           max_constants=check_max_constants(max_constants))[0]
 
 
 def plan_with_notes(
@@ -377,8 +378,7 @@ def plan_with_notes(
     With ``open_external_data`` each external data file the planned constants keep their values in is opened and
     checked as a conversion checks it, none of its bytes read (:meth:`ExternalDataReader.examine`): a missing one
     is the ExternalDataError conversion gives (``external_data_root``: as convert_model's)."""
-    # (The with block closes the model's directory.)
-    with read_model(model, base_dir, max_constants=max_constants) as loaded, collector_paused():
+    with read_model(model, base_dir, max_constants=max_constants) as loaded, collector_paused():  # (closes the dir)
         model_plan = plan_loaded(loaded, options, strict, selection)
         if open_external_data:  # (what the plan does not skip)
             entries = model_plan.plan.entries
