@@ -41,6 +41,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,6 +310,34 @@ class ExternalDataReader:
                 if mapped is not None:
                     return mapped
             return self._copy(fd, offset + start, count, where)
+        finally:
+            os.close(fd)
+
+    def read_blocks(self, tensor: Any, nbytes: int, start: int, count: int,
+                    out: np.ndarray) -> Generator[np.ndarray, None, None]:
+        """Bytes ``[start, start + count)`` of a tensor's ``nbytes`` bytes of external data, a block at a time:
+        each block read into ``out`` (a uint8 array, reused, so that the block stays in the processor's cache)
+        and handed out as a read-only view of it, ``len(out)`` bytes but the last. The file is opened and checked
+        once, as :meth:`read_range` does, and closed when the blocks are done (or the iterator is closed).
+
+            >>> import os, tempfile, numpy as np
+            >>> from onnx import TensorProto
+            >>> folder = tempfile.mkdtemp()
+            >>> with open(os.path.join(folder, "w.data"), "wb") as f:
+            ...     _ = f.write(bytes(range(10)))
+            >>> tensor = TensorProto(name="w", data_type=TensorProto.UINT8, dims=[10], data_location=1)  # EXTERNAL
+            >>> _ = tensor.external_data.add(key="location", value="w.data")
+            >>> reader = ExternalDataReader(folder)
+            >>> [block.tolist() for block in reader.read_blocks(tensor, 10, 1, 7, np.empty(3, np.uint8))]
+            [[1, 2, 3], [4, 5, 6], [7]]
+        """
+        if not (0 <= start and 0 <= count and start + count <= nbytes) or not len(out):
+            raise InvalidArgumentError(f"bytes {start}..{start + count} are not within the tensor's {nbytes}")
+        fd, offset, where = self._open_checked(tensor, nbytes)
+        try:
+            for low in range(start, start + count, len(out)):
+                yield self._copy(fd, offset + low, min(len(out), start + count - low), where,
+                                 out[: min(len(out), start + count - low)])
         finally:
             os.close(fd)
 

@@ -3,7 +3,7 @@ its fingerprint, all from the same reads.
 
 Verification compares each entry of a buffer file, a chunk at a time, in file order. :class:`BufferReads` is
 given those chunks' ranges (``pieces``) up front. A large piece is read by the job that compares it (a worker's
-positioned read, :meth:`BufferReads.read_piece`), which hands its bytes back, in order, through
+positioned reads, :meth:`BufferReads.read_part`), which hands its bytes back, in order, through
 :meth:`BufferReads.provided`; small ones are read here, many at once (:meth:`BufferReads.read`). Every byte read,
 either way, is fed once to SHA-256 (when asked: then the bytes between the pieces are read too, and no byte of
 the file is left out) and to the fingerprint's sampled ranges (:class:`~dmlbridge.plan.fingerprint.FingerprintStream`,
@@ -118,14 +118,11 @@ class BufferReads:
             self._feed(start, block)
         return block[start - self._block_start : stop - self._block_start]
 
-    def read_piece(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
-        """The bytes of a piece read by its job (in any thread, in any order), into ``out`` when it is large enough
-        (a reused buffer) else a fresh array: the job hands them back through :meth:`provided` (the digests take
-        them in file order)."""
-        data = out[: stop - start] if out is not None and out.shape[0] >= stop - start else np.empty(stop - start,
-                                                                                                   np.uint8)
-        self._read(start, data)
-        return data
+    def read_part(self, start: int, out: np.ndarray) -> None:
+        """Fill ``out`` with the file's bytes from ``start``: part of a piece read by its job (in any thread, in any
+        order, a block at a time if it likes), which hands the whole piece back through :meth:`provided` (the
+        digests take it in file order)."""
+        self._read(start, out)
 
     def provided(self, start: int, data: np.ndarray) -> None:
         """The bytes of the next piece, which its job read."""
