@@ -18,7 +18,7 @@ exactly) is the chunk compared the long way, whole, to say what differs: the sam
 
 from __future__ import annotations
 
-import contextlib
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,7 +26,7 @@ import numpy as np
 from dmlbridge.errors import DmlBridgeError, ExternalDataError
 from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.slices import ConstantSlices
-from dmlbridge.onnx.external_data import ExternalDataReader
+from dmlbridge.onnx.external_data import ExternalDataReader, OpenedData
 from dmlbridge.placement.entries import FOUR_BIT, PlanEntry
 from dmlbridge.plan.bits import differing_bits
 from dmlbridge.plan.buffer_pass import BufferReads
@@ -36,8 +36,8 @@ from dmlbridge.types.data_types import OnnxDataType
 from dmlbridge.types.float_bits import cast
 from dmlbridge.types.target import Target
 
-__all__ = ["BLOCK", "FAILED", "READBACK_BYTES", "Chunk", "ChunkBytes", "Found", "compare_chunk", "element_bits",
-           "same_blocks"]
+__all__ = ["BLOCK", "FAILED", "READBACK_BYTES", "Chunk", "ChunkBytes", "Found", "StoredBytes", "compare_chunk",
+           "element_bits", "same_blocks"]
 
 BLOCK = 1 << 20
 """The bytes of a chunk read and compared at a time (a block of the buffer file's and one of the fresh bytes stay
@@ -128,42 +128,68 @@ def same_blocks(expected: np.ndarray, piece: ChunkBytes, used: int) -> bool:
     return not piece.whole()[used:].any()
 
 
-def _same_as_stored(piece: ChunkBytes, reader: ExternalDataReader, constant: ModelConstant, first: int, used: int,
-                    scratch: np.ndarray, odd_nibble: bool) -> bool:
-    """Whether a chunk's first ``used`` bytes are the constant's stored bytes from byte ``first`` (the spare high
-    nibble of an odd 4-bit count zero: ``odd_nibble``) and the rest zeros, read side by side a block at a time
-    (``scratch``: where the stored bytes are read). False too when the model's file cannot be read: the usual path
-    then says why, as it always did."""
-    low = 0
-    try:
-        blocks = reader.read_blocks(constant.proto, constant.packed_nbytes, first, used, scratch)
-        with contextlib.closing(blocks):
-            for block in blocks:
+class StoredBytes:
+    """A native constant's stored bytes in external data, which its chunks are compared with as they are: the
+    file opened once, by the first chunk that reads it (in any thread), and closed by :meth:`close`, once every
+    chunk is done."""
+
+    def __init__(self, reader: ExternalDataReader, constant: ModelConstant) -> None:
+        self._reader, self.constant = reader, constant
+        self._lock = threading.Lock()
+        self._data: OpenedData | None = None
+        self._failed = False
+
+    def _opened(self) -> OpenedData | None:
+        with self._lock:
+            if self._data is None and not self._failed:
+                try:
+                    self._data = self._reader.open_data(self.constant.proto, self.constant.packed_nbytes)
+                except DmlBridgeError:
+                    self._failed = True  # (the usual path says why, chunk by chunk, as it always did)
+            return self._data
+
+    def same(self, piece: ChunkBytes, first: int, used: int, scratch: np.ndarray, odd_nibble: bool) -> bool:
+        """Whether a chunk's first ``used`` bytes are the stored bytes from byte ``first`` (the spare high nibble
+        of an odd 4-bit count zero: ``odd_nibble``) and the rest zeros, read side by side a block at a time
+        (``scratch``: where the stored bytes are read). False too when the model's file cannot be read: the
+        usual path then says why, as it always did."""
+        data = self._opened()
+        if data is None:
+            return False
+        low = 0
+        try:
+            for block in data.read_blocks(first, used, scratch):
                 high = low + len(block)
                 if odd_nibble and high == used:
                     scratch[len(block) - 1] &= 0x0F  # (a view of scratch: the same byte)
                 if not _same(block, piece.upto(high)[low:high]):
                     return False
                 low = high
-    except DmlBridgeError:
-        return False
-    return low == used and not piece.whole()[used:].any()
+        except DmlBridgeError:
+            return False
+        return low == used and not piece.whole()[used:].any()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._data is not None:
+                self._data.close()
+            self._data, self._failed = None, True
 
 
 def compare_chunk(target: Target, alignment: int, constant: ModelConstant, entry: PlanEntry, chunk: Chunk,
                   piece: ChunkBytes, slices: ConstantSlices | None, reader: ExternalDataReader | None,
-                  max_tensor_bytes: int, buffer: np.ndarray | None = None, as_stored: bool = False) -> Found:
+                  max_tensor_bytes: int, buffer: np.ndarray | None = None, stored: StoredBytes | None = None) -> Found:
     """Compare one chunk's bytes in the buffer file (``piece``) with a fresh conversion of the model's values
     (read into ``buffer`` when it is large enough), and the values read back from them with the model's, a block
-    of elements at a time. ``as_stored``: the fresh conversion is native, its bytes the constant's stored bytes
-    in external data, which are then compared first (``buffer``'s first BLOCK bytes the stored bytes' blocks)."""
+    of elements at a time. ``stored``: the fresh conversion is native, its bytes the constant's stored bytes in
+    external data, which are then compared first (read into ``buffer``'s first BLOCK bytes)."""
     bits = element_bits(entry)
     count = chunk.end - chunk.begin
     used = (count * bits + 7) // 8
     base = chunk.start - (entry.offset or 0)
-    if as_stored and reader is not None and buffer is not None and buffer.shape[0]:
+    if stored is not None and buffer is not None and buffer.shape[0]:
         odd = entry.dml_type in FOUR_BIT and constant.size % 2 == 1 and chunk.end == constant.size
-        if _same_as_stored(piece, reader, constant, chunk.begin * bits // 8, used, buffer[:BLOCK], odd):
+        if stored.same(piece, chunk.begin * bits // 8, used, buffer[:BLOCK], odd):
             return Found(0, -1, 0, False, None, None)  # (a native conversion clamps nothing, reads back exactly)
     try:
         if slices is None:

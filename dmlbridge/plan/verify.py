@@ -21,10 +21,11 @@ keeps (dmlbridge.system.workers), so memory stays within it whatever the model's
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -38,7 +39,7 @@ from dmlbridge.model.consumers import Consumer, recorded
 from dmlbridge.model.onnx_file import checked_path_only, external_data_reader, need_reader, read_model
 from dmlbridge.model.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
-from dmlbridge.placement.entries import PlanEntry, place_constants
+from dmlbridge.placement.entries import Pair, PlanEntry, place_constants
 from dmlbridge.placement.options import (
     DEFAULT_MAX_CONSTANTS,
     DEFAULT_MAX_TENSOR_BYTES,
@@ -53,6 +54,7 @@ from dmlbridge.plan.chunk_compare import (
     Chunk,
     ChunkBytes,
     Found,
+    StoredBytes,
     compare_chunk,
     element_bits,
 )
@@ -220,12 +222,11 @@ def _find(
                                buffer.size, *ranges[index]))
                for index, buffer in enumerate(plan.buffers)]
     slices_of = {task[0]: task[3] for task in streamed}
-    # The native constants in external data: their stored bytes are their DirectML bytes (as conversion writes
-    # them), compared as they are, a block at a time (chunk_compare).
-    as_stored = set() if reader is None or checked_path_only() else {
-        index for index, entry, _, _ in streamed
-        if constants[index].kind in ("initializer", "value") and constants[index].storage == "external"
-        and entry.conversion == fresh[index].conversion == "native" and entry.dml_type is fresh[index].dml_type}
+    # The native constants in external data that jobs compare: their stored bytes are their DirectML bytes (as
+    # conversion writes them), compared as they are, a block at a time (chunk_compare).
+    stored_of = {} if reader is None or checked_path_only() else {
+        index: StoredBytes(reader, constants[index]) for index, entry, chunks, _ in streamed
+        if chunks and chunks[0].by_job and _as_stored(constants[index], entry, fresh[index])}
 
     spare = _Spare()
 
@@ -241,14 +242,14 @@ def _find(
         try:
             return compare_chunk(plan.target, plan.alignment, constant, plan.entries[constant.key], chunk, piece,
                                  slices_of[chunk.index], reader, max_tensor_bytes, buffer,
-                                 chunk.index in as_stored), piece.data
+                                 stored_of.get(chunk.index)), piece.data
         finally:
             spare.give(buffer)
 
     jobs = ((chunk, _cost(constants[task[0]], task[1], chunk, task[3]), _shared(task[0], task[3]))
             for task in streamed for chunk in task[2] if chunk.by_job)
     finished = 0  # the buffers before this one are read to their end
-    with Prefetch(compare, jobs, workers=workers) as ahead:
+    with _closed_after(stored_of), Prefetch(compare, jobs, workers=workers) as ahead:
         for index, entry, chunks, slices in streamed:
             key = constants[index].key
             if not chunks:  # (compared whole: see above)
@@ -273,6 +274,8 @@ def _find(
                 results.append(result)
             if slices is not None:
                 slices.release()
+            if index in stored_of:
+                stored_of.pop(index).close()
             problem = _merge(plan, constants[index], entry, results, reader, max_tensor_bytes)
             found[index] = None if problem is None else f"{key!r}: {problem}"
             bar.update(entry.total_tensor_size_in_bytes or 0)
@@ -281,6 +284,16 @@ def _find(
     problems = [message for per in front for message in per] + problems
     problems += [message for _, message in sorted(found.items()) if message is not None]
     return problems[:limit]
+
+
+@contextlib.contextmanager
+def _closed_after(stored: dict[int, StoredBytes]) -> Iterator[None]:
+    """The files of ``stored`` closed after the block (once the jobs that read them are done)."""
+    try:
+        yield
+    finally:
+        for data in stored.values():
+            data.close()
 
 
 def _finish(plan: WrittenPlan, index: int, reads: BufferReads, front: list[list[str]]) -> None:
@@ -341,6 +354,13 @@ def _chunks(index: int, constant: ModelConstant, entry: PlanEntry, fresh_total: 
                      offset + (total if end == size else end * bits // 8), by_job)
               for begin, end in itertools.pairwise(bounds)]
     return chunks, ConstantSlices(constant, reader, max_tensor_bytes)
+
+
+def _as_stored(constant: ModelConstant, entry: PlanEntry, fresh: Pair) -> bool:
+    """Whether an entry's bytes are its constant's stored bytes in external data: a native conversion, the
+    plan's and a fresh one's, of one DML type (4-bit types: but the spare nibble of an odd count)."""
+    return (constant.kind in ("initializer", "value") and constant.storage == "external"
+            and entry.conversion == fresh.conversion == "native" and entry.dml_type is fresh.dml_type)
 
 
 def _cost(constant: ModelConstant, entry: PlanEntry, chunk: Chunk, slices: ConstantSlices | None) -> int:
