@@ -37,7 +37,7 @@ from dmlbridge.manifest.sections import OPERATOR_VERSION
 from dmlbridge.model.constants import ModelConstant, find_constants
 from dmlbridge.model.consumers import Consumer, recorded
 from dmlbridge.model.onnx_file import checked_path_only, external_data_reader, need_reader, read_model
-from dmlbridge.model.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, step_of
+from dmlbridge.model.slices import ConstantSlices, decode_bytes, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.placement.entries import Pair, PlanEntry, place_constants
 from dmlbridge.placement.options import (
@@ -68,6 +68,10 @@ from dmlbridge.tensor.encode import prepare
 from dmlbridge.types.float_bits import cast
 from dmlbridge.types.target import Target
 
+CHUNK_BYTES = 8 << 20
+"""About this many bytes (of values or of the entry, the larger) per chunk compared; constants of twice this size
+and more are cut. Half of conversion's chunk: each job is charged about five times its chunk (workers.Prefetch),
+and with 16 MiB chunks one job alone filled the budget, so that a second worker never ran beside the first."""
 _SPARE_BYTES = 32 << 20
 """The buffers read into that are kept for reuse (beyond the jobs' budget, so kept small)."""
 

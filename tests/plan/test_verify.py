@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import shutil
+import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import background
 import memory
@@ -350,3 +353,43 @@ def test_verify_says_the_same_whatever_the_path(tmp_path: Path, monkeypatch: pyt
     (tmp_path / "m.data").write_bytes(bytes(data[:-1000]))  # cut short: an error, the same on every path
     message = every_path()[0]
     assert isinstance(message, str) and "m.data" in message, message
+
+
+def test_two_workers_compare_two_chunks_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real chunk size and budget, a float32 model of 16 MiB constants in external data: the first job
+    that compares a chunk meets a second one comparing beside it (before: one job's charge alone filled the budget,
+    so two workers compared one chunk at a time)."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    inits, data = [], bytearray()
+    for index in range(3):
+        values = np.arange(4 << 20, dtype=np.float32) + index
+        tensor = numpy_helper.from_array(values, f"w{index}")
+        external_data_helper.set_external_data(tensor, "m.data", offset=len(data), length=values.nbytes)
+        tensor.ClearField("raw_data")
+        data += values.tobytes()
+        inits.append(tensor)
+    (folder / "m.data").write_bytes(bytes(data))
+    path = folder / "m.onnx"
+    onnx.save(model_of(inits), path)
+    convert_model(path, tmp_path / "w", progress=False, fsync=False).close()
+    started: list[bool] = []
+    second = threading.Event()
+    lock = threading.Lock()
+    compare_chunk = verify.compare_chunk
+
+    def meeting(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            started.append(False)
+            order = len(started)
+        if order == 2:
+            second.set()
+        elif order == 1:
+            started[0] = second.wait(timeout=30)  # (a second worker starts at once, or never while this runs)
+        return compare_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(verify, "compare_chunk", meeting)
+    plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+    assert verify.find_mismatches(plan, path, workers=2) == []
+    plan.close()
+    assert len(started) > 2 and started[0], started
