@@ -130,6 +130,28 @@ class BufferReads:
         self._skip_to(start)
         self._feed(start, data)
 
+    @property
+    def hashes(self) -> bool:
+        """Whether every byte is hashed (SHA-256): a job then hands back every byte of its piece, else only those
+        the fingerprint samples (:meth:`sampled`, :meth:`provided_samples`)."""
+        return self._sha is not None
+
+    def sampled(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The stretches of ``[start, stop)`` the fingerprint samples (in any thread)."""
+        return [] if self._fingerprint is None else self._fingerprint.sampled(start, stop)
+
+    def provided_samples(self, start: int, stop: int, samples: list[tuple[int, Any]]) -> None:
+        """The next piece, ``[start, stop)``, which its job read, by the bytes the fingerprint samples in it
+        (``(position, bytes)`` in file order, every stretch of :meth:`sampled`): when no SHA-256 is computed."""
+        self._piece(start, stop, True)
+        if self._sha is not None:
+            raise DmlBridgeError(f"internal error: bytes {start}..{stop} of {self._name!r} handed back sampled")
+        self._skip_to(start)
+        if self._fingerprint is not None:
+            for position, data in samples:
+                self._fingerprint.feed(position, data)
+        self._position = stop
+
     def finish(self) -> tuple[str | None, str | None]:
         """The file's SHA-256 and fingerprint (each None when not asked for), once the bytes after the last piece
         are passed over."""

@@ -18,7 +18,9 @@ exactly) is the chunk compared the long way, whole, to say what differs: the sam
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -82,27 +84,101 @@ FAILED = Found(0, -1, 0, False, None, None, True)
 
 
 class ChunkBytes:
-    """A chunk's bytes in its buffer file, ``[start, start + len(data))``, read into ``data`` as far as
-    :meth:`upto` asks (each byte once), or :meth:`given` whole (bytes read with others, in the main thread)."""
+    """A chunk's bytes in its buffer file, ``[start, start + size)``, read a block at a time, in order, as the
+    comparison asks for them (:meth:`block`), each byte once: kept in ``out`` when the main thread needs them all
+    (``keep``: the SHA-256), else read into ``out``'s first BLOCK bytes, again and again (they stay in the cache),
+    only the bytes the fingerprint samples kept. A chunk that differs from the fresh bytes is then compared the
+    long way, whole (:meth:`whole`): the blocks found equal to them are those bytes (:meth:`keep_from`), the one
+    that differed is at hand, the rest is read. :meth:`given`: bytes read with others, in the main thread."""
 
-    def __init__(self, reads: BufferReads | None, start: int, data: np.ndarray) -> None:
-        self._reads, self._start, self.data = reads, start, data
-        self._filled = 0 if reads is not None else len(data)
+    def __init__(self, reads: BufferReads | None, start: int, size: int, out: np.ndarray, keep: bool = True) -> None:
+        self._reads, self._start, self.size, self.buffer = reads, start, size, out
+        self._kept: np.ndarray | None = out[:size] if keep else None
+        self._filled = 0 if reads is not None else size
+        self._low = 0  # the first byte of the block in ``buffer`` (when not kept)
+        self._sampled = [] if keep or reads is None else reads.sampled(start, start + size)
+        self.samples: list[tuple[int, bytes]] = []
+        """The sampled bytes read (when not kept): ``(position in the file, bytes)``, in file order."""
+        self.matched = 0
+        """The bytes ``[0, matched)`` were found equal to the fresh bytes (zeros after those of the values)."""
 
     @classmethod
     def given(cls, data: np.ndarray) -> ChunkBytes:
-        return cls(None, 0, data)
+        return cls(None, 0, len(data), data)
 
-    def upto(self, stop: int) -> np.ndarray:
-        """The chunk's bytes ``[0, stop)``, those not read yet read now."""
-        if stop > self._filled:
-            assert self._reads is not None
-            self._reads.read_part(self._start + self._filled, self.data[self._filled : stop])
-            self._filled = stop
-        return self.data[:stop]
+    def block(self, low: int, high: int) -> np.ndarray:
+        """The chunk's bytes ``[low, high)`` (when not kept: the next ones, at most BLOCK of them)."""
+        if self._kept is not None:
+            if high > self._filled:
+                assert self._reads is not None
+                self._reads.read_part(self._start + self._filled, self._kept[self._filled : high])
+                self._filled = high
+            return self._kept[low:high]
+        assert self._reads is not None and low == self._filled and high - low <= max(1, len(self.buffer))
+        data = self.buffer[: high - low]
+        self._reads.read_part(self._start + low, data)
+        self._low, self._filled = low, high
+        first, last = self._start + low, self._start + high
+        for begin, end in self._sampled:
+            if begin < last and end > first:
+                at, to = max(begin, first), min(end, last)
+                self.samples.append((at, data[at - first : to - first].tobytes()))
+        return data
+
+    def zeros_from(self, low: int) -> bool:
+        """Whether the chunk's bytes from ``low`` on (an entry's padding) are zeros (``matched`` as far as they
+        are)."""
+        step = max(1, BLOCK if self._kept is not None else len(self.buffer))
+        for at in range(low, self.size, step):
+            if self.block(at, min(self.size, at + step)).any():
+                return False
+            self.matched = min(self.size, at + step)
+        return True
+
+    def rest(self) -> None:
+        """Read the bytes not read yet (for the digests)."""
+        step = max(1, BLOCK if self._kept is not None else len(self.buffer))
+        for at in range(self._filled, self.size, step):
+            self.block(at, min(self.size, at + step))
+
+    def keep_from(self, known: Callable[[np.ndarray], None] | None) -> None:
+        """Keep every byte from now on; ``known`` writes into an array the fresh bytes of ``[0, matched)``
+        (None: not at hand: those bytes are read again)."""
+        if self._kept is not None:
+            return
+        kept = np.empty(self.size, np.uint8)
+        if known is None:
+            self._filled = 0
+        else:
+            known(kept[: self.matched])
+            kept[self.matched : self._filled] = self.buffer[self.matched - self._low : self._filled - self._low]
+        self._kept, self._sampled, self.samples = kept, [], []  # (the fingerprint takes the kept bytes)
 
     def whole(self) -> np.ndarray:
-        return self.upto(len(self.data))
+        """Every byte of the chunk (kept by :meth:`keep_from` first, when not kept)."""
+        if self._kept is None:
+            self.keep_from(None)
+        assert self._kept is not None
+        return self.block(0, self.size)
+
+    def hand_back(self, reads: BufferReads) -> None:
+        """Give the main thread's digests what they take of this chunk: its bytes, or those the fingerprint
+        samples."""
+        if self._kept is not None:
+            reads.provided(self._start, self._kept)
+        else:
+            reads.provided_samples(self._start, self._start + self.size, self.samples)
+
+
+def _fresh(expected: np.ndarray, used: int) -> Callable[[np.ndarray], None]:
+    """What writes the fresh bytes of a chunk's first bytes into an array: ``expected[:used]``, then zeros."""
+
+    def known(out: np.ndarray) -> None:
+        head = min(len(out), used)
+        out[:head] = expected[:head]
+        out[head:] = 0
+
+    return known
 
 
 def element_bits(entry: PlanEntry) -> int:
@@ -120,12 +196,17 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def same_blocks(expected: np.ndarray, piece: ChunkBytes, used: int) -> bool:
     """Whether a chunk's first ``used`` bytes are ``expected`` and the rest (an entry's padding) zeros, read and
-    compared a block at a time."""
+    compared a block at a time (when not, ``piece`` keeps its bytes from then on: see ChunkBytes)."""
     for low in range(0, used, BLOCK):
         high = min(used, low + BLOCK)
-        if not _same(expected[low:high], piece.upto(high)[low:high]):
+        if not _same(expected[low:high], piece.block(low, high)):
+            piece.keep_from(_fresh(expected, used))
             return False
-    return not piece.whole()[used:].any()
+        piece.matched = high
+    if piece.zeros_from(used):
+        return True
+    piece.keep_from(_fresh(expected, used))
+    return False
 
 
 class StoredBytes:
@@ -162,12 +243,28 @@ class StoredBytes:
                 high = low + len(block)
                 if odd_nibble and high == used:
                     scratch[len(block) - 1] &= 0x0F  # (a view of scratch: the same byte)
-                if not _same(block, piece.upto(high)[low:high]):
-                    return False
-                low = high
-        except DmlBridgeError:
-            return False
-        return low == used and not piece.whole()[used:].any()
+                if not _same(block, piece.block(low, high)):
+                    break
+                piece.matched = low = high
+            else:
+                if piece.zeros_from(used):
+                    return True
+            piece.keep_from(functools.partial(self._known, data, first, used, odd_nibble))
+        except ExternalDataError:
+            piece.keep_from(None)  # (the model's file failed: the usual path says why, as it always did)
+        return False
+
+    @staticmethod
+    def _known(data: OpenedData, first: int, used: int, odd_nibble: bool, out: np.ndarray) -> None:
+        """The fresh bytes of a chunk's first ``len(out)`` bytes, found equal to the stored ones: those read
+        again, the spare nibble zeroed, zeros after them."""
+        head = min(len(out), used)
+        if head:
+            for _ in data.read_blocks(first, head, out[:head]):
+                pass
+            if odd_nibble and head == used:
+                out[head - 1] &= 0x0F
+        out[head:] = 0
 
     def close(self) -> None:
         with self._lock:
@@ -199,10 +296,10 @@ def compare_chunk(target: Target, alignment: int, constant: ModelConstant, entry
         expected = prepare(values, target=target, min_dims=1, flags=entry.flags,
                            guaranteed_base_offset_alignment=alignment)
     except ExternalDataError:
-        piece.whole()  # (the buffer file's errors first, as when it was read before the model)
+        piece.rest()  # (the buffer file's errors first, as when it was read before the model)
         raise  # the model's files cannot be read: one error for the whole run, not a mismatch per constant
     except DmlBridgeError:
-        piece.whole()
+        piece.rest()
         return FAILED
     assert entry.dml_type is not None and entry.conversion is not None
     exact = (entry.conversion == expected.conversion and entry.conversion in _EXACT
@@ -213,7 +310,7 @@ def compare_chunk(target: Target, alignment: int, constant: ModelConstant, entry
         # round trip the tests hold to the reference encoder): the values read back are the model's. Reading
         # them back again would only repeat that (and narrowing FLOAT16 back to FLOAT8 costs more than the rest).
         return Found(0, -1, expected.clamped, False, None, None)
-    actual = piece.whole()
+    actual = piece.whole()  # (kept from the block that differed on, when not kept)
     differ = _differing_bytes(expected.data[:used], actual[:used])
     padding = np.flatnonzero(actual[used:]) + used
     first = int(differ[0]) if differ.size else int(padding[0]) if padding.size else -1

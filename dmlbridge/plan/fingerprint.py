@@ -183,6 +183,13 @@ class FingerprintStream:
                 wanted.append((low, high))
         return wanted
 
+    def sampled(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The stretches of ``[start, stop)`` the digest samples, fed or not (any thread may ask)."""
+        first = int(np.searchsorted(self._stops, start, side="right"))
+        last = int(np.searchsorted(self._starts, stop, side="left"))
+        return [(max(int(low), start), min(int(high), stop))
+                for low, high in zip(self._starts[first:last], self._stops[first:last], strict=True)]
+
     def feed(self, position: int, data: Any) -> None:
         """Bytes ``data`` of the file from ``position`` (after every sampled byte before ``position``)."""
         view = memoryview(data).cast("B")

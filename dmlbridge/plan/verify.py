@@ -50,6 +50,7 @@ from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.bits import differing_bits, same_bits
 from dmlbridge.plan.buffer_pass import BufferReads
 from dmlbridge.plan.chunk_compare import (
+    BLOCK,
     READBACK_BYTES,
     Chunk,
     ChunkBytes,
@@ -234,11 +235,14 @@ def _find(
 
     spare = _Spare()
 
-    def compare(chunk: Chunk) -> tuple[Found, np.ndarray]:
+    def compare(chunk: Chunk) -> tuple[Found, ChunkBytes]:
         constant = constants[chunk.index]
         size = chunk.stop - chunk.start
-        out = spare.take(size)
-        piece = ChunkBytes(streams[chunk.buffer], chunk.start, np.empty(size, np.uint8) if out is None else out[:size])
+        reads = streams[chunk.buffer]
+        # (Not hashed: the bytes read a block at a time into the same few pages, the sampled ones kept.)
+        room = size if reads.hashes else min(size, BLOCK)
+        out = spare.take(room)
+        piece = ChunkBytes(reads, chunk.start, size, np.empty(room, np.uint8) if out is None else out, reads.hashes)
         stored = -(-constant.packed_nbytes * (chunk.end - chunk.begin) // max(1, constant.size)) + 1
         buffer = spare.take(stored) if slices_of[chunk.index] is not None else None
         if buffer is None and slices_of[chunk.index] is not None:
@@ -246,7 +250,7 @@ def _find(
         try:
             return compare_chunk(plan.target, plan.alignment, constant, plan.entries[constant.key], chunk, piece,
                                  slices_of[chunk.index], reader, max_tensor_bytes, buffer,
-                                 stored_of.get(chunk.index)), piece.data
+                                 stored_of.get(chunk.index)), piece
         finally:
             spare.give(buffer)
 
@@ -268,9 +272,9 @@ def _find(
             for chunk in chunks:
                 reads = streams[chunk.buffer]
                 if chunk.by_job:
-                    result, actual = ahead.take(chunk)
-                    reads.provided(chunk.start, actual)
-                    spare.give(actual.base if isinstance(actual.base, np.ndarray) else actual)
+                    result, piece = ahead.take(chunk)
+                    piece.hand_back(reads)
+                    spare.give(piece.buffer)
                 else:
                     result = compare_chunk(plan.target, plan.alignment, constants[index], entry, chunk,
                                            ChunkBytes.given(reads.read(chunk.start, chunk.stop)), slices, reader,

@@ -294,13 +294,13 @@ def test_verify_compares_a_chunk_a_block_at_a_time(tmp_path: Path, monkeypatch: 
     plan.close()
 
 
-def _mismatches(plan_prefix: Path, path: Path) -> list[str] | str:
+def _mismatches(plan_prefix: Path, path: Path, sha256: bool) -> list[str] | str:
     """What verify finds (workers 1 and 2 alike), or the message of the error it raises."""
     found: list[list[str] | str] = []
     for workers in (1, 2):
         plan = read_plan(Path(str(plan_prefix) + ".json"), verify=False, bin_path=None, check_fingerprint=False)
         try:
-            found.append(verify.find_mismatches(plan, path, workers=workers, sha256=True))
+            found.append(verify.find_mismatches(plan, path, workers=workers, sha256=sha256))
         except DmlBridgeError as exc:
             found.append(str(exc))
         finally:
@@ -330,7 +330,7 @@ def test_verify_says_the_same_whatever_the_path(tmp_path: Path, monkeypatch: pyt
     data[-1] |= 0xF0  # the INT4 constant's spare nibble in the model: not a difference
     data[100] ^= 0x80  # the sign of a float32 value
 
-    def every_path() -> list[list[str] | str]:
+    def every_path(sha256: bool) -> list[str] | str:
         found = []
         for checked_only, chunked in ((False, True), (True, True), (False, False)):
             with monkeypatch.context() as patch:
@@ -339,20 +339,30 @@ def test_verify_says_the_same_whatever_the_path(tmp_path: Path, monkeypatch: pyt
                 patch.setattr(verify, "POOL_MIN_BYTES", 4096 if chunked else 1 << 30)
                 patch.setattr(verify, "CHUNK_BYTES", 16 << 10 if chunked else 1 << 40)
                 patch.setattr(chunk_compare, "BLOCK", 4096)
-                found.append(_mismatches(tmp_path / "w", path))
+                found.append(_mismatches(tmp_path / "w", path, sha256))
         assert found[0] == found[1] == found[2], found
-        return found
+        return found[0]
 
     (tmp_path / "m.data").write_bytes(bytes(data))
-    problems = every_path()[0]
-    assert isinstance(problems, list) and len(problems) == 4, problems  # (SHA-256, w_float, w_int4, w_float8)
-    assert "fingerprint" in problems[0] or "SHA-256" in problems[0], problems[0]
+    problems = every_path(sha256=True)
+    assert every_path(sha256=False) == problems  # (the bytes compared kept or not: the fingerprint speaks first)
+    assert isinstance(problems, list) and len(problems) == 4, problems  # (fingerprint, w_float, w_int4, w_float8)
+    assert "fingerprint" in problems[0], problems[0]
     assert "'w_float': 2 byte(s) differ" in problems[1] and "element [25]" in problems[1], problems[1]
     assert f"'w_int4': 2 byte(s) differ from a fresh conversion, the first at offset {int4_end - 1}" in problems[2]
     assert "'w_float8': 1 byte(s) differ" in problems[3], problems[3]
+    with monkeypatch.context() as patch:  # (and the chunks that differ read no byte of the buffer file twice)
+        patch.setattr(verify, "POOL_MIN_BYTES", 4096)
+        patch.setattr(verify, "CHUNK_BYTES", 16 << 10)
+        patch.setattr(chunk_compare, "BLOCK", 4096)
+        reads = _record_reads(patch)
+        plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+        assert verify.find_mismatches(plan, path, workers=2) == problems
+        assert _times_read(reads, plan._open_files().fd(0), len(buffer)).max() == 1
+        plan.close()
     (tmp_path / "m.data").write_bytes(bytes(data[:-1000]))  # cut short: an error, the same on every path
-    message = every_path()[0]
-    assert isinstance(message, str) and "m.data" in message, message
+    message = every_path(sha256=False)
+    assert isinstance(message, str) and "m.data" in message and every_path(sha256=True) == message, message
 
 
 def test_two_workers_compare_two_chunks_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
