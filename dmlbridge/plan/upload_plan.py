@@ -302,8 +302,8 @@ class UploadPlan(Manifest):
         max_constants: int | None = DEFAULT_MAX_CONSTANTS,
     ) -> None:
         """Check that the plan is exactly ``model``'s constants: the same keys, types and shapes, the bytes a
-        fresh conversion gives, and values that read back bit for bit (NaN payloads of widened floats excepted),
-        and that each buffer file matches its fingerprint and, with ``sha256`` (None, the default: when the
+        fresh conversion gives, and values that read back bit for bit (NaN payloads included), and that each
+        buffer file matches its fingerprint and, with ``sha256`` (None, the default: when the
         manifest records them), its SHA-256. ``max_constants``: as ``convert_model`` takes it (a model of more
         constants is refused before it is parsed). The buffer files are read once, front to back, within the memory
         budget conversion keeps. ``progress``: a bar on stderr, as ``convert_model`` shows (None: when stderr is

@@ -211,8 +211,6 @@ def test_verify_reads_each_buffer_byte_once(tmp_path: Path, monkeypatch: pytest.
     plan.close()
 
 
-
-
 # --- a chunk compared a block at a time, native constants as their stored bytes ---------------------------------
 
 _INT4_COUNT = 2 * 20000 + 1  # an odd count: the last byte's high nibble is spare
@@ -348,14 +346,14 @@ def test_verify_says_the_same_whatever_the_path(tmp_path: Path, monkeypatch: pyt
     assert every_path(sha256=False) == problems  # (the bytes compared kept or not: the fingerprint speaks first)
     assert isinstance(problems, list) and len(problems) == 4, problems  # (fingerprint, w_float, w_int4, w_float8)
     assert "fingerprint" in problems[0], problems[0]
-    assert "'w_float': 2 byte(s) differ" in problems[1] and "element [25]" in problems[1], problems[1]
-    assert f"'w_int4': 2 byte(s) differ from a fresh conversion, the first at offset {int4_end - 1}" in problems[2]
-    assert "'w_float8': 1 byte(s) differ" in problems[3], problems[3]
+    assert "'w_float': 2 bytes differ" in problems[1] and "element [25]" in problems[1], problems[1]
+    assert f"'w_int4': 2 bytes differ from a fresh conversion, the first at offset {int4_end - 1}" in problems[2]
+    assert "'w_float8': 1 byte differs" in problems[3], problems[3]
     with monkeypatch.context() as patch:  # (and the chunks that differ read no byte of the buffer file twice)
         patch.setattr(verify, "POOL_MIN_BYTES", 4096)
         patch.setattr(verify, "CHUNK_BYTES", 16 << 10)
         patch.setattr(chunk_compare, "BLOCK", 4096)
-        reads = _record_reads(patch)
+        reads = record_positioned_reads(patch)
         plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
         assert verify.find_mismatches(plan, path, workers=2) == problems
         assert _times_read(reads, plan._open_files().fd(0), len(buffer)).max() == 1
