@@ -243,6 +243,15 @@ def _external_model(folder: Path) -> Path:
     return path
 
 
+def _identity(path: Path) -> tuple[int, int]:
+    """The file at ``path`` as :class:`system_calls.Read` names the file a read was from."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        return file_of(fd)
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Constants of 4 KiB and more compared by jobs, in chunks of about 16 KiB, blocks of 4 KiB."""
@@ -269,23 +278,12 @@ def test_verify_compares_a_chunk_a_block_at_a_time(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(slices, "decode_range", counted_decode_range)
     plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
-    files = {os.stat(tmp_path / "m.data").st_ino: "model", os.stat(buffer_path(tmp_path / "w")).st_ino: "buffer"}
-    reads: dict[str, list[int]] = {"model": [], "buffer": []}
-    pread, preadv, fstat = os.pread, os.preadv, os.fstat
-
-    def counted_pread(fd: int, size: int, offset: int) -> bytes:
-        data = pread(fd, size, offset)
-        reads.setdefault(files.get(fstat(fd).st_ino, "other"), []).append(len(data))
-        return data
-
-    def counted_preadv(fd: int, buffers: list[Any], offset: int) -> int:
-        done = preadv(fd, buffers, offset)
-        reads.setdefault(files.get(fstat(fd).st_ino, "other"), []).append(done)
-        return done
-
-    monkeypatch.setattr(os, "pread", counted_pread)
-    monkeypatch.setattr(os, "preadv", counted_preadv)
+    files = {_identity(tmp_path / "m.data"): "model", _identity(buffer_path(tmp_path / "w")): "buffer"}
+    recorded = record_positioned_reads(monkeypatch)
     assert verify.find_mismatches(plan, path, workers=workers) == []
+    reads: dict[str, list[int]] = {"model": [], "buffer": []}
+    for read in recorded:
+        reads.setdefault(files.get(read.file, "other"), []).append(read.got)
     assert reads["buffer"] and max(reads["buffer"]) <= 4096, reads["buffer"]
     assert reads["model"] and max(reads["model"]) <= 4096, reads["model"]
     assert set(decoded) == {"w_float8"}, decoded
