@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,8 @@ def _manifests_follow_the_schema(monkeypatch: pytest.MonkeyPatch, request: pytes
     validator = request.getfixturevalue("fast_manifest_validator")
     publish = Publication.publish
 
-    def checked(self: Publication, manifest: bytes) -> Any:
+    def checked(self: Publication, manifest: bytes | Iterable[bytes]) -> Any:
+        manifest = manifest if isinstance(manifest, bytes) else b"".join(manifest)  # (the writer streams it)
         document = json.loads(manifest)
         if isinstance(document, dict) and document.get("format") == "dmlbridge-upload-plan":  # (not a test's {})
             error = jsonschema.exceptions.best_match(validator.iter_errors(document))

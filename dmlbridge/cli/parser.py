@@ -19,6 +19,7 @@ from dmlbridge.cli.report import MIN_WIDTH
 from dmlbridge.errors import DmlBridgeError
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
+    DEFAULT_MAX_CONSTANTS,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
     parse_byte_count,
@@ -48,8 +49,15 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
                         help="round DOUBLE to FLOAT32 without FLOAT64 (and allow --int64 saturate)")
 
 
+def _add_max_constants(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-constants", type=int, default=DEFAULT_MAX_CONSTANTS, metavar="N",
+                        help="refuse a model of more than N constants, counted before it is read (default 524288; "
+                        "each takes memory: docs/guide.md, Streaming)")
+
+
 def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     _add_target_options(parser)
+    _add_max_constants(parser)
     parser.add_argument("--alignment", type=_byte_count, default=256,
                         help="offset alignment in bytes, a power of two >= 16 (default 256)")
     parser.add_argument("--min-dims", type=int, default=None, metavar="N",
@@ -268,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="refuse constants larger than BYTES (e.g. 2GiB; default 16GiB)")
     verify.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
                         metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
+    _add_max_constants(verify)
     _add_workers(verify, "compare constants")
 
     bindings = commands.add_parser(

@@ -23,14 +23,17 @@ schema and these constants together.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+
+import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError, ManifestError, counted
 from dmlbridge.manifest.json_fields import INT64_MAX, Fields, kind_of, parse_json, whole_number
@@ -60,7 +63,9 @@ __all__ = [
     "READABLE_VERSIONS",
     "BufferFile",
     "Manifest",
-    "entry_lines",
+    "check_manifest_size",
+    "entries_size",
+    "manifest_chunks",
     "manifest_document",
     "manifest_schema",
     "manifest_text",
@@ -155,47 +160,140 @@ def manifest_document(manifest: Manifest) -> dict[str, Any]:
     return doc
 
 
-def manifest_text(manifest: Manifest, lines: list[str] | None = None) -> str:
-    """The manifest's text: ``json.dumps`` of each top-level field on a line of its own, and of each entry, made
-    without a dict and a json.dumps call per entry (a model can hold 100,000 constants). ``lines``: the entries'
-    lines, as :func:`entry_lines` made them."""
+def manifest_text(manifest: Manifest) -> str:
+    """The manifest's text: ``json.dumps`` of each top-level field on a line of its own, and of each entry (what
+    :func:`manifest_chunks` gives, whole)."""
+    return b"".join(manifest_chunks(manifest)).decode("ascii")
+
+
+def manifest_chunks(manifest: Manifest) -> Iterator[bytes]:
+    """The manifest's text as ASCII bytes, a few thousand entry lines at a time: what a writer streams into its
+    file, so that the manifest of a million constants (hundreds of MiB) is never whole in memory. Each entry line
+    is made without a dict and a json.dumps call per entry (a model can hold 100,000 constants)."""
     head = [f"  {_json(k)}: {_json(v)}" for k, v in _head(manifest).items()]
-    return _assemble(head, entry_lines(manifest.entries) if lines is None else lines)
+    pieces = _entry_pieces(manifest.entries)
+    previous = next(pieces, None)
+    if previous is None:
+        yield ("{\n" + ",\n".join([*head, '  "entries": []']) + "\n}\n").encode("ascii")
+        return
+    yield "".join(["{\n", *[line + ",\n" for line in head], '  "entries": [\n']).encode("ascii")
+    for piece in pieces:
+        yield (",\n".join(previous) + ",\n").encode("ascii")
+        previous = piece
+    yield (",\n".join(previous) + "\n  ]\n}\n").encode("ascii")
 
 
-def entry_lines(entries: Mapping[str, PlanEntry], limit: int | None = None) -> list[str]:
-    """The manifest's entry lines; InvalidArgumentError, before more than about ``limit`` bytes are made, when
-    they would take more (each key is at most MAX_KEY_LENGTH characters, so a line is at most about 76 KiB)."""
+def check_manifest_size(entries: Mapping[str, PlanEntry], limit: int) -> None:
+    """InvalidArgumentError when the manifest's entry lines would take more than ``limit`` bytes, worked out
+    without making them (each key is at most MAX_KEY_LENGTH characters, so a line is at most about 76 KiB): an
+    upper bound first (what every key's and origin's characters could take escaped), the exact size only when
+    that passes the limit."""
+    if _entries_size(entries, bound=True) > limit:
+        _check_size(entries_size(entries), len(entries), limit)
+
+
+def entries_size(entries: Mapping[str, PlanEntry]) -> int:
+    """``sum(map(len, lines))`` of the manifest's entry lines, worked out from the plan's columns without making
+    them.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+        >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], [w])))
+        >>> entries_size(plan.entries) == len(manifest_text(plan).splitlines()[-3])
+        True
+    """
+    return _entries_size(entries, bound=False)
+
+
+# A character of a key or an origin takes at most 12 in JSON (an astral one: two \uXXXX escapes); an offset has at
+# most 10 digits (a buffer is at most 0xFFFF0000 bytes), a buffer index at most 3.
+_MOST_PER_CHARACTER, _MOST_OFFSET_DIGITS, _MOST_BUFFER_DIGITS = 12, 10, 3
+
+
+def _entries_size(entries: Mapping[str, PlanEntry], bound: bool) -> int:
+    """The size of the entry lines :func:`_entry_pieces` makes (``bound``: an upper bound of it, cheaper), from
+    the columns: a line is its key, origin, offset and consumers around the text its pair shares, so only those
+    are measured per entry, each column in one pass."""
     if not isinstance(entries, PlanEntries):
-        lines = [_entry_json(entry) for entry in entries.values()]
-        _check_size(sum(map(len, lines)), len(lines), limit)
-        return lines
+        return sum(len(_entry_json(entry)) for entry in entries.values())
+    keys, origins, offsets, pairs = entries.columns()
+    consumers, buffers, clamped = entries.consumers, entries.buffers, entries.clamped
+    several = any(buffers)
+    shared, kinds = _shared_texts(pairs, several)
+    widths = {ident: len(head) + len(tail) for ident, (head, tail) in shared.items()}
+    alone = sorted(clamped)  # the entries whose line is their own json: clamped ones, and skipped ones
+    if len(widths) < kinds:
+        alone += np.flatnonzero(np.fromiter(map(widths.__contains__, map(id, pairs)), bool, len(pairs)) == 0).tolist()
+        alone = sorted(set(alone))
+    size = sum(len(_entry_json(entries.at(i, keep=False))) for i in alone)
+    count = len(keys) - len(alone)
+    if not count:
+        return size
+    shared_rows = None
+    if alone:
+        shared_rows = bytearray(b"\x01") * len(keys)
+        for i in alone:
+            shared_rows[i] = 0
+
+    def rows(column: list[Any]) -> Iterable[Any]:
+        return column if shared_rows is None else itertools.compress(column, shared_rows)
+
+    size += 27 * count  # '    {"key": ', ', "origin": ', ', ' and the closing brace
+    size += sum(len(_consumers_json(read_by)) - 1 for read_by in filter(None, rows(consumers)))
+    if several:
+        size += len(', "offset": ') * count
+    if bound:
+        characters = sum(map(len, rows(keys))) + sum(map(len, rows(origins)))
+        return (size + _MOST_PER_CHARACTER * characters + 4 * count
+                + (max(widths.values()) + _MOST_OFFSET_DIGITS + several * _MOST_BUFFER_DIGITS) * count)
+    size += sum(map(len, map(_quote, rows(keys)))) + sum(map(len, map(_quote, rows(origins))))
+    size += _digits(np.fromiter(rows(offsets), np.int64, count)) + sum(map(widths.__getitem__, map(id, rows(pairs))))
+    if several:
+        size += _digits(np.fromiter(rows(buffers), np.int64, count))
+    return size
+
+
+def _digits(values: np.ndarray) -> int:
+    """The decimal digits of non-negative integers below 10^19, all told (``sum(len(str(v)) for v in values)``)."""
+    return len(values) + sum(int(np.count_nonzero(values >= 10**k)) for k in range(1, 19))
+
+
+def _shared_texts(pairs: list[Any], several: bool) -> tuple[dict[int, tuple[str, str]], int]:
+    """Per pair (by id) that is converted, the text of its entries' lines around their offset (and buffer):
+    :func:`_shared_json`'s; and how many pairs there are, skipped ones included."""
+    unique = dict(zip(map(id, pairs), pairs, strict=True))
+    return {ident: _shared_json(pair.fields, None if several else 0)
+            for ident, pair in unique.items() if pair.total >= 0}, len(unique)
+
+
+def _entry_pieces(entries: Mapping[str, PlanEntry]) -> Iterator[list[str]]:
+    """The manifest's entry lines, _LINES_AT_ONCE at a time."""
+    if not isinstance(entries, PlanEntries):
+        values = list(entries.values())
+        for first in range(0, len(values), _LINES_AT_ONCE):
+            yield [_entry_json(entry) for entry in values[first : first + _LINES_AT_ONCE]]
+        return
     keys, origins, offsets, pairs = entries.columns()
     consumers, buffers = entries.consumers, entries.buffers
     several = any(buffers)  # (one buffer, the usual case: "buffer": 0 goes into each pair's shared text)
-    unique = {id(pair): pair for pair in pairs}
-    shared = {ident: _shared_json(pair.fields, None if several else 0)
-              for ident, pair in unique.items() if pair.total >= 0}
-    lines, size = [], 0
-    for first in range(0, len(keys), _LINES_AT_ONCE):  # made in pieces: a refused manifest is never all made
+    shared = _shared_texts(pairs, several)[0]
+    clamped = entries.clamped
+    for first in range(0, len(keys), _LINES_AT_ONCE):
         stop = min(first + _LINES_AT_ONCE, len(keys))
-        clamped = entries.clamped
         texts = [None if i in clamped else shared.get(id(pairs[i])) for i in range(first, stop)]
         if several:
             texts = [None if text is None else (f"{text[0]}{buffer}, \"offset\": ", text[1])
                      for text, buffer in zip(texts, buffers[first:stop], strict=True)]
-        piece = [
+        yield [
             f'    {{"key": {_quote(key)}, "origin": {_quote(origin)}, {text[0]}{offset}{text[1]}'
             f'{_consumers_json(read_by) if read_by else "}"}'
-            if text is not None else _entry_json(entries[key])
-            for key, origin, offset, read_by, text in zip(
-                keys[first:stop], origins[first:stop], offsets[first:stop], consumers[first:stop], texts,
-                strict=True)
+            if text is not None else _entry_json(entries.at(i, keep=False))
+            for i, key, origin, offset, read_by, text in zip(
+                range(first, stop), keys[first:stop], origins[first:stop], offsets[first:stop],
+                consumers[first:stop], texts, strict=True)
         ]
-        size += sum(map(len, piece))
-        _check_size(size, len(keys), limit)
-        lines += piece
-    return lines
 
 
 def _check_size(size: int, count: int, limit: int | None) -> None:
@@ -205,17 +303,6 @@ def _check_size(size: int, count: int, limit: int | None) -> None:
             f"({limit / 2**20:.3g} MiB; --max-manifest-bytes on the command line), which load_plan also needs to "
             "read it; raise the limit on both if you trust this model"
         )
-
-
-def _assemble(head: list[str], entries: list[str]) -> str:
-    """The manifest text from its top-level field lines and entry lines, joined once (a large model's manifest
-    is megabytes: each extra copy costs)."""
-    if not entries:
-        return "{\n" + ",\n".join([*head, '  "entries": []']) + "\n}\n"
-    opening, closing = "".join(["{\n", *[line + ",\n" for line in head], '  "entries": [\n']), "\n  ]\n}\n"
-    if len(entries) == 1:
-        return opening + entries[0] + closing
-    return ",\n".join([opening + entries[0], *entries[1:-1], entries[-1] + closing])
 
 
 def _json(value: Any) -> str:

@@ -182,9 +182,10 @@ class BytesScan:
 
 
 
-def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
+def scan_bytes(model: Any, data: bytes, graph_fields: np.ndarray | None = None) -> BytesScan | None:
     """Every constant of ``model`` (a ModelProto parsed from ``data``), as constants.find_constants finds them;
-    None when the bytes are not laid out as this module expects (the caller then reads the parsed model)."""
+    None when the bytes are not laid out as this module expects (the caller then reads the parsed model).
+    ``graph_fields``: where each field of the model's one graph begins, when the census read them already."""
     graph = model.graph
     if len(graph.initializer) + len(graph.node) > _MAX_RECORDS:
         return None
@@ -192,7 +193,7 @@ def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
     if span is None:
         return None
     source = np.frombuffer(data, dtype=np.uint8)
-    records = _graph_records(data, source, *span)
+    records = _graph_records(data, source, *span, graph_fields)
     if records is None:
         return None
     init_starts, init_ends, node_starts, node_ends = records
@@ -223,7 +224,7 @@ def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
             if kind not in parsed:
                 parsed[kind] = (graph.initializer if kind == "initializer" else graph.node)[:]
             if kind == "initializer":
-                found.append(initializer_constant(parsed[kind][index], index, ""))
+                found.append(initializer_constant(parsed[kind], index, ""))
             else:
                 node_constants(parsed[kind][index], index, "", found, 0)
             unread(before)
@@ -268,9 +269,13 @@ def scan_bytes(model: Any, data: bytes) -> BytesScan | None:
                      np.concatenate([none, *indices]), graph)
 
 
-def _graph_records(data: bytes, source: np.ndarray, at: int, end: int) -> tuple[np.ndarray, ...] | None:
-    """The payload spans of the graph's initializer and node records: (starts, ends) of each, in order."""
-    positions = field_positions(data, at, end)
+def _graph_records(
+    data: bytes, source: np.ndarray, at: int, end: int, positions: np.ndarray | None = None
+) -> tuple[np.ndarray, ...] | None:
+    """The payload spans of the graph's initializer and node records: (starts, ends) of each, in order
+    (``positions``: where each field of the graph begins, if known)."""
+    if positions is None:
+        positions = field_positions(data, at, end)
     if positions is None:
         return None
     tags, tag_lengths, _ = varints(source, positions)

@@ -222,6 +222,11 @@ make_constant = functools.partial(tuple.__new__, ModelConstant)
 """ModelConstant._make without its length check (the finders make one per constant: 100,000 in some models)."""
 
 
+# _FRESH: protobuf's wrapper of a message whose repeated fields were read holds a table of them as long as it lives
+# (about 370 bytes; upb). A constant keeps the wrapper of its TensorProto for the whole conversion, so it keeps a
+# fresh one, fetched again after the one examined is let go: a million constants keep 370 MB less.
+
+
 def _tensor_facts(tensor: Any) -> tuple[Any, ...]:
     """tensor_info's fields of a TensorProto, in ModelConstant's order (its last seven fields)."""
     info = examine_tensor(tensor)[0]
@@ -282,35 +287,40 @@ def _scan_graph(graph: Any, scope: str, found: list[ModelConstant], depth: int) 
     if depth > _MAX_DEPTH:
         raise TensorProtoError(f"subgraphs are nested more than {_MAX_DEPTH} deep at {scope!r}")
     append = found.append
-    for index, tensor in enumerate(graph.initializer[:]):  # a slice is a list: faster to walk
-        append(initializer_constant(tensor, index, scope))
+    origin = "initializer" + _where(scope)  # (one string for the graph's initializers: a scope can be long)
+    initializers = graph.initializer
+    for index in range(len(initializers)):
+        append(initializer_constant(initializers, index, scope, origin))
     sparse_constants(graph, scope, found)
     _scan_nodes(graph.node, scope, found, depth)
 
 
-def initializer_constant(tensor: Any, index: int, scope: str) -> ModelConstant:
-    """The constant of an initializer (at ``index`` of its graph, in ``scope``)."""
-    facts = _tensor_facts(tensor)
+def initializer_constant(initializers: Any, index: int, scope: str, origin: str | None = None) -> ModelConstant:
+    """The constant of the initializer at ``index`` of ``initializers`` (its graph's, in ``scope``; ``origin``:
+    the graph's ``initializer in SCOPE``, made once for all its initializers)."""
+    facts = _tensor_facts(initializers[index])
     name = facts[0]  # the tensor's name, decoded as _text does
     key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
-    return make_constant((key, name, scope, "initializer", "initializer" + _where(scope), tensor, *facts))
+    origin = "initializer" + _where(scope) if origin is None else origin
+    return make_constant((key, name, scope, "initializer", origin, initializers[index], *facts))
 
 
 def sparse_constants(graph: Any, scope: str, found: list[ModelConstant]) -> None:
     where = _where(scope)
     prefix = f"{scope}/" if scope else ""
+    origin = "sparse_initializer" + where
     for index, sparse in enumerate(graph.sparse_initializer):
         name = _text(sparse.values.name)
         label = f"sparse initializer {name!r}" if name else f"sparse initializer #{index}"
         onnx_type, shape, nbytes = _sparse_info(sparse, label + where)
         found.append(make_constant((f"{prefix}{name or f'<unnamed sparse {index}>'}", name, scope, "sparse_initializer",
-                             "sparse_initializer" + where, sparse, "", onnx_type, shape, nbytes, "sparse",
+                             origin, sparse, "", onnx_type, shape, nbytes, "sparse",
                              math.prod(shape), 0)))
 
 
 def _scan_nodes(nodes: Any, scope: str, found: list[ModelConstant], depth: int) -> None:
-    for index, node in enumerate(nodes[:]):  # a slice is a list: faster to walk
-        node_constants(node, index, scope, found, depth)
+    for index in range(len(nodes)):  # (one node's wrapper at a time: see _FRESH)
+        node_constants(nodes[index], index, scope, found, depth)
 
 
 def node_constants(node: Any, index: int, scope: str, found: list[ModelConstant], depth: int) -> None:
@@ -397,7 +407,8 @@ def _constant_of(node: Any, kind: ConstantKind, attr: Any, index: int, scope: st
     origin = f"{label} ({kind}) in {scope}" if scope else f"{label} ({kind})"
     key = (f"{scope}/" if scope else "") + (name or f"<unnamed {index}>")
     if kind == "value":
-        return make_constant((key, name, scope, kind, origin, attr.t, *_tensor_facts(attr.t)))
+        facts = _tensor_facts(attr.t)
+        return make_constant((key, name, scope, kind, origin, attr.t, *facts))  # (a fresh wrapper: see _FRESH)
     if kind == "sparse_value":
         proto = attr.sparse_tensor
         onnx_type, shape, nbytes = _sparse_info(proto, label + _where(scope))

@@ -26,6 +26,7 @@ from onnx.serialization import registry
 
 from dmlbridge.errors import ExternalDataError, InvalidArgumentError
 from dmlbridge.model.byte_scan import BYTE_SCAN_MAX_BYTES, BytesScan, scan_bytes
+from dmlbridge.model.census import DEFAULT_MAX_CONSTANTS, ConstantCount, check_count, count_constants
 from dmlbridge.model.constants import ModelConstant, find_constants, iter_external_tensors
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
@@ -59,6 +60,8 @@ class LoadedModel:
     base_fd: int | None = field(default=None, repr=False, compare=False)
     sha256: str | None = field(default=None, repr=False, compare=False)
     """The SHA-256 of the model's bytes (of its serialization, for a ModelProto)."""
+    count: ConstantCount | None = field(default=None, repr=False, compare=False)
+    """Its constants counted from its bytes before it was parsed (:mod:`dmlbridge.model.census`)."""
 
     def close(self) -> None:
         if self.base_fd is not None:
@@ -72,14 +75,21 @@ class LoadedModel:
         self.close()
 
 
-def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> LoadedModel:
+def read_model(
+    model: Any, base_dir: str | os.PathLike[str] | None = None, *, max_constants: int | None = DEFAULT_MAX_CONSTANTS,
+    max_manifest_bytes: int | None = None,
+) -> LoadedModel:
     """Read a model (a path, serialized bytes or an ``onnx.ModelProto``) without loading external data.
 
     Unreadable files and data that is not an ONNX model raise InvalidArgumentError (never DecodeError/OSError).
+    Before the bytes are parsed, their constants are counted (:mod:`dmlbridge.model.census`): a model of more than
+    ``max_constants`` (None: any number), or whose manifest would take more than ``max_manifest_bytes`` (None: no
+    manifest is written), is refused with InvalidArgumentError.
     """
     path = None
     serialized: bytes | None = None
     base_fd = None
+    count: ConstantCount | None = None
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not isinstance(path, str):
@@ -87,13 +97,27 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
         directory = os.path.dirname(os.path.abspath(path))
         data, size, base_fd = _read_pinned(path, directory, pin=base_dir is None)
         digest = hashlib.sha256(data).hexdigest()
+        text_format = registry.get_format_from_file_extension(os.path.splitext(path)[1])
         try:
-            text_format = registry.get_format_from_file_extension(os.path.splitext(path)[1])
+            if text_format in (None, "protobuf"):
+                count = _counted(data, max_constants, max_manifest_bytes)
+        except BaseException:
+            if base_fd is not None:
+                os.close(base_fd)
+            raise
+        try:
             proto = onnx.load_model_from_string(data, format=text_format or "protobuf")
         except Exception as exc:  # noqa: BLE001 - protobuf and onnx raise many types for garbage input
             if base_fd is not None:
                 os.close(base_fd)
             raise InvalidArgumentError(f"{path!r} is not a valid ONNX model ({type(exc).__name__}: {exc})") from None
+        if text_format not in (None, "protobuf"):  # (a text form: counted from protobuf's serialization)
+            try:
+                count = _counted(proto.SerializeToString(), max_constants, max_manifest_bytes)
+            except BaseException:
+                if base_fd is not None:
+                    os.close(base_fd)
+                raise
         if text_format in (None, "protobuf") and size <= BYTE_SCAN_MAX_BYTES:
             serialized = data  # kept for the byte scan
         name: str | None = os.path.basename(path)
@@ -102,6 +126,7 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
     elif isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
         digest = hashlib.sha256(data).hexdigest()
+        count = _counted(data, max_constants, max_manifest_bytes)
         try:
             proto = onnx.load_model_from_string(data)
         except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeError, ...
@@ -111,6 +136,7 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
     elif getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) == "onnx.ModelProto":
         # (Serializing it costs a tenth of what the byte scan saves on a model of many small constants.)
         whole = model.SerializeToString()
+        count = _counted(whole, max_constants, max_manifest_bytes)
         proto, name, size = model, None, len(whole)
         digest = hashlib.sha256(whole).hexdigest()
         serialized = whole if size <= BYTE_SCAN_MAX_BYTES else None
@@ -125,7 +151,16 @@ def read_model(model: Any, base_dir: str | os.PathLike[str] | None = None) -> Lo
         raise InvalidArgumentError(f"{what} has no graph: it is not an ONNX model (or an empty one)")
     folder = None if base_dir is None else os.fspath(base_dir)
     return LoadedModel(proto, name, size, path, None if folder is None else str(folder), serialized, base_fd,
-                       digest)
+                       digest, count)
+
+
+def _counted(data: bytes, max_constants: int | None, max_manifest_bytes: int | None) -> ConstantCount | None:
+    """The constants of the serialized model ``data``, counted and held to the limits (None: bytes the count does
+    not read, which protobuf then refuses: the count reads whatever protobuf parses)."""
+    count = count_constants(data, graph_fields=len(data) <= BYTE_SCAN_MAX_BYTES)
+    if count is not None:
+        check_count(count, max_constants, max_manifest_bytes)
+    return count
 
 
 def _read_pinned(path: str, directory: str, pin: bool) -> tuple[bytes, int, int | None]:
@@ -166,7 +201,7 @@ def model_constants(loaded: LoadedModel) -> tuple[list[ModelConstant], BytesScan
     under DMLBRIDGE_CHECKED_PATH_ONLY)."""
     scan = None
     if loaded.serialized is not None and not checked_path_only():
-        scan = scan_bytes(loaded.proto, loaded.serialized)
+        scan = scan_bytes(loaded.proto, loaded.serialized, None if loaded.count is None else loaded.count.graph_fields)
     return (find_constants(loaded.proto), None) if scan is None else (scan.found, scan)
 
 

@@ -37,7 +37,7 @@ __all__ = ["CHUNK_BYTES", "SPARSE_KINDS", "ConstantSlices", "decode_bytes", "spa
 
 CHUNK_BYTES = 16 << 20
 """About this many bytes (of values or of output, the larger) per chunk of a constant cut into chunks; constants
-of twice this size and more are cut (conversion and verification alike)."""
+of twice this size and more are cut (verification cuts them at half this size: dmlbridge.plan.verify)."""
 
 SPARSE_KINDS = ("sparse_initializer", "sparse_value")
 _SUB_BYTE = (2, 4, 6)  # ONNX bit widths whose decoded array is not a view of the stored bytes

@@ -41,6 +41,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,8 @@ import numpy as np
 from dmlbridge.errors import ExternalDataError, InvalidArgumentError, counted
 from dmlbridge.system.files import open_regular, read_at, read_into
 
-__all__ = ["ExternalDataInfo", "ExternalDataReader", "check_location", "parse_external_data", "tensor_label"]
+__all__ = ["ExternalDataInfo", "ExternalDataReader", "OpenedData", "check_location", "parse_external_data",
+           "tensor_label"]
 
 _MAX_LOCATION_BYTES = 4096
 _MAX_COMPONENT_BYTES = 255
@@ -312,6 +314,24 @@ class ExternalDataReader:
         finally:
             os.close(fd)
 
+    def open_data(self, tensor: Any, nbytes: int) -> OpenedData:
+        """A tensor's ``nbytes`` bytes of external data, its file opened and checked once, as :meth:`read_range`
+        does for each range it reads: then read by range any number of times (:class:`OpenedData`), until closed.
+
+            >>> import os, tempfile, numpy as np
+            >>> from onnx import TensorProto
+            >>> folder = tempfile.mkdtemp()
+            >>> with open(os.path.join(folder, "w.data"), "wb") as f:
+            ...     _ = f.write(bytes(range(10)))
+            >>> tensor = TensorProto(name="w", data_type=TensorProto.UINT8, dims=[10], data_location=1)  # EXTERNAL
+            >>> _ = tensor.external_data.add(key="location", value="w.data")
+            >>> with ExternalDataReader(folder).open_data(tensor, 10) as data:
+            ...     [block.tolist() for block in data.read_blocks(1, 7, np.empty(3, np.uint8))]
+            [[1, 2, 3], [4, 5, 6], [7]]
+        """
+        fd, offset, where = self._open_checked(tensor, nbytes)
+        return OpenedData(fd, offset, nbytes, where)
+
     def copy_to(self, tensor: Any, nbytes: int, out_fd: int, count: int | None = None) -> int:
         """Copy the first ``count`` (default: all ``nbytes``) bytes of a tensor's external data to ``out_fd``, at
         its current position, inside the kernel (``os.copy_file_range``, else ``os.sendfile``): no mapping and
@@ -490,6 +510,39 @@ class ExternalDataReader:
                 f"{where}: short read, {done} of {nbytes} bytes at offset {offset}; the file shrank"
             )
         return _readonly(out)
+
+
+class OpenedData:
+    """One tensor's external data, its file opened and checked once (:meth:`ExternalDataReader.open_data`): read
+    by range any number of times, from any thread (positioned reads), until :meth:`close` (or the end of a
+    ``with`` block). A file that shrinks is an ExternalDataError, as for every read."""
+
+    def __init__(self, fd: int, offset: int, nbytes: int, where: str) -> None:
+        self._fd: int | None = fd
+        self._offset, self._nbytes, self._where = offset, nbytes, where
+
+    def read_blocks(self, start: int, count: int, out: np.ndarray) -> Iterator[np.ndarray]:
+        """Bytes ``[start, start + count)`` of the tensor's, a block at a time: each read into ``out`` (a uint8
+        array, reused, so that the block stays in the processor's cache) and handed out as a read-only view of
+        it, ``len(out)`` bytes but the last."""
+        if not (0 <= start and 0 <= count and start + count <= self._nbytes) or not len(out):
+            raise InvalidArgumentError(f"bytes {start}..{start + count} are not within the tensor's {self._nbytes}")
+        for low in range(start, start + count, len(out)):
+            if self._fd is None:
+                raise InvalidArgumentError(f"{self._where} was closed")
+            part = min(len(out), start + count - low)
+            yield ExternalDataReader._copy(self._fd, self._offset + low, part, self._where, out[:part])
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def __enter__(self) -> OpenedData:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # errno values meaning "the kernel will not copy between these two files" (old kernels, other file systems,

@@ -20,6 +20,7 @@ malformed: a caller hands such bytes to protobuf itself.
 from __future__ import annotations
 
 import array
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_ROUNDS",
     "VARINT",
     "RecordWalk",
+    "field_position_runs",
     "field_positions",
     "float_field",
     "once",
@@ -106,26 +108,41 @@ def single_field_span(data: bytes, number: int) -> tuple[int, int] | None:
 
 def field_positions(data: bytes, at: int, end: int) -> np.ndarray | None:
     """Where each field of the message in data[at:end] begins, or None when they do not add up to its end."""
-    positions = array.array("q")
-    add = positions.append
-    try:
-        while at < end:
-            add(at)
-            tag = data[at]
-            if tag < 0x80 and tag & 7 == LENGTH:  # a one-byte tag and a short length: the usual record
-                length = data[at + 1]
-                if length < 0x80:
-                    at += 2 + length
-                    continue
-            tag, after = varint(data, at, end)
-            if tag < 0:
-                return None
-            at = skip(data, tag & 7, after, end)
-    except IndexError:
-        return None
-    if at != end:
-        return None
-    return np.frombuffer(positions, dtype=np.int64)
+    runs = list(field_position_runs(data, at, end, end - at + 1))
+    if not runs:
+        return np.zeros(0, dtype=np.int64)
+    return None if runs[-1] is None else runs[0]
+
+
+def field_position_runs(data: bytes, at: int, end: int, most: int) -> Iterator[np.ndarray | None]:
+    """:func:`field_positions` in runs of at most ``most`` fields (a message of millions of fields need not be
+    held at once); the last run is None when the fields do not add up to the message's end."""
+    while at < end:
+        positions = array.array("q")
+        add = positions.append
+        try:
+            for _ in itertools.repeat(None, most):
+                if at >= end:
+                    break
+                add(at)
+                tag = data[at]
+                if tag < 0x80 and tag & 7 == LENGTH:  # a one-byte tag and a short length: the usual record
+                    length = data[at + 1]
+                    if length < 0x80:
+                        at += 2 + length
+                        continue
+                tag, after = varint(data, at, end)
+                if tag < 0:
+                    yield None
+                    return
+                at = skip(data, tag & 7, after, end)
+        except IndexError:
+            yield None
+            return
+        if at > end:
+            yield None
+            return
+        yield np.frombuffer(positions, dtype=np.int64)
 
 
 def float_field(message: Any, name: str) -> np.ndarray:

@@ -18,9 +18,13 @@ lacks, a shape the layout rules refuse) is *skipped*: its entry says why and has
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast
+
+import numpy as np
 
 from dmlbridge.errors import (
     DmlBridgeError,
@@ -321,15 +325,19 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def __getitem__(self, key: str) -> PlanEntry:
         return self.at(self._index[key])
 
-    def at(self, i: int) -> PlanEntry:
-        """The entry of the ``i``-th constant (no lookup by key: the image writer goes through them in order)."""
+    def at(self, i: int, *, keep: bool = True) -> PlanEntry:
+        """The entry of the ``i``-th constant (no lookup by key: the image writer goes through them in order);
+        ``keep=False`` makes it without keeping it (the writer and the manifest read each entry once: a million
+        entries kept would take a few hundred MB)."""
         entry = self._made[i]
         if entry is None:
-            entry = self._made[i] = PlanEntry(
+            entry = PlanEntry(
                 **{**self._pairs[i].fields, "key": self._keys[i], "origin": self._origins[i],
                    "offset": self._offsets[i], "clamped": self._clamped.get(i), "consumers": self._consumers[i],
                    "buffer": self._buffers[i]}
             )
+            if keep:
+                self._made[i] = entry
         return entry
 
     def __iter__(self) -> Iterator[str]:
@@ -405,6 +413,21 @@ class Placement(NamedTuple):
         """The positions of the constants in buffer ``buffer`` (skipped ones between them included)."""
         stop = self.buffer_starts[buffer + 1] if buffer + 1 < len(self.buffer_starts) else len(self.offsets)
         return slice(self.buffer_starts[buffer], stop)
+
+    def converted_ranges(self, buffer: int) -> tuple[np.ndarray, np.ndarray]:
+        """The offsets and TotalTensorSizeInBytes of buffer ``buffer``'s converted constants, in order, as arrays
+        (what its fingerprint samples; no list of them: a buffer may hold a million)."""
+        within = self.buffer_range(buffer)
+        count = within.stop - within.start
+        totals = np.fromiter(map(_TOTAL, itertools.islice(self.pairs, within.start, within.stop)), np.int64, count)
+        converted = totals >= 0
+        kept = int(np.count_nonzero(converted))
+        offsets = np.fromiter(itertools.compress(itertools.islice(self.offsets, within.start, within.stop),
+                                                 converted.tolist()), np.int64, kept)
+        return offsets, totals[converted]
+
+
+_TOTAL = operator.attrgetter("total")
 
 
 def place_constants(

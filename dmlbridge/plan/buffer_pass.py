@@ -3,7 +3,7 @@ its fingerprint, all from the same reads.
 
 Verification compares each entry of a buffer file, a chunk at a time, in file order. :class:`BufferReads` is
 given those chunks' ranges (``pieces``) up front. A large piece is read by the job that compares it (a worker's
-positioned read, :meth:`BufferReads.read_piece`), which hands its bytes back, in order, through
+positioned reads, :meth:`BufferReads.read_part`), which hands its bytes back, in order, through
 :meth:`BufferReads.provided`; small ones are read here, many at once (:meth:`BufferReads.read`). Every byte read,
 either way, is fed once to SHA-256 (when asked: then the bytes between the pieces are read too, and no byte of
 the file is left out) and to the fingerprint's sampled ranges (:class:`~dmlbridge.plan.fingerprint.FingerprintStream`,
@@ -118,20 +118,39 @@ class BufferReads:
             self._feed(start, block)
         return block[start - self._block_start : stop - self._block_start]
 
-    def read_piece(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
-        """The bytes of a piece read by its job (in any thread, in any order), into ``out`` when it is large enough
-        (a reused buffer) else a fresh array: the job hands them back through :meth:`provided` (the digests take
-        them in file order)."""
-        data = out[: stop - start] if out is not None and out.shape[0] >= stop - start else np.empty(stop - start,
-                                                                                                   np.uint8)
-        self._read(start, data)
-        return data
+    def read_part(self, start: int, out: np.ndarray) -> None:
+        """Fill ``out`` with the file's bytes from ``start``: part of a piece read by its job (in any thread, in any
+        order, a block at a time if it likes), which hands the whole piece back through :meth:`provided` (the
+        digests take it in file order)."""
+        self._read(start, out)
 
     def provided(self, start: int, data: np.ndarray) -> None:
         """The bytes of the next piece, which its job read."""
         self._piece(start, start + len(data), True)
         self._skip_to(start)
         self._feed(start, data)
+
+    @property
+    def hashes(self) -> bool:
+        """Whether every byte is hashed (SHA-256): a job then hands back every byte of its piece, else only those
+        the fingerprint samples (:meth:`sampled`, :meth:`provided_samples`)."""
+        return self._sha is not None
+
+    def sampled(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The stretches of ``[start, stop)`` the fingerprint samples (in any thread)."""
+        return [] if self._fingerprint is None else self._fingerprint.sampled(start, stop)
+
+    def provided_samples(self, start: int, stop: int, samples: list[tuple[int, Any]]) -> None:
+        """The next piece, ``[start, stop)``, which its job read, by the bytes the fingerprint samples in it
+        (``(position, bytes)`` in file order, every stretch of :meth:`sampled`): when no SHA-256 is computed."""
+        self._piece(start, stop, True)
+        if self._sha is not None:
+            raise DmlBridgeError(f"internal error: bytes {start}..{stop} of {self._name!r} handed back sampled")
+        self._skip_to(start)
+        if self._fingerprint is not None:
+            for position, data in samples:
+                self._fingerprint.feed(position, data)
+        self._position = stop
 
     def finish(self) -> tuple[str | None, str | None]:
         """The file's SHA-256 and fingerprint (each None when not asked for), once the bytes after the last piece

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,30 +39,43 @@ _FINGERPRINT_WINDOW = 64 << 10  # sampled ranges closer than this are read with 
 _CHUNK = 4 << 20
 
 
-def _groups(size: int, offsets: list[int], totals: list[int]) -> tuple[np.ndarray, np.ndarray, bytes]:
-    """The sampled ranges merged, in file order: their starts, their stops and their 16-byte headers."""
-    spread = [i * size // _FINGERPRINT_SPREAD for i in range(_FINGERPRINT_SPREAD)]
-    starts = np.array([0, max(0, size - _FINGERPRINT_EDGE), *offsets, *spread], dtype=np.int64)
+def _groups(size: int, offsets: Sequence[int] | np.ndarray, totals: Sequence[int] | np.ndarray,
+            ) -> tuple[np.ndarray, np.ndarray, bytes]:
+    """The sampled ranges merged, in file order: their starts, their stops and their 16-byte headers (a model can
+    have a million entries: a few arrays of them at a time)."""
+    spread = np.array([i * size // _FINGERPRINT_SPREAD for i in range(_FINGERPRINT_SPREAD)], dtype=np.int64)
+    entries = np.asarray(offsets, dtype=np.int64)
+    starts = np.concatenate([np.array([0, max(0, size - _FINGERPRINT_EDGE)], dtype=np.int64), entries, spread])
     stops = np.concatenate([
         np.array([min(_FINGERPRINT_EDGE, size), size], dtype=np.int64),
-        np.array(offsets, dtype=np.int64) + np.minimum(np.array(totals, dtype=np.int64), _FINGERPRINT_ENTRY),
-        np.minimum(np.array(spread, dtype=np.int64) + _FINGERPRINT_ENTRY, size),
+        entries + np.minimum(np.asarray(totals, dtype=np.int64), _FINGERPRINT_ENTRY),
+        np.minimum(spread + _FINGERPRINT_ENTRY, size),
     ])
-    # Merge (vectorised: a model can have 100,000 entries). Sorted by start, a range joins the current group when
-    # it starts at or before the furthest stop so far; each group runs to that furthest stop.
-    first, last = starts, stops
-    keep = first < last
-    first, last = first[keep], last[keep]
-    order = np.argsort(first, kind="stable")
-    first, reach = first[order], np.maximum.accumulate(last[order])
+    del entries
+    # Merge (vectorised). Sorted by start, a range joins the current group when it starts at or before the
+    # furthest stop so far; each group runs to that furthest stop.
+    keep = starts < stops
+    if not keep.all():
+        starts, stops = starts[keep], stops[keep]
+    del keep
+    order = np.argsort(starts, kind="stable")
+    first = starts[order]
+    del starts
+    reach = stops[order]
+    del stops, order
+    np.maximum.accumulate(reach, out=reach)
     opens = np.flatnonzero(np.r_[True, first[1:] > reach[:-1]]) if len(first) else np.zeros(0, np.intp)
     group_start = first[opens]
-    group_stop = reach[np.r_[opens[1:] - 1, len(first) - 1]] if len(first) else reach
+    del first
+    group_stop = reach[np.r_[opens[1:] - 1, len(reach) - 1]] if len(reach) else reach
     headers = np.stack([group_start, group_stop], axis=1).astype("<u8").tobytes()
     return group_start, group_stop, headers
 
 
-def bin_fingerprint(fd: int, size: int, offsets: list[int], totals: list[int], name: str = "the buffer") -> str:
+def bin_fingerprint(
+    fd: int, size: int, offsets: Sequence[int] | np.ndarray, totals: Sequence[int] | np.ndarray,
+    name: str = "the buffer",
+) -> str:
     """SHA-256 over a buffer file's size and sampled ranges (see the module docstring), read through its open
     descriptor ``fd``: cheap at any file size, and different for a file that is not the one the manifest was
     written with (raises OSError, naming the file as ``name``, when the file is shorter than ``size``).
@@ -72,30 +86,30 @@ def bin_fingerprint(fd: int, size: int, offsets: list[int], totals: list[int], n
     """
     group_start, group_stop, headers = _groups(size, offsets, totals)
     header_rows = np.frombuffer(headers, dtype=np.uint8).reshape(-1, 16)
-    starts_at, stops_at = group_start.tolist(), group_stop.tolist()
 
     # Ranges closer than _FINGERPRINT_WINDOW are read together and their bytes hashed in batches (the digest of
     # a stream does not depend on how it is cut), so 100,000 small entries cost a few large reads.
     sha = hashlib.sha256(_FINGERPRINT_TAG + size.to_bytes(8, "little"))
     # Runs of ranges with gaps of at most _FINGERPRINT_WINDOW, spanning at most _CHUNK bytes, are read at once.
     gaps = np.flatnonzero(group_start[1:] - group_stop[:-1] > _FINGERPRINT_WINDOW) + 1
-    bounds = [0, *gaps.tolist(), len(starts_at)]
+    bounds = [0, *gaps.tolist(), len(group_start)]
     for low, high in itertools.pairwise(bounds):
         begin = low
         while begin < high:
-            base = starts_at[begin]
+            base = int(group_start[begin])  # (an item at a time: a list of a million would take 40 MB)
             end = begin + int(np.searchsorted(group_stop[begin:high], base + _CHUNK, side="right"))
             if end > begin:
-                window = memoryview(read_at(fd, base, stops_at[end - 1] - base))
+                last = int(group_stop[end - 1])
+                window = memoryview(read_at(fd, base, last - base))
                 available = base + len(window)  # less than asked only where the file ends
-                if stops_at[end - 1] > available:
-                    short = next(k for k in range(begin, end) if stops_at[k] > available)
-                    start, stop = starts_at[short], stops_at[short]
+                if last > available:
+                    short = next(k for k in range(begin, end) if group_stop[k] > available)
+                    start, stop = int(group_start[short]), int(group_stop[short])
                     raise OSError(f"{name} ended at byte {max(start, available)}, before byte {stop}")
                 _hash_ranges(sha, window, group_start[begin:end] - base, group_stop[begin:end] - base,
                              header_rows[begin:end])
             else:  # one range longer than _CHUNK (many small entries packed together): in _CHUNK pieces
-                start, stop = starts_at[begin], stops_at[begin]
+                start, stop = int(group_start[begin]), int(group_stop[begin])
                 sha.update(headers[16 * begin : 16 * begin + 16])
                 position = start
                 while position < stop:
@@ -168,6 +182,13 @@ class FingerprintStream:
             if low < high:
                 wanted.append((low, high))
         return wanted
+
+    def sampled(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The stretches of ``[start, stop)`` the digest samples, fed or not (any thread may ask)."""
+        first = int(np.searchsorted(self._stops, start, side="right"))
+        last = int(np.searchsorted(self._starts, stop, side="left"))
+        return [(max(int(low), start), min(int(high), stop))
+                for low, high in zip(self._starts[first:last], self._stops[first:last], strict=True)]
 
     def feed(self, position: int, data: Any) -> None:
         """Bytes ``data`` of the file from ``position`` (after every sampled byte before ``position``)."""

@@ -21,12 +21,13 @@ keeps (dmlbridge.system.workers), so memory stays within it whatever the model's
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -35,33 +36,43 @@ from dmlbridge.manifest.format import BufferFile
 from dmlbridge.manifest.sections import OPERATOR_VERSION
 from dmlbridge.model.constants import ModelConstant, find_constants
 from dmlbridge.model.consumers import Consumer, recorded
-from dmlbridge.model.onnx_file import external_data_reader, need_reader, read_model
-from dmlbridge.model.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, step_of
+from dmlbridge.model.onnx_file import checked_path_only, external_data_reader, need_reader, read_model
+from dmlbridge.model.slices import ConstantSlices, decode_bytes, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
-from dmlbridge.placement.entries import PlanEntry, place_constants
-from dmlbridge.placement.options import DEFAULT_MAX_TENSOR_BYTES, PlanOptions
+from dmlbridge.placement.entries import Pair, PlanEntry, place_constants
+from dmlbridge.placement.options import (
+    DEFAULT_MAX_CONSTANTS,
+    DEFAULT_MAX_TENSOR_BYTES,
+    PlanOptions,
+    check_max_constants,
+)
 from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.bits import differing_bits, same_bits
 from dmlbridge.plan.buffer_pass import BufferReads
+from dmlbridge.plan.chunk_compare import (
+    BLOCK,
+    READBACK_BYTES,
+    Chunk,
+    ChunkBytes,
+    Found,
+    StoredBytes,
+    compare_chunk,
+    element_bits,
+)
 from dmlbridge.plan.fingerprint import FingerprintStream, fingerprint_problem
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
 from dmlbridge.system.progress import Progress
 from dmlbridge.system.workers import POOL_MIN_BYTES, Prefetch, check_workers
-from dmlbridge.tensor.descs import BufferTensorDesc
-from dmlbridge.tensor.encode import PreparedTensor, prepare
-from dmlbridge.types.data_types import OnnxDataType
+from dmlbridge.tensor.encode import prepare
 from dmlbridge.types.float_bits import cast
 from dmlbridge.types.target import Target
 
-_READBACK_BLOCK = 1 << 18
-"""Elements read back and compared at a time (the decoded values, their restored dtype and the masks stay a few
-MiB)."""
-_READBACK_BYTES = 8 << 20
-"""What reading back and comparing one block allocates, at most."""
-_EXACT = ("native", "widen", "emulate", "narrow")
-"""The conversions whose values read back exactly, bit for bit."""
+CHUNK_BYTES = 8 << 20
+"""About this many bytes (of values or of the entry, the larger) per chunk compared; constants of twice this size
+and more are cut. Half of conversion's chunk: each job is charged about five times its chunk (workers.Prefetch),
+and with 16 MiB chunks one job alone filled the budget, so that a second worker never ran beside the first."""
 _SPARE_BYTES = 32 << 20
 """The buffers read into that are kept for reuse (beyond the jobs' budget, so kept small)."""
 
@@ -109,6 +120,7 @@ def find_mismatches(
     sha256: bool = False,
     progress: bool | None = False,
     workers: int | None = 1,
+    max_constants: int | None = DEFAULT_MAX_CONSTANTS,
 ) -> list[str]:
     """Where a written plan and a model's constants differ, one message each (empty when they agree; the
     comparison's stop at ``limit``); the first ones say so when a buffer file no longer matches its size or
@@ -126,7 +138,7 @@ def find_mismatches(
     workers = check_workers(workers)
     if not plan.buffers:
         raise InvalidArgumentError("this plan was not written (plan_model); there is no buffer file to verify")
-    with read_model(model, base_dir) as loaded:
+    with read_model(model, base_dir, max_constants=check_max_constants(max_constants)) as loaded:
         reader = external_data_reader(loaded, external_data_root)
         constants, _, consumers, specs, _ = select_constants(
             loaded.proto, find_constants(loaded.proto), plan.target, plan.selection)
@@ -158,36 +170,6 @@ def find_mismatches(
         return problems
 
 
-class _Chunk:
-    """Elements ``[begin, end)`` of the constant at ``index`` (model order) and their bytes ``[start, stop)`` in
-    buffer ``buffer`` (for the last chunk, the entry's padding too); ``by_job``: compared by a job, which reads its
-    bytes itself. Compared by identity (an item of workers.Prefetch)."""
-
-    __slots__ = ("begin", "buffer", "by_job", "end", "index", "start", "stop")
-
-    def __init__(self, index: int, buffer: int, begin: int, end: int, start: int, stop: int, by_job: bool) -> None:
-        self.index, self.buffer, self.begin, self.end = index, buffer, begin, end
-        self.start, self.stop, self.by_job = start, stop, by_job
-
-
-class _Found(NamedTuple):
-    """What comparing one chunk found: bytes that differ from a fresh conversion (and the first, from the
-    entry's start; -1: none), values "saturate" clamped, whether the values read back differ from the model's as
-    converted, the first element whose read-back bits differ from the model's value as converted and as it is
-    (index in the tensor, the buffer's value, the model's), and whether the fresh conversion failed."""
-
-    differ: int
-    first: int
-    clamped: int
-    values_differ: bool
-    first_converted: tuple[int, Any, Any] | None
-    first_value: tuple[int, Any, Any] | None
-    failed: bool = False
-
-
-_FAILED = _Found(0, -1, 0, False, None, None, True)
-
-
 def _find(
     plan: WrittenPlan, constants: list[ModelConstant], consumers: dict[str, tuple[Consumer, ...]],
     reader: ExternalDataReader | None, max_tensor_bytes: int, limit: int, sha256: bool, bar: Progress,
@@ -211,7 +193,7 @@ def _find(
     fresh = place_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0), consumers,
                            version).pairs
     found: dict[int, str | None] = {}  # model index -> what differs (None: nothing)
-    streamed: list[tuple[int, PlanEntry, list[_Chunk], ConstantSlices | None]] = []
+    streamed: list[tuple[int, PlanEntry, list[Chunk], ConstantSlices | None]] = []
     for index, constant in enumerate(constants):
         entry = plan.entries.get(constant.key)
         read_by = recorded(consumers.get(constant.key, ()), version)
@@ -245,26 +227,37 @@ def _find(
                                buffer.size, *ranges[index]))
                for index, buffer in enumerate(plan.buffers)]
     slices_of = {task[0]: task[3] for task in streamed}
+    # The native constants in external data that jobs compare: their stored bytes are their DirectML bytes (as
+    # conversion writes them), compared as they are, a block at a time (chunk_compare).
+    stored_of = {} if reader is None or checked_path_only() else {
+        index: StoredBytes(reader, constants[index]) for index, entry, chunks, _ in streamed
+        if chunks and chunks[0].by_job and _as_stored(constants[index], entry, fresh[index])}
 
     spare = _Spare()
 
-    def compare(chunk: _Chunk) -> tuple[_Found, np.ndarray]:
+    def compare(chunk: Chunk) -> tuple[Found, ChunkBytes]:
         constant = constants[chunk.index]
-        actual = streams[chunk.buffer].read_piece(chunk.start, chunk.stop, spare.take(chunk.stop - chunk.start))
+        size = chunk.stop - chunk.start
+        reads = streams[chunk.buffer]
+        # (Not hashed: the bytes read a block at a time into the same few pages, the sampled ones kept.)
+        room = size if reads.hashes else min(size, BLOCK)
+        out = spare.take(room)
+        piece = ChunkBytes(reads, chunk.start, size, np.empty(room, np.uint8) if out is None else out, reads.hashes)
         stored = -(-constant.packed_nbytes * (chunk.end - chunk.begin) // max(1, constant.size)) + 1
         buffer = spare.take(stored) if slices_of[chunk.index] is not None else None
         if buffer is None and slices_of[chunk.index] is not None:
             buffer = np.empty(stored, np.uint8)
         try:
-            return _compare_chunk(plan, constant, plan.entries[constant.key], chunk, actual, slices_of[chunk.index],
-                                  reader, max_tensor_bytes, buffer), actual
+            return compare_chunk(plan.target, plan.alignment, constant, plan.entries[constant.key], chunk, piece,
+                                 slices_of[chunk.index], reader, max_tensor_bytes, buffer,
+                                 stored_of.get(chunk.index)), piece
         finally:
             spare.give(buffer)
 
     jobs = ((chunk, _cost(constants[task[0]], task[1], chunk, task[3]), _shared(task[0], task[3]))
             for task in streamed for chunk in task[2] if chunk.by_job)
     finished = 0  # the buffers before this one are read to their end
-    with Prefetch(compare, jobs, workers=workers) as ahead:
+    with _closed_after(stored_of), Prefetch(compare, jobs, workers=workers) as ahead:
         for index, entry, chunks, slices in streamed:
             key = constants[index].key
             if not chunks:  # (compared whole: see above)
@@ -279,15 +272,18 @@ def _find(
             for chunk in chunks:
                 reads = streams[chunk.buffer]
                 if chunk.by_job:
-                    result, actual = ahead.take(chunk)
-                    reads.provided(chunk.start, actual)
-                    spare.give(actual.base if isinstance(actual.base, np.ndarray) else actual)
+                    result, piece = ahead.take(chunk)
+                    piece.hand_back(reads)
+                    spare.give(piece.buffer)
                 else:
-                    result = _compare_chunk(plan, constants[index], entry, chunk, reads.read(chunk.start, chunk.stop),
-                                            slices, reader, max_tensor_bytes)
+                    result = compare_chunk(plan.target, plan.alignment, constants[index], entry, chunk,
+                                           ChunkBytes.given(reads.read(chunk.start, chunk.stop)), slices, reader,
+                                           max_tensor_bytes)
                 results.append(result)
             if slices is not None:
                 slices.release()
+            if index in stored_of:
+                stored_of.pop(index).close()
             problem = _merge(plan, constants[index], entry, results, reader, max_tensor_bytes)
             found[index] = None if problem is None else f"{key!r}: {problem}"
             bar.update(entry.total_tensor_size_in_bytes or 0)
@@ -296,6 +292,16 @@ def _find(
     problems = [message for per in front for message in per] + problems
     problems += [message for _, message in sorted(found.items()) if message is not None]
     return problems[:limit]
+
+
+@contextlib.contextmanager
+def _closed_after(stored: dict[int, StoredBytes]) -> Iterator[None]:
+    """The files of ``stored`` closed after the block (once the jobs that read them are done)."""
+    try:
+        yield
+    finally:
+        for data in stored.values():
+            data.close()
 
 
 def _finish(plan: WrittenPlan, index: int, reads: BufferReads, front: list[list[str]]) -> None:
@@ -334,13 +340,8 @@ def _differs_before_bytes(constant: ModelConstant, entry: PlanEntry, converts: b
     return None
 
 
-def _bits(entry: PlanEntry) -> int:
-    assert entry.dml_type is not None
-    return 64 if entry.conversion == "emulate" else entry.dml_type.bitwidth  # (emulation: 8-byte elements)
-
-
 def _chunks(index: int, constant: ModelConstant, entry: PlanEntry, fresh_total: int,
-            reader: ExternalDataReader | None, max_tensor_bytes: int) -> tuple[list[_Chunk], ConstantSlices | None]:
+            reader: ExternalDataReader | None, max_tensor_bytes: int) -> tuple[list[Chunk], ConstantSlices | None]:
     """The chunks an entry is compared in (none: compared whole, by reading the entry again: its size is not a
     fresh conversion's, or it is not packed), and the slices of a constant cut into more than one."""
     assert entry.offset is not None and entry.total_tensor_size_in_bytes is not None
@@ -348,28 +349,35 @@ def _chunks(index: int, constant: ModelConstant, entry: PlanEntry, fresh_total: 
     if fresh_total != total or (entry.strides is not None and entry.conversion != "emulate"
                                 and entry.padding != "broadcast"):
         return [], None  # (a broadcast entry's strides of 0 repeat its packed bytes: compared as those)
-    bits, buffer, offset, size = _bits(entry), entry.buffer or 0, entry.offset, constant.size
+    bits, buffer, offset, size = element_bits(entry), entry.buffer or 0, entry.offset, constant.size
     by_job = constant.nbytes >= POOL_MIN_BYTES
     larger = max(constant.nbytes, total)
     if larger < 2 * CHUNK_BYTES or size < 4:  # (external data: read by range all the same, into a reused buffer)
         external = constant.kind in ("initializer", "value") and constant.storage == "external" and reader is not None
         slices = ConstantSlices(constant, reader, max_tensor_bytes) if external else None
-        return [_Chunk(index, buffer, 0, size, offset, offset + total, by_job)], slices
+        return [Chunk(index, buffer, 0, size, offset, offset + total, by_job)], slices
     step = step_of(constant, larger, CHUNK_BYTES)
     bounds = [*range(0, size, step), size]
-    chunks = [_Chunk(index, buffer, begin, end, offset + begin * bits // 8,
+    chunks = [Chunk(index, buffer, begin, end, offset + begin * bits // 8,
                      offset + (total if end == size else end * bits // 8), by_job)
               for begin, end in itertools.pairwise(bounds)]
     return chunks, ConstantSlices(constant, reader, max_tensor_bytes)
 
 
-def _cost(constant: ModelConstant, entry: PlanEntry, chunk: _Chunk, slices: ConstantSlices | None) -> int:
+def _as_stored(constant: ModelConstant, entry: PlanEntry, fresh: Pair) -> bool:
+    """Whether an entry's bytes are its constant's stored bytes in external data: a native conversion, the
+    plan's and a fresh one's, of one DML type (4-bit types: but the spare nibble of an odd count)."""
+    return (constant.kind in ("initializer", "value") and constant.storage == "external"
+            and entry.conversion == fresh.conversion == "native" and entry.dml_type is fresh.dml_type)
+
+
+def _cost(constant: ModelConstant, entry: PlanEntry, chunk: Chunk, slices: ConstantSlices | None) -> int:
     """The most comparing a chunk allocates: its values (beyond what the slices hold), a fresh conversion of them,
     the bytes read, and the read-back blocks."""
     size = chunk.stop - chunk.start
     values = decode_bytes(constant) if slices is None else slices.chunk_bytes(chunk.end - chunk.begin)
     converted = size if entry.conversion in ("lossy", "saturate") else 0  # (a converted copy of the values)
-    return values + 3 * size + converted + _READBACK_BYTES
+    return values + 3 * size + converted + READBACK_BYTES
 
 
 def _shared(index: int, slices: ConstantSlices | None) -> tuple[int, int] | None:
@@ -403,86 +411,12 @@ class _Spare:
                 self._buffers = [b for b in self._buffers if b is not smallest]  # (by identity: arrays compare)
 
 
-def _compare_chunk(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, chunk: _Chunk, actual: np.ndarray,
-                   slices: ConstantSlices | None, reader: ExternalDataReader | None,
-                   max_tensor_bytes: int, buffer: np.ndarray | None = None) -> _Found:
-    """Compare one chunk's bytes in the buffer file (``actual``) with a fresh conversion of the model's values
-    (read into ``buffer`` when it is large enough), and the values read back from them with the model's, a block
-    of elements at a time."""
-    try:
-        if slices is None:
-            values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes).reshape(-1)
-        else:
-            values = slices.values(chunk.begin, chunk.end, buffer=buffer)
-        expected = prepare(values, target=plan.target, min_dims=1, flags=entry.flags,
-                           guaranteed_base_offset_alignment=plan.alignment)
-    except ExternalDataError:
-        raise  # the model's files cannot be read: one error for the whole run, not a mismatch per constant
-    except DmlBridgeError:
-        return _FAILED
-    bits = _bits(entry)
-    count = chunk.end - chunk.begin
-    used = (count * bits + 7) // 8
-    differ = _differing_bytes(expected.data[:used], actual[:used])
-    padding = np.flatnonzero(actual[used:]) + used
-    first = int(differ[0]) if differ.size else int(padding[0]) if padding.size else -1
-    base = chunk.start - (entry.offset or 0)
-    assert entry.dml_type is not None and entry.conversion is not None
-    converted = values
-    if entry.conversion == "lossy":  # (rounded to FLOAT32 as the conversion rounds, and back: float_bits)
-        converted = cast(cast(values, np.float32), values.dtype)
-    elif entry.conversion == "saturate":
-        info = np.iinfo(np.int32 if constant.onnx_type is OnnxDataType.INT64 else np.uint32)
-        converted = np.clip(values, info.min, info.max).astype(values.dtype)
-    values_differ, first_converted, first_value = False, None, None
-    if (not differ.size and entry.conversion == expected.conversion and entry.conversion in _EXACT
-            and entry.dml_type is expected.dml_type):
-        # The bytes are the fresh conversion's, of a conversion every value of which reads back as itself (a
-        # native type's bytes are its values; widening and the 32-bit forms of fitting INT64 are exact: the
-        # round trip the tests hold to the reference encoder): the values read back are the model's. Reading
-        # them back again would only repeat that (and narrowing FLOAT16 back to FLOAT8 costs more than the rest).
-        return _Found(len(padding), base + first if first >= 0 else -1, expected.clamped, False, None, None)
-    for low in range(0, count, _READBACK_BLOCK):
-        high = min(count, low + _READBACK_BLOCK)
-        back = PreparedTensor(
-            entry.onnx_type, entry.conversion,
-            BufferTensorDesc(entry.dml_type, entry.flags, (high - low,), None, used, plan.alignment),
-            actual[low * bits // 8 : (high * bits + 7) // 8], entry.onnx_type.numpy(), (high - low,), None).to_numpy()
-        values_differ = values_differ or bool(differing_bits(back, converted[low:high]).any())
-        if first_converted is None:
-            first_converted = _first_of(back, converted, low, chunk.begin)
-        if first_value is None:
-            first_value = first_converted if converted is values else _first_of(back, values, low, chunk.begin)
-    return _Found(len(differ) + len(padding), base + first if first >= 0 else -1, expected.clamped, values_differ,
-                  first_converted, first_value)
-
-
 def _differ(count: int) -> str:
     """``1 byte differs``, ``2 bytes differ``."""
     return f"{counted(count, 'byte')} {'differs' if count == 1 else 'differ'}"
 
 
-def _differing_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The positions where two byte arrays of one length differ (compared eight bytes at a time first: equal
-    arrays, the usual case, cost a quarter of a byte-wise pass)."""
-    whole = len(a) // 8 * 8
-    if np.array_equal(a[:whole].view("<u8"), b[:whole].view("<u8")) and np.array_equal(a[whole:], b[whole:]):
-        return np.zeros(0, np.intp)
-    return np.flatnonzero(a != b)
-
-
-def _first_of(back: np.ndarray, values: np.ndarray, low: int, begin: int) -> tuple[int, Any, Any] | None:
-    """The first element of ``back`` (elements ``low`` on of ``values``) whose bits differ: (its index in the
-    tensor, the buffer's value, the model's)."""
-    part = values[low : low + len(back)]
-    differ = np.flatnonzero(differing_bits(back, part))
-    if not differ.size:
-        return None
-    at = int(differ[0])
-    return begin + low + at, back[at], part[at]
-
-
-def _merge(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, results: list[_Found],
+def _merge(plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, results: list[Found],
            reader: ExternalDataReader | None, max_tensor_bytes: int) -> str | None:
     """What differs between a constant and its entry, from what its chunks found (None: nothing)."""
     if any(result.failed for result in results):  # the error the whole tensor gives (an index in it)

@@ -25,13 +25,14 @@ from dataclasses import replace
 from typing import Any
 
 from dmlbridge.errors import CleanupWarning, DestinationError, InvalidArgumentError, TensorTooLargeError, counted
-from dmlbridge.manifest.format import MANIFEST_FORMAT, BufferFile, entry_lines, manifest_text
+from dmlbridge.manifest.format import MANIFEST_FORMAT, BufferFile, check_manifest_size, manifest_chunks
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, need_reader, read_model
 from dmlbridge.onnx.external_data import ExternalDataReader, check_location
 from dmlbridge.placement.entries import Placement, refuse_oversized
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
+    DEFAULT_MAX_CONSTANTS,
     DEFAULT_MAX_MANIFEST_BYTES,
     DEFAULT_MAX_TENSOR_BYTES,
     DEFAULT_TARGET,
@@ -76,6 +77,7 @@ def convert_model(
     drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
     workers: int | None = None,
+    max_constants: int | None = DEFAULT_MAX_CONSTANTS,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into DirectML upload buffers: the buffer files
     ``out_prefix.<conversion id>.00000.bin``, ``.00001.bin``, ... (one when the model fits in ``max_buffer_bytes``)
@@ -149,6 +151,10 @@ def convert_model(
             packing, narrowing, densifying) go to the threads, a few ahead of the one thread that writes the
             files in order, within 128 MiB of values and results in flight; a constant is converted by one
             thread. The files are the same bytes whatever the number.
+        max_constants: refuse (InvalidArgumentError, before the model is parsed) a model of more constants
+            than this (``--max-constants``; None: any number), counted in every graph, subgraph and function:
+            the conversion keeps a record of each (docs/guide.md, Streaming, says how much). The default,
+            524,288, keeps a conversion within 1 GiB; real models hold a few thousand.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -171,9 +177,10 @@ def convert_model(
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
                                    selection=Selection.check(include, exclude, kinds, min_bytes,
-                                                             drop_quantized_sources), workers=workers)
+                                                             drop_quantized_sources), workers=workers,
+                                   max_constants=max_constants)
     prefix = _output_prefix(out_prefix)
-    with read_model(model, base_dir) as loaded, collector_paused():
+    with _read(model, base_dir, options) as loaded, collector_paused():
         return _convert(loaded, prefix, options)
 
 
@@ -197,6 +204,7 @@ def check_conversion(
     drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
     workers: int | None = None,
+    max_constants: int | None = DEFAULT_MAX_CONSTANTS,
 ) -> UploadPlan:
     """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
     value decoded and converted (external data read, values that must narrow checked), each error the one
@@ -219,9 +227,10 @@ def check_conversion(
                                    checksum=False, max_tensor_bytes=max_tensor_bytes, fsync=False,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
                                    selection=Selection.check(include, exclude, kinds, min_bytes,
-                                                             drop_quantized_sources), workers=workers)
-    with read_model(model, base_dir) as loaded, collector_paused():
-        model_plan, reader, _ = _checked(loaded, options)
+                                                             drop_quantized_sources), workers=workers,
+                                   max_constants=max_constants)
+    with _read(model, base_dir, options) as loaded, collector_paused():
+        model_plan, reader = _checked(loaded, options)
         clamped: dict[int, int] = {}
         try:
             with open(os.devnull, "wb", buffering=0) as sink:  # every value passes through; nothing is kept
@@ -237,9 +246,16 @@ def check_conversion(
         return replace(model_plan.plan, entries=model_plan.placement.entries.with_clamped(clamped))
 
 
-def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan, ExternalDataReader | None, list[str]]:
-    """The model placement, its external-data reader and its manifest's entry lines, after every refusal that
-    comes before any output exists (convert_model and check_conversion make the same ones)."""
+def _read(model: Any, base_dir: str | os.PathLike[str] | None, options: ConvertOptions) -> LoadedModel:
+    """The model read, once its constants are counted within ``max_constants`` and their manifest's least size
+    within ``max_manifest_bytes``."""
+    return read_model(model, base_dir, max_constants=options.max_constants,
+                      max_manifest_bytes=options.max_manifest_bytes)
+
+
+def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan, ExternalDataReader | None]:
+    """The model placement and its external-data reader, after every refusal that comes before any output
+    exists (convert_model and check_conversion make the same ones)."""
     model_plan = plan_loaded(loaded, options.layout, options.strict, options.selection)
     constants, placement = model_plan.constants, model_plan.placement
     reader = external_data_reader(loaded, options.external_data_root)
@@ -248,16 +264,16 @@ def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan
         _refuse_too_large(constants, placement, options.max_tensor_bytes)
         _refuse_large_output(loaded, constants, placement, options)
         refuse_oversized(constants, placement, options.layout.max_buffer_bytes)
-        lines = entry_lines(placement.entries, options.max_manifest_bytes)
+        check_manifest_size(placement.entries, options.max_manifest_bytes)
     except BaseException:
         if reader is not None:
             reader.close()
         raise
-    return model_plan, reader, lines
+    return model_plan, reader
 
 
 def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> UploadPlan:
-    model_plan, reader, lines = _checked(loaded, options)
+    model_plan, reader = _checked(loaded, options)
     try:
         _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, model_plan.not_in_the_bytes(),
                                    reader)
@@ -267,7 +283,7 @@ def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> Uploa
                 "dmlbridge manifest: a conversion replaces only a manifest of its own; move the file away or choose "
                 "another prefix"
             )
-        return _write_outputs(model_plan, prefix, reader, options, lines)
+        return _write_outputs(model_plan, prefix, reader, options)
     finally:
         if reader is not None:
             reader.close()
@@ -453,8 +469,7 @@ def _refuse_overwriting_inputs(
 
 
 def _write_outputs(
-    model_plan: ModelAndPlan, prefix: str, reader: ExternalDataReader | None, options: ConvertOptions,
-    lines: list[str],
+    model_plan: ModelAndPlan, prefix: str, reader: ExternalDataReader | None, options: ConvertOptions
 ) -> UploadPlan:
     """Write the buffer file and the manifest, and publish them together (dmlbridge.writing.publish); returns the
     written plan, which holds its buffer file open."""
@@ -468,10 +483,7 @@ def _write_outputs(
                 for index, size in enumerate(placement.buffer_sizes):  # one file per buffer, in order
                     with publication.new_buffer(index) as file:
                         image = write_image(file, constants, placement, scan, reader, options, bar, buffer=index)
-                        within = placement.buffer_range(index)
-                        fingerprint = bin_fingerprint(
-                            file.fileno(), size, [o for o in placement.offsets[within] if o is not None],
-                            [pair.total for pair in placement.pairs[within] if pair.total >= 0])
+                        fingerprint = bin_fingerprint(file.fileno(), size, *placement.converted_ranges(index))
                         path = os.path.join(publication.directory, publication.buffer_names[index])
                         kept.append(keep_open(file.fileno(), path))
                     buffers.append(BufferFile(path, size, fingerprint, image.sha256))
@@ -479,12 +491,11 @@ def _write_outputs(
                 external = () if reader is None else tuple(sorted(reader.files.items()))
                 if clamped:  # ("saturate" entries: their counts go into the manifest)
                     plan = replace(plan, entries=placement.entries.with_clamped(clamped))
-                    lines = entry_lines(plan.entries)
                 written = replace(plan, conversion_id=publication.conversion_id, source_external=external,
                                   buffers=tuple(buffers),
                                   manifest_path=os.path.join(publication.directory, publication.manifest_name),
                                   _files=OpenBuffers([b.path for b in buffers], kept))
-                removals = publication.publish(manifest_text(written, lines).encode("ascii"))
+                removals = publication.publish(manifest_chunks(written))  # (streamed: never whole in memory)
             except BaseException:
                 for fd in kept:
                     os.close(fd)

@@ -324,7 +324,7 @@ def _write_each(
             constant = scan.with_tensor(position)  # type: ignore[union-attr]
         before = writer.position
         writer.zeros(offset - before)
-        entry = placement.entries.at(position)
+        entry = placement.entries.at(position, keep=False)
         if ahead is not None and ahead.next_item is not None and ahead.next_item[0] == position:
             clamped = _write_jobs(writer, ahead, work, position, entry, reader, options)
         elif stored and _write_stored(writer, constant, entry, reader, options.max_tensor_bytes):

@@ -64,6 +64,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, BinaryIO
 
@@ -164,15 +165,16 @@ class Publication:
         """The names of the buffer files this conversion made, in order."""
         return [name for name in self._created if name.endswith(".bin")]
 
-    def publish(self, manifest: bytes) -> Removals:
-        """Write ``manifest`` and rename it onto PREFIX.json: the one step that makes this conversion visible.
-        Then the previous conversion's buffer files (and what failed conversions left) are removed; returns what
-        was removed and what could not be (step 6 of the module docstring)."""
+    def publish(self, manifest: bytes | Iterable[bytes]) -> Removals:
+        """Write ``manifest`` (its bytes, or its pieces in order) and rename it onto PREFIX.json: the one step that
+        makes this conversion visible. Then the previous conversion's buffer files (and what failed conversions
+        left) are removed; returns what was removed and what could not be (step 6 of the module docstring)."""
         self._tidy.stop()
         folder = self._folder
         temp = f".{self.manifest_name}.{self.conversion_id}{TEMP_SUFFIX}"
         fd = self._create(temp)
-        write_all(fd, manifest)
+        for piece in (manifest,) if isinstance(manifest, bytes) else manifest:
+            write_all(fd, piece)
         mode = umask_mode()
         for each in self._open:
             if self.fsync:

@@ -193,6 +193,24 @@ def peak_growth(code: str) -> dict[str, float]:
     return growth
 
 
+def process_peak(code: str) -> tuple[float, str]:
+    """Run ``code`` in a fresh interpreter (numpy, onnx and dmlbridge imported, the helpers importable) and return
+    the whole process's peak RSS (MiB: ``VmHWM``, the interpreter and its imports included) and the last line
+    the code printed (the process must succeed)."""
+    script = textwrap.dedent("""
+        import numpy, onnx, dmlbridge
+    """) + textwrap.dedent(code) + textwrap.dedent("""
+        with open("/proc/self/status") as _status:
+            print(next(int(line.split()[1]) for line in _status if line.startswith("VmHWM:")) / 1024)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_HOME), *sys.path]))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1800, cwd=_HOME,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    *printed, peak = result.stdout.strip().splitlines()
+    return float(peak), printed[-1] if printed else ""
+
+
 def conversion_code(path: Path, out: Path, target: str = "dmlbridge.Target()") -> str:
     """The code for :func:`peak_growth` that measures converting ``path`` into ``out`` with 1, 2 and 8 workers
     (``target``: the code that makes the target in the child)."""
@@ -203,6 +221,64 @@ def conversion_code(path: Path, out: Path, target: str = "dmlbridge.Target()") -
                 dmlbridge.convert_model({str(path)!r}, {str(out)!r}, target=target, fsync=False, progress=False,
                                         workers=count, max_output_bytes=1 << 40).close()
     """
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def constants_model(path: Path, count: int, depth: int = 0) -> Path:
+    """``path``: a model of ``count`` one-element FLOAT initializers (``w0``, ``w1``, ..., 1.0 each), in the main
+    graph (``depth`` 0) or in the innermost of ``depth`` nested If nodes' then_branch (each else_branch empty),
+    written as protobuf bytes directly (a million constants in seconds, with no message object each)."""
+    value = bytes.fromhex("0000803f")  # 1.0f, little-endian
+    # TensorProto: dims (1) = [1], data_type (2) = FLOAT, name (8), raw_data (9).
+    graph = b"".join(_field(5, b"\x08\x01\x10\x01" + _field(8, f"w{i}".encode()) + _field(9, value))
+                     for i in range(count)) + _field(2, b"g")
+    for level in range(depth):
+        # AttributeProto: name (1), type (20) = GRAPH, g (6); NodeProto: input, output, op_type, attribute.
+        then_branch = _field(1, b"then_branch") + b"\xa0\x01\x05" + _field(6, graph)
+        else_branch = _field(1, b"else_branch") + b"\xa0\x01\x05" + _field(6, _field(2, b"e"))
+        node = (_field(1, b"c") + _field(2, f"o{level}".encode()) + _field(4, b"If") + _field(5, then_branch)
+                + _field(5, else_branch))
+        graph = _field(1, node) + _field(2, f"g{level}".encode())
+    # ModelProto: ir_version (1) = 8, graph (7), opset_import (8) = [version 17].
+    path.write_bytes(b"\x08\x08" + _field(7, graph) + _field(8, b"\x10\x11"))
+    return path
+
+
+def constants_growth(folder: Path, counts: tuple[int, ...], depths: tuple[int, ...],
+                     limits: str = "max_constants=None, max_manifest_bytes=1 << 31") -> dict[str, float]:
+    """The peak RSS growth (MiB) of converting each :func:`constants_model` of ``counts`` constants at each of
+    ``depths``, written into ``folder`` by a child process and converted one at a time in another, with
+    ``limits`` (the code of convert_model's keywords); keyed ``"COUNT@DEPTH"``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        models = {f"{count}@{depth}": folder / f"m{count}_{depth}.onnx" for count in counts for depth in depths}
+        background.run_in_child(f"""
+            import pathlib, memory
+            for count in {counts!r}:
+                for depth in {depths!r}:
+                    memory.constants_model(pathlib.Path({str(folder)!r}) / f"m{{count}}_{{depth}}.onnx", count, depth)
+        """)
+        return peak_growth(f"""
+            for name, path in {[(name, str(path)) for name, path in models.items()]!r}:
+                with measured(name):
+                    dmlbridge.convert_model(path, {str(folder / "w")!r}, fsync=False, progress=False, workers=1,
+                                            {limits}).close()
+        """)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def conversion_growth(kind: str, folder: Path) -> dict[str, float]:

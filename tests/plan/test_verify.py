@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import shutil
+import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import background
 import memory
@@ -21,14 +24,16 @@ from models import (
     buffer_path,
     build_model,
 )
-from onnx import numpy_helper
+from onnx import TensorProto, external_data_helper, numpy_helper
 from system_calls import Read, file_of, record_positioned_reads
 
 from dmlbridge import DmlDataType, Target, convert_model, load_plan
 from dmlbridge.errors import (
+    DmlBridgeError,
     ManifestError,
 )
-from dmlbridge.plan import verify
+from dmlbridge.model import slices
+from dmlbridge.plan import chunk_compare, verify
 from dmlbridge.plan.upload_plan import read_plan
 
 
@@ -206,3 +211,191 @@ def test_verify_reads_each_buffer_byte_once(tmp_path: Path, monkeypatch: pytest.
     plan.close()
 
 
+# --- a chunk compared a block at a time, native constants as their stored bytes ---------------------------------
+
+_INT4_COUNT = 2 * 20000 + 1  # an odd count: the last byte's high nibble is spare
+
+
+def _external_model(folder: Path) -> Path:
+    """A float32 and an INT4 constant (odd count) in ``m.data``, and a FLOAT8E4M3FN one (widened) in ``f8.data``."""
+    rng = np.random.default_rng(11)
+    stored = {
+        "w_float": ("m.data", TensorProto.FLOAT, [40000], rng.standard_normal(40000).astype(np.float32).tobytes()),
+        "w_int4": ("m.data", TensorProto.INT4, [_INT4_COUNT], rng.integers(0, 256, _INT4_COUNT // 2 + 1,
+                                                                            dtype=np.uint8).tobytes()),
+        "w_float8": ("f8.data", TensorProto.FLOAT8E4M3FN, [30000], rng.integers(0, 256, 30000, dtype=np.uint8)
+                     .tobytes()),
+    }
+    stored["w_int4"] = (*stored["w_int4"][:3], stored["w_int4"][3][:-1] + bytes([stored["w_int4"][3][-1] & 0x0F]))
+    files: dict[str, bytearray] = {}
+    inits = []
+    for name, (location, data_type, dims, data) in stored.items():
+        content = files.setdefault(location, bytearray())
+        tensor = TensorProto(name=name, data_type=data_type, dims=dims, raw_data=data)
+        external_data_helper.set_external_data(tensor, location, offset=len(content), length=len(data))
+        tensor.ClearField("raw_data")
+        content += data
+        inits.append(tensor)
+    for location, content in files.items():
+        (folder / location).write_bytes(bytes(content))
+    path = folder / "m.onnx"
+    onnx.save(model_of(inits), path)
+    return path
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """The file at ``path`` as :class:`system_calls.Read` names the file a read was from."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        return file_of(fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Constants of 4 KiB and more compared by jobs, in chunks of about 16 KiB, blocks of 4 KiB."""
+    monkeypatch.setattr(verify, "POOL_MIN_BYTES", 4096)
+    monkeypatch.setattr(verify, "CHUNK_BYTES", 16 << 10)
+    monkeypatch.setattr(chunk_compare, "BLOCK", 4096)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_verify_compares_a_chunk_a_block_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int,
+                                                   small_chunks: None) -> None:
+    """The buffer file is read a block at a time (each block compared while it is in the cache, not a whole
+    chunk read and compared after), and so is the model's external data of a native constant, which is compared
+    as it is stored, never decoded (before: chunks of 16 KiB read whole, and the INT4 constant unpacked and packed
+    again); the widened FLOAT8 constant is decoded and converted, as before."""
+    path = _external_model(tmp_path)
+    convert_model(path, tmp_path / "w", progress=False, fsync=False, alignment=4096).close()
+    decoded: list[str] = []
+    decode_range = slices.decode_range
+
+    def counted_decode_range(tensor: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        decoded.append(tensor.name)
+        return decode_range(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(slices, "decode_range", counted_decode_range)
+    plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+    files = {_identity(tmp_path / "m.data"): "model", _identity(buffer_path(tmp_path / "w")): "buffer"}
+    recorded = record_positioned_reads(monkeypatch)
+    assert verify.find_mismatches(plan, path, workers=workers) == []
+    reads: dict[str, list[int]] = {"model": [], "buffer": []}
+    for read in recorded:
+        reads.setdefault(files.get(read.file, "other"), []).append(read.got)
+    assert reads["buffer"] and max(reads["buffer"]) <= 4096, reads["buffer"]
+    assert reads["model"] and max(reads["model"]) <= 4096, reads["model"]
+    assert set(decoded) == {"w_float8"}, decoded
+    plan.close()
+
+
+def _mismatches(plan_prefix: Path, path: Path, sha256: bool) -> list[str] | str:
+    """What verify finds (workers 1 and 2 alike), or the message of the error it raises."""
+    found: list[list[str] | str] = []
+    for workers in (1, 2):
+        plan = read_plan(Path(str(plan_prefix) + ".json"), verify=False, bin_path=None, check_fingerprint=False)
+        try:
+            found.append(verify.find_mismatches(plan, path, workers=workers, sha256=sha256))
+        except DmlBridgeError as exc:
+            found.append(str(exc))
+        finally:
+            plan.close()
+    assert found[0] == found[1], found
+    return found[0]
+
+
+def test_verify_says_the_same_whatever_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changed bytes in the buffer file (a float32 value, the spare nibble and a padding byte of the INT4 entry, a
+    FLOAT8 one widened) and in the model's data (a float32 value; the spare nibble of the INT4 constant, which is
+    no difference), then the model's data cut short: the messages of chunks compared a block at a time, native
+    constants as they are stored, are those of the checked path (every constant decoded and converted) and of
+    each constant compared whole."""
+    path = _external_model(tmp_path)
+    plan = convert_model(path, tmp_path / "w", progress=False, fsync=False, alignment=4096, checksum=True)
+    entries = {key: plan.entries[key] for key in ("w_float", "w_int4", "w_float8")}
+    plan.close()
+    buffer = bytearray(buffer_path(tmp_path / "w").read_bytes())
+    int4_end = (entries["w_int4"].offset or 0) + _INT4_COUNT // 2 + 1
+    buffer[(entries["w_float"].offset or 0) + 30001] ^= 0x04
+    buffer[int4_end - 1] |= 0x30  # the spare nibble
+    buffer[int4_end + 2] = 0x01  # padding
+    buffer[(entries["w_float8"].offset or 0) + 20000] ^= 0x01
+    buffer_path(tmp_path / "w").write_bytes(bytes(buffer))
+    data = bytearray((tmp_path / "m.data").read_bytes())
+    data[-1] |= 0xF0  # the INT4 constant's spare nibble in the model: not a difference
+    data[100] ^= 0x80  # the sign of a float32 value
+
+    def every_path(sha256: bool) -> list[str] | str:
+        found = []
+        for checked_only, chunked in ((False, True), (True, True), (False, False)):
+            with monkeypatch.context() as patch:
+                if checked_only:
+                    patch.setenv("DMLBRIDGE_CHECKED_PATH_ONLY", "1")
+                patch.setattr(verify, "POOL_MIN_BYTES", 4096 if chunked else 1 << 30)
+                patch.setattr(verify, "CHUNK_BYTES", 16 << 10 if chunked else 1 << 40)
+                patch.setattr(chunk_compare, "BLOCK", 4096)
+                found.append(_mismatches(tmp_path / "w", path, sha256))
+        assert found[0] == found[1] == found[2], found
+        return found[0]
+
+    (tmp_path / "m.data").write_bytes(bytes(data))
+    problems = every_path(sha256=True)
+    assert every_path(sha256=False) == problems  # (the bytes compared kept or not: the fingerprint speaks first)
+    assert isinstance(problems, list) and len(problems) == 4, problems  # (fingerprint, w_float, w_int4, w_float8)
+    assert "fingerprint" in problems[0], problems[0]
+    assert "'w_float': 2 bytes differ" in problems[1] and "element [25]" in problems[1], problems[1]
+    assert f"'w_int4': 2 bytes differ from a fresh conversion, the first at offset {int4_end - 1}" in problems[2]
+    assert "'w_float8': 1 byte differs" in problems[3], problems[3]
+    with monkeypatch.context() as patch:  # (and the chunks that differ read no byte of the buffer file twice)
+        patch.setattr(verify, "POOL_MIN_BYTES", 4096)
+        patch.setattr(verify, "CHUNK_BYTES", 16 << 10)
+        patch.setattr(chunk_compare, "BLOCK", 4096)
+        reads = record_positioned_reads(patch)
+        plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+        assert verify.find_mismatches(plan, path, workers=2) == problems
+        assert _times_read(reads, plan._open_files().fd(0), len(buffer)).max() == 1
+        plan.close()
+    (tmp_path / "m.data").write_bytes(bytes(data[:-1000]))  # cut short: an error, the same on every path
+    message = every_path(sha256=False)
+    assert isinstance(message, str) and "m.data" in message and every_path(sha256=True) == message, message
+
+
+def test_two_workers_compare_two_chunks_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real chunk size and budget, a float32 model of 16 MiB constants in external data: the first job
+    that compares a chunk meets a second one comparing beside it (before: one job's charge alone filled the budget,
+    so two workers compared one chunk at a time)."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    inits, data = [], bytearray()
+    for index in range(3):
+        values = np.arange(4 << 20, dtype=np.float32) + index
+        tensor = numpy_helper.from_array(values, f"w{index}")
+        external_data_helper.set_external_data(tensor, "m.data", offset=len(data), length=values.nbytes)
+        tensor.ClearField("raw_data")
+        data += values.tobytes()
+        inits.append(tensor)
+    (folder / "m.data").write_bytes(bytes(data))
+    path = folder / "m.onnx"
+    onnx.save(model_of(inits), path)
+    convert_model(path, tmp_path / "w", progress=False, fsync=False).close()
+    started: list[bool] = []
+    second = threading.Event()
+    lock = threading.Lock()
+    compare_chunk = verify.compare_chunk
+
+    def meeting(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            started.append(False)
+            order = len(started)
+        if order == 2:
+            second.set()
+        elif order == 1:
+            started[0] = second.wait(timeout=30)  # (a second worker starts at once, or never while this runs)
+        return compare_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(verify, "compare_chunk", meeting)
+    plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+    assert verify.find_mismatches(plan, path, workers=2) == []
+    plan.close()
+    assert len(started) > 2 and started[0], started

@@ -1,0 +1,515 @@
+"""Counting a model's constants from its bytes, before protobuf parses them: what a conversion's memory grows with.
+
+A conversion holds a record per constant of the model (its place in the plan, its key and origin, protobuf's
+parsed message), so its memory grows with their number, and with how deep the subgraphs around them are nested: a
+constant's key and origin name every node and attribute around it. :func:`count_constants` counts them from the
+serialized model with numpy, one level of subgraphs at a time, before anything per constant is allocated (protobuf's
+parsed model alone takes about 250 bytes a constant), so that :func:`check_count` refuses a model over the
+caller's limits first.
+
+What it reads (onnx.proto's field numbers; ``tests/model/test_census.py`` checks them against onnx's descriptors):
+
+- ModelProto: ``graph`` (7), ``functions`` (25);
+- GraphProto: ``node`` (1), ``initializer`` (5), ``sparse_initializer`` (15);
+- FunctionProto: ``node`` (7);
+- NodeProto: ``name`` (3), ``op_type`` (4), ``attribute`` (5), ``domain`` (7);
+- AttributeProto: ``name`` (1), ``g`` (6), ``graphs`` (11).
+
+A constant here is an initializer, a sparse initializer or a Constant node of the ONNX domain, in the main graph,
+a subgraph at any depth or a function: what :func:`dmlbridge.model.constants.find_constants` finds, or a few more
+(a function's Constant whose value is a reference to the caller's attribute has none). A message that occurs
+twice is counted twice, as protobuf merges it (its repeated fields joined). Each key is at least its scope and a
+character, each origin at least ``initializer`` and the scope: :attr:`ConstantCount.name_chars` is a lower bound
+of what their manifest lines hold.
+
+    >>> import numpy as np
+    >>> from onnx import helper, numpy_helper
+    >>> inner = helper.make_graph([], "then", [], [], [numpy_helper.from_array(np.ones(1, np.float32), "t")])
+    >>> node = helper.make_node("If", ["c"], ["y"], then_branch=inner, else_branch=inner)
+    >>> w = numpy_helper.from_array(np.ones(1, np.float32), "w")
+    >>> count = count_constants(helper.make_model(helper.make_graph([node], "g", [], [], [w])).SerializeToString())
+    >>> count.total, count.in_subgraphs, count.depth, count.busiest
+    (3, 2, 1, 'If_0')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+
+from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.onnx.wire import (
+    FIXED32,
+    FIXED64,
+    LENGTH,
+    VARINT,
+    RecordWalk,
+    field_position_runs,
+    span_text,
+    spans_equal,
+    varints,
+)
+
+__all__ = ["DEFAULT_MAX_CONSTANTS", "MIN_ENTRY_LINE", "ConstantCount", "check_count", "check_max_constants",
+           "count_constants"]
+
+DEFAULT_MAX_CONSTANTS = 1 << 19
+"""The most constants a model may hold unless the caller raises the limit (524,288; real models hold a few
+thousand): a conversion of that many stays within 1 GiB (docs/guide.md, Streaming)."""
+
+MIN_ENTRY_LINE = 160
+"""Fewer characters than any manifest entry line has besides its key and origin (the shortest, a skipped
+entry's, has about 190; tests/manifest holds it to that)."""
+_MOST_LEVELS = 100  # protobuf parses no deeper nesting; constants.py refuses subgraphs nested deeper than 64
+_RUN = 1 << 20  # fields of one message read at a time (a main graph may have millions)
+
+
+class ModelField(IntEnum):
+    GRAPH = 7
+    FUNCTIONS = 25
+
+
+class GraphField(IntEnum):
+    NODE = 1
+    INITIALIZER = 5
+    SPARSE_INITIALIZER = 15
+
+
+FUNCTION_NODE = 7  # FunctionProto.node
+
+
+class NodeField(IntEnum):
+    NAME = 3
+    OP_TYPE = 4
+    ATTRIBUTE = 5
+    DOMAIN = 7
+
+
+class AttributeField(IntEnum):
+    NAME = 1
+    G = 6
+    GRAPHS = 11
+
+
+class ConstantCount(NamedTuple):
+    """How many constants a model holds and where (see the module docstring).
+
+    ``total``: all of them; ``in_subgraphs``: those in subgraphs (of If, Loop, Scan, ... at any depth);
+    ``depth``: the deepest level of subgraphs that holds one (0: none); ``name_chars``: a lower bound of the
+    characters of their keys and origins; ``busiest``: the main graph's node whose subgraphs hold the most
+    (its name, or ``{op_type}_{index}``), and ``under_busiest`` how many (None and 0 when there are none).
+    ``graph_fields``: where each field of the main graph begins, when the model has one main graph (the byte scan
+    reads them again otherwise)."""
+
+    total: int
+    in_subgraphs: int
+    depth: int
+    name_chars: int
+    busiest: str | None = None
+    under_busiest: int = 0
+    graph_fields: np.ndarray | None = None
+
+    def where(self) -> str:
+        """Where the constants are, for a message: ``"12 in the main graph"`` or with the subgraphs'."""
+        if not self.in_subgraphs:
+            return "all in the main graph and functions"
+        under = (f", {self.under_busiest} of them under node {self.busiest!r}" if self.busiest is not None
+                 else "")
+        return f"{self.in_subgraphs} in subgraphs nested up to {self.depth} deep{under}"
+
+
+def check_max_constants(value: object) -> int | None:
+    """``max_constants`` checked: a non-negative integer, or None (any number)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InvalidArgumentError(f"max_constants must be a non-negative integer or None, got {value!r}")
+    return value
+
+
+def check_count(count: ConstantCount, max_constants: int | None, max_manifest_bytes: int | None) -> None:
+    """InvalidArgumentError when the model holds more than ``max_constants`` constants (None: any number), or when
+    their manifest would take more than ``max_manifest_bytes`` (None: none is written) on the lower bound of its
+    lines alone."""
+    if max_constants is not None and count.total > max_constants:
+        raise InvalidArgumentError(
+            f"the model holds {count.total} constants ({count.where()}), more than max_constants={max_constants} "
+            "(--max-constants on the command line): a conversion keeps a record of each while it runs (about 650 "
+            "bytes, and its key and origin, which grow with every level of subgraphs around it; docs/guide.md, "
+            "Streaming); raise the limit if you trust this model and have the memory"
+        )
+    least = count.total * MIN_ENTRY_LINE + count.name_chars
+    if max_manifest_bytes is not None and least > max_manifest_bytes:
+        raise InvalidArgumentError(
+            f"the manifest of these {count.total} constants would take more than max_manifest_bytes="
+            f"{max_manifest_bytes} bytes ({max_manifest_bytes / 2**20:.3g} MiB; --max-manifest-bytes on the command "
+            f"line), which load_plan also needs to read it: at least {least} bytes, {count.name_chars} of them "
+            f"their keys and origins ({count.where()}); raise the limit on both if you trust this model"
+        )
+
+
+# --- the walk ---------------------------------------------------------------------------------------------------
+
+
+class _Fields(NamedTuple):
+    """Every field of some records: its record (row), number, wire type, value (the length of a LENGTH field)
+    and where its payload starts."""
+
+    rows: np.ndarray
+    numbers: np.ndarray
+    wires: np.ndarray
+    values: np.ndarray
+    payload: np.ndarray
+
+    def spans(self, number: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows, starts and ends of field ``number``'s LENGTH occurrences, in order."""
+        chosen = (self.numbers == number) & (self.wires == LENGTH)
+        return self.rows[chosen], self.payload[chosen], self.payload[chosen] + self.values[chosen]
+
+    def last_span(self, number: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per record, the start and end of field ``number``'s last LENGTH occurrence (-1, -1 where none): the
+        one protobuf keeps of a singular field."""
+        rows, starts, ends = self.spans(number)
+        last = np.r_[rows[1:] != rows[:-1], True] if len(rows) else np.zeros(0, dtype=bool)
+        first, stop = np.full(count, -1, dtype=np.int64), np.full(count, -1, dtype=np.int64)
+        first[rows[last]], stop[rows[last]] = starts[last], ends[last]
+        return first, stop
+
+
+def _walk_one(data: bytes, at: int, end: int) -> Iterator[_Fields | None]:
+    """The fields of the message in data[at:end], read one at a time, _RUN at a time: 10-byte varints (negative
+    integers) and groups (skipped) included, which the numpy walk leaves out; a None run last when the bytes
+    are not a protobuf message."""
+    while at < end:
+        fields: list[tuple[int, int, int, int]] = []
+        while at < end and len(fields) < _RUN:
+            tag, at = _varint(data, at, end)
+            if tag < 8:
+                yield None
+                return
+            number, wire = tag >> 3, tag & 7
+            value, payload = 0, at
+            if wire == VARINT:
+                value, at = _varint(data, at, end)
+                value = min(value, 0)  # (-1: malformed; a value is never used)
+            elif wire == LENGTH:
+                value, payload = _varint(data, at, end)
+                at = payload + value
+            elif wire in (FIXED64, FIXED32):
+                at += 8 if wire == FIXED64 else 4
+            elif wire == 3:  # a group: skipped to its end tag
+                at = _skip_group(data, at, end, number)
+            else:
+                yield None
+                return
+            if value < 0 or at > end:
+                yield None
+                return
+            fields.append((number, wire, value, payload))
+        columns = np.array(fields, dtype=np.int64).reshape(-1, 4).T
+        yield _Fields(np.zeros(len(fields), dtype=np.int64), *columns)
+
+
+def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
+    """A varint of up to 10 bytes at ``at`` and where it ends; (-1, end + 1) when malformed."""
+    value = shift = 0
+    while at < end and shift <= 63:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    return -1, end + 1
+
+
+def _skip_group(data: bytes, at: int, end: int, number: int) -> int:
+    """Where the group of field ``number`` that starts at ``at`` ends (after its end tag); end + 1 if never."""
+    while at < end:
+        tag, at = _varint(data, at, end)
+        if tag < 8:
+            return end + 1
+        wire = tag & 7
+        if wire == 4:
+            return at if tag >> 3 == number else end + 1
+        if wire == VARINT:
+            at = _varint(data, at, end)[1]
+        elif wire == LENGTH:
+            length, at = _varint(data, at, end)
+            at = at + length if length >= 0 else end + 1
+        elif wire in (FIXED64, FIXED32):
+            at += 8 if wire == FIXED64 else 4
+        elif wire == 3:
+            at = _skip_group(data, at, end, tag >> 3)
+        else:
+            return end + 1
+    return end + 1
+
+
+class _Read(NamedTuple):
+    """What was read of some records: the LENGTH fields asked for, record by record and each record's in order;
+    per number counted, how many LENGTH fields of it each record has; and, for the records that were walked one
+    field at a time (those of many fields), where each of their fields begins."""
+
+    fields: _Fields
+    counts: dict[int, np.ndarray]
+    positions: dict[int, np.ndarray]
+
+
+def _fields(
+    data: bytes, source: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: tuple[int, ...],
+    counted: tuple[int, ...] = (), *, large: bool = False, with_positions: bool = False,
+) -> _Read | None:
+    """The fields ``wanted`` of the records data[starts[i]:ends[i]] (LENGTH ones: spans), and the number of
+    those ``counted``: read together with numpy, and one record at a time those numpy leaves (more than
+    MAX_ROUNDS fields, 10-byte varints, groups), or all of them when they are ``large`` (a main graph). Only what
+    is asked for is kept: a level of subgraphs may hold millions of fields. None when a record is not a
+    message."""
+    count = len(starts)
+    counts = {number: np.zeros(count, dtype=np.int64) for number in counted}
+    pieces: list[tuple[np.ndarray, ...]] = []
+
+    def keep(rows: np.ndarray, numbers: np.ndarray, wires: np.ndarray, values: np.ndarray,
+             payload: np.ndarray) -> None:
+        length = wires == LENGTH
+        for number in counted:
+            counts[number] += np.bincount(rows[length & (numbers == number)], minlength=count)
+        chosen = np.zeros(len(rows), dtype=bool)
+        for number in wanted:
+            chosen |= numbers == number
+        chosen &= length
+        pieces.append((rows[chosen], numbers[chosen], wires[chosen], values[chosen], payload[chosen]))
+
+    if large:
+        broken = np.ones(count, dtype=bool)
+    else:
+        walk = RecordWalk(source, starts, ends)
+        for fields in walk.rounds():
+            keep(*fields)
+        broken = walk.broken
+    positions: dict[int, np.ndarray] = {}
+    if broken.any():
+        for number in counted:
+            counts[number][broken] = 0
+        pieces = [tuple(column[~broken[piece[0]]] for column in piece) for piece in pieces]
+        for row in np.flatnonzero(broken).tolist():
+            read = _message_fields(data, source, int(starts[row]), int(ends[row]), wanted, counted, with_positions)
+            if read is None:
+                return None
+            fields, row_counts, where = read
+            pieces.append((np.full(len(fields.rows), row, dtype=np.int64), *fields[1:]))
+            for number, many in row_counts.items():
+                counts[number][row] = many
+            if where is not None:
+                positions[row] = where
+    if not pieces:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Read(_Fields(empty, empty, empty, empty, empty), counts, positions)
+    fields = _Fields(*(np.concatenate([piece[k] for piece in pieces]) for k in range(5)))
+    if len(pieces) > 1:  # record by record, each in its order: a round holds a field of each record, in order
+        order = np.argsort(fields.rows, kind="stable")
+        fields = _Fields(*(column[order] for column in fields))
+    return _Read(fields, counts, positions)
+
+
+def _message_fields(
+    data: bytes, source: np.ndarray, at: int, end: int, wanted: tuple[int, ...], counted: tuple[int, ...],
+    with_positions: bool,
+) -> tuple[_Fields, dict[int, int], np.ndarray | None] | None:
+    """The fields ``wanted`` of one message of many fields (a main graph: one per node and initializer), the
+    number of those ``counted``, and (``with_positions``) where each field begins; read _RUN fields at a time,
+    with numpy, or one at a time where it has an oddity. None when it is not a message."""
+    for fast in (True, False):
+        kept: list[_Fields] = []
+        counts = dict.fromkeys(counted, 0)
+        runs: list[np.ndarray] = []
+        for fields in _fast_runs(data, source, at, end, runs) if fast else _walk_one(data, at, end):
+            if fields is None:
+                break
+            length = fields.wires == LENGTH
+            for number in counted:
+                counts[number] += int(np.count_nonzero(length & (fields.numbers == number)))
+            chosen = np.zeros(len(fields.rows), dtype=bool)
+            for number in wanted:
+                chosen |= fields.numbers == number
+            chosen &= length
+            kept.append(_Fields(*(column[chosen] for column in fields)))
+        else:
+            joined = _Fields(*(np.concatenate([piece[k] for piece in kept]) for k in range(5))) if kept else (
+                _Fields(*[np.zeros(0, dtype=np.int64)] * 5))
+            where = (np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)) if with_positions and fast else None
+            return joined, counts, where
+    return None
+
+
+def _fast_runs(data: bytes, source: np.ndarray, at: int, end: int, runs: list[np.ndarray]) -> Iterator[_Fields | None]:
+    """The fields of one message, _RUN at a time, read with numpy from where each begins (appended to ``runs``);
+    a None run last where the message has a field numpy does not read (a 10-byte varint, a group)."""
+    for positions in field_position_runs(data, at, end, _RUN):
+        if positions is None:
+            yield None
+            return
+        tags, tag_lengths, _ = varints(source, positions)
+        values, value_lengths, _ = varints(source, positions + tag_lengths)
+        wires = tags & 7
+        values = np.where(wires == LENGTH, values, 0)  # (only lengths are used)
+        runs.append(positions)
+        yield _Fields(np.zeros(len(positions), dtype=np.int64), tags >> 3, wires, values,
+                      positions + tag_lengths + value_lengths)
+
+
+def _digits(values: np.ndarray) -> np.ndarray:
+    """The decimal digits of each non-negative integer."""
+    return 1 + sum((values >= 10**k).astype(np.int64) for k in range(1, 19))
+
+
+class _Level(NamedTuple):
+    """The graphs (or functions' node lists) of one level: their spans, which field holds their nodes, their
+    scope's length and the main-graph node they are under (-1: none)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    node_field: np.ndarray
+    scope: np.ndarray
+    root: np.ndarray
+
+
+def count_constants(data: bytes, graph_fields: bool = True) -> ConstantCount | None:
+    """The constants of the serialized ModelProto ``data`` (see the module docstring); None when the bytes are not
+    a protobuf message as this module reads one. ``graph_fields``: keep where each field of the main graph begins
+    (8 bytes a field), for the byte scan."""
+    source = np.frombuffer(data, dtype=np.uint8)
+    read = _message_fields(data, source, 0, len(data), (ModelField.GRAPH, ModelField.FUNCTIONS), (), False)
+    if read is None:
+        return None
+    top = read[0]
+    _, graph_starts, graph_ends = top.spans(ModelField.GRAPH)
+    _, function_starts, function_ends = top.spans(ModelField.FUNCTIONS)
+    starts = np.concatenate([graph_starts, function_starts])
+    ends = np.concatenate([graph_ends, function_ends])
+    kinds = np.r_[np.full(len(graph_starts), GraphField.NODE), np.full(len(function_starts), FUNCTION_NODE)]
+    # (A function's scope is functions/DOMAIN/NAME: at least 11 characters.)
+    scope = np.r_[np.zeros(len(graph_starts), np.int64), np.full(len(function_starts), 11, np.int64)]
+    level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64))
+    total = in_subgraphs = depth = name_chars = 0
+    main_fields = None
+    under = np.zeros(0, dtype=np.int64)  # constants under each main-graph node
+    main_nodes: tuple[np.ndarray, ...] = ()  # the main graph's nodes: their spans, op types and indices
+    for depth_now in range(_MOST_LEVELS):
+        if not len(level.starts):
+            break
+        counted = _count_level(data, source, level, depth_now == 0 and len(graph_starts) == 1, graph_fields)
+        if counted is None:
+            return None
+        per_graph, children, nodes, positions = counted
+        if depth_now == 0:
+            main_fields, main_nodes = positions, nodes
+            under = np.zeros(max(len(nodes[0]), 1), dtype=np.int64)
+        here = int(per_graph.sum())
+        total += here
+        scope = level.scope
+        key_least = np.where(scope > 0, scope + 2, 1)
+        origin_least = 11 + np.where(scope > 0, scope + 4, 0)
+        name_chars += int((per_graph * (key_least + origin_least)).sum())
+        if depth_now > 0 and here:
+            in_subgraphs += here
+            depth = depth_now
+            rooted = level.root >= 0
+            np.add.at(under, level.root[rooted], per_graph[rooted])
+        level = children
+    busiest, most = None, 0
+    if in_subgraphs and under.size:
+        node = int(np.argmax(under))
+        most = int(under[node])
+        busiest = _node_label(data, source, main_nodes, node)
+    return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields)
+
+
+def _count_level(
+    data: bytes, source: np.ndarray, level: _Level, main: bool, graph_fields: bool
+) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None] | None:
+    """The constants of each graph of ``level``, the graphs of the next level, this level's nodes (their spans,
+    op_type spans and index in their graph) and, for the one main graph, where its fields begin."""
+    count = len(level.starts)
+    read = _fields(data, source, level.starts, level.ends, (GraphField.NODE, FUNCTION_NODE),
+                   (GraphField.INITIALIZER, GraphField.SPARSE_INITIALIZER), large=main,
+                   with_positions=main and graph_fields)
+    if read is None:
+        return None
+    graphs = read.fields
+    positions = read.positions.get(0) if main else None
+    is_graph = level.node_field == GraphField.NODE
+    per_graph = np.where(is_graph, read.counts[GraphField.INITIALIZER] + read.counts[GraphField.SPARSE_INITIALIZER],
+                         0)
+    chosen = graphs.numbers == level.node_field[graphs.rows]
+    node_graph, node_starts = graphs.rows[chosen], graphs.payload[chosen]
+    node_ends = node_starts + graphs.values[chosen]
+    first_of_graph = np.searchsorted(node_graph, np.arange(count))
+    node_index = np.arange(len(node_graph)) - first_of_graph[node_graph]
+    read = _fields(data, source, node_starts, node_ends, (NodeField.OP_TYPE, NodeField.ATTRIBUTE, NodeField.DOMAIN))
+    if read is None:
+        return None
+    nodes = read.fields
+    n = len(node_starts)
+    op_type = nodes.last_span(NodeField.OP_TYPE, n)
+    domain = nodes.last_span(NodeField.DOMAIN, n)
+    constant = spans_equal(source, *op_type, b"Constant") & (
+        (domain[0] < 0) | spans_equal(source, *domain, b"") | spans_equal(source, *domain, b"ai.onnx"))
+    per_graph += np.bincount(node_graph[constant], minlength=count)
+    attribute_node, attribute_starts, attribute_ends = nodes.spans(NodeField.ATTRIBUTE)
+    read = _fields(data, source, attribute_starts, attribute_ends, (AttributeField.G, AttributeField.GRAPHS))
+    if read is None:
+        return None
+    subgraphs = read.fields  # (most models have none: the names below are read only for those that do)
+    nodes_read = (node_starts, node_ends, op_type[0], op_type[1], node_index)
+    if not len(subgraphs.rows):
+        empty = np.zeros(0, dtype=np.int64)
+        return per_graph, _Level(empty, empty, empty, empty, empty), nodes_read, positions
+    # A subgraph's scope: its node's (name, or {op_type}_{index}), then its attribute's name.
+    holders = np.unique(subgraphs.rows)
+    read = _fields(data, source, attribute_starts[holders], attribute_ends[holders], (AttributeField.NAME,))
+    if read is None:
+        return None
+    name_length = np.zeros(len(attribute_starts), dtype=np.int64)
+    named = read.fields.last_span(AttributeField.NAME, len(holders))
+    name_length[holders] = np.maximum(named[1] - named[0], 0)
+    parents = np.unique(attribute_node[holders])
+    read = _fields(data, source, node_starts[parents], node_ends[parents], (NodeField.NAME,))
+    if read is None:
+        return None
+    segment = np.zeros(n, dtype=np.int64)
+    named = read.fields.last_span(NodeField.NAME, len(parents))
+    own = np.maximum(named[1] - named[0], 0)
+    segment[parents] = np.where(own > 0, own, np.maximum(op_type[1][parents] - op_type[0][parents], 0) + 1
+                                + _digits(node_index[parents]))
+    children = []
+    for number in (AttributeField.G, AttributeField.GRAPHS):
+        rows, starts, ends = subgraphs.spans(number)
+        node = attribute_node[rows]
+        graph = node_graph[node]
+        parent = level.scope[graph]
+        scope = np.where(parent > 0, parent + 1, 0) + segment[node] + 1 + name_length[rows]
+        if number == AttributeField.GRAPHS:  # graphs[k]: k counts the attribute's graphs
+            k = np.arange(len(rows)) - np.searchsorted(rows, rows)
+            scope = scope + 2 + _digits(k)
+        root = np.where(level.root[graph] >= 0, level.root[graph], np.where(level.node_field[graph] == GraphField.NODE,
+                                                                             node if main else -1, -1))
+        children.append((starts, ends, scope, root))
+    child_starts, child_ends, child_scope, child_root = (np.concatenate([c[k] for c in children]) for k in range(4))
+    next_level = _Level(child_starts, child_ends, np.full(len(child_starts), GraphField.NODE, dtype=np.int64),
+                        child_scope, child_root)
+    return per_graph, next_level, nodes_read, positions
+
+
+def _node_label(data: bytes, source: np.ndarray, nodes: tuple[np.ndarray, ...], node: int) -> str:
+    """A main-graph node as its constants' keys name it: its name, or {op_type}_{index}."""
+    starts, ends, op_start, op_end, index = (column[node : node + 1] for column in nodes)
+    read = _fields(data, source, starts, ends, (NodeField.NAME,))
+    if read is not None:
+        name_start, name_end = read.fields.last_span(NodeField.NAME, 1)
+        name = span_text(source, name_start, name_end)[0] if name_start[0] >= 0 else ""
+        if name:
+            return name
+    op_type = span_text(source, op_start, op_end)[0] if op_start[0] >= 0 else ""
+    return f"{op_type}_{int(index[0])}"

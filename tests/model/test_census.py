@@ -1,0 +1,237 @@
+"""Counting a model's constants from its bytes, before it is parsed: the counts equal what find_constants finds,
+the names' lower bound holds, and a model over max_constants or max_manifest_bytes is refused before protobuf parses
+it, in every form a model is given, naming how many constants, how deep and under which node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from budget import examples
+from builders import model_of, sparse
+from command_line import run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, helper, numpy_helper
+
+import dmlbridge
+from dmlbridge.model import census, onnx_file
+from dmlbridge.model.census import MIN_ENTRY_LINE, count_constants
+from dmlbridge.model.constants import find_constants
+
+
+def test_the_field_numbers_are_onnx_s() -> None:
+    fields = {census.ModelField: ModelProto, census.GraphField: GraphProto, census.NodeField: NodeProto,
+              census.AttributeField: AttributeProto}
+    for names, message in fields.items():
+        for field in names:
+            assert message.DESCRIPTOR.fields_by_name[field.name.lower()].number == field, (message, field)
+    assert FunctionProto.DESCRIPTOR.fields_by_name["node"].number == census.FUNCTION_NODE
+
+
+# --- the counts ---------------------------------------------------------------------------------------------------
+
+
+def _tensor(name: str) -> Any:
+    return numpy_helper.from_array(np.ones(1, np.float32), name)
+
+
+@st.composite
+def _graphs(draw: Any, depth: int, prefix: str) -> tuple[Any, list[int]]:
+    """A graph of initializers, sparse initializers, Constant nodes (some of other domains, some in an odd form)
+    and nodes holding subgraphs (g and graphs attributes, named and unnamed nodes); and how many constants each of
+    its top-level nodes' subgraphs hold."""
+    inits = [_tensor(f"{prefix}i{k}") for k in range(draw(st.integers(0, 3)))]
+    sparse_inits = [sparse(f"{prefix}s{k}", np.array([1.0], np.float32), np.array([0], np.int64), [3])
+                    for k in range(draw(st.integers(0, 1)))]
+    nodes: list[Any] = []
+    under: list[int] = []
+    for k in range(draw(st.integers(0, 4))):
+        form = draw(st.sampled_from(["constant", "constant_other_domain", "constant_ints", "many_inputs",
+                                     "negative_int", "if", "graphs"] if depth < 3 else ["constant", "negative_int"]))
+        name = draw(st.sampled_from(["", f"{prefix}n{k}", "ünï"]))
+        if form == "constant":
+            nodes.append(helper.make_node("Constant", [], [f"{prefix}c{k}"], name=name, value=_tensor("v")))
+            under.append(0)
+        elif form == "constant_other_domain":  # not a constant: a custom operator named Constant
+            nodes.append(helper.make_node("Constant", [], [f"{prefix}c{k}"], name=name, domain="com.example",
+                                          value=_tensor("v")))
+            under.append(0)
+        elif form == "constant_ints":
+            nodes.append(helper.make_node("Constant", [], [f"{prefix}c{k}"], name=name, value_ints=[-1, 2]))
+            under.append(0)
+        elif form == "many_inputs":  # more fields than the numpy walk reads a record at a time
+            nodes.append(helper.make_node("Concat", [f"x{j}" for j in range(30)], ["y"], name=name, axis=-1))
+            under.append(0)
+        elif form == "negative_int":  # a 10-byte varint
+            nodes.append(helper.make_node("Softmax", ["x"], ["y"], name=name, axis=-1))
+            under.append(0)
+        else:
+            inner = [draw(_graphs(depth + 1, f"{prefix}{k}_{j}_")) for j in range(2)]
+            if form == "if":
+                node = helper.make_node("If", ["c"], ["y"], name=name, then_branch=inner[0][0],
+                                        else_branch=inner[1][0], axis=-7)
+            else:
+                node = helper.make_node("Scan", ["c"], ["y"], name=name, bodies=[inner[0][0], inner[1][0]])
+            nodes.append(node)
+            under.append(sum(_constants_in(graph) for graph, _ in inner))
+    graph = helper.make_graph(nodes, f"{prefix}g", [], [], inits, sparse_initializer=sparse_inits)
+    return graph, under
+
+
+def _constants_in(graph: Any) -> int:
+    model = helper.make_model(graph)
+    return len(find_constants(model))
+
+
+def _depth(constant: Any, scopes: dict[str, int]) -> int:
+    return scopes.get(constant.scope, 0)
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=_graphs(0, ""), functions=st.integers(0, 2))
+def test_the_count_is_what_find_constants_finds(drawn: tuple[Any, list[int]], functions: int) -> None:
+    graph, under = drawn
+    function_list = [helper.make_function("local", f"f{k}", ["x"], ["y"], [
+        helper.make_node("Constant", [], ["k"], value=_tensor("k")), helper.make_node("Identity", ["x"], ["y"])],
+        [helper.make_opsetid("", 17)]) for k in range(functions)]
+    model = helper.make_model(graph, functions=function_list)
+    data = model.SerializeToString()
+    count = count_constants(data)
+    found = find_constants(onnx.load_model_from_string(data))
+    assert count is not None
+    assert count.total == len(found)
+    subgraph = [c for c in found if c.scope and not c.scope.startswith("functions/")]
+    assert count.in_subgraphs == len(subgraph) == sum(under)
+    assert count.name_chars <= sum(len(c.key) + len(c.origin) for c in found)
+    if subgraph:
+        most = max(under)
+        top = next(i for i, n in enumerate(under) if n == most)
+        node = graph.node[top]
+        assert count.busiest == (node.name or f"{node.op_type}_{top}") and count.under_busiest == most
+        assert 1 <= count.depth <= 3
+    else:
+        assert count.depth == 0 and count.busiest is None
+
+
+def test_the_depth_is_the_deepest_level_holding_a_constant() -> None:
+    inner = helper.make_graph([], "inner", [], [], [_tensor("t")])
+    for level in range(5):
+        inner = helper.make_graph([helper.make_node("If", ["c"], ["y"], name=f"n{level}", then_branch=inner,
+                                                    else_branch=helper.make_graph([], "e", [], []))], "g", [], [])
+    count = count_constants(helper.make_model(inner).SerializeToString())
+    assert count is not None and (count.total, count.depth, count.busiest) == (1, 5, "n4")
+    (found,) = find_constants(helper.make_model(inner))
+    assert found.key.count("then_branch") == 5
+
+
+def test_bytes_that_are_not_a_message_are_not_counted() -> None:
+    data = model_of({"w": np.ones(2, np.float32)}).SerializeToString()
+    assert count_constants(data[:-3]) is None
+    assert count_constants(b"\x3a\x05ab") is None  # a graph field longer than the bytes
+
+
+def test_a_group_in_an_unknown_field_is_walked_over() -> None:
+    """Protobuf keeps a group it does not know (wire types 3 and 4) and parses the rest: so does the count."""
+    data = model_of({"w": np.ones(2, np.float32)}).SerializeToString()
+    group = bytes([15 << 3 | 3, 1 << 3 | 0, 5, 15 << 3 | 4])  # field 15 (unknown): a group holding a varint
+    odd = group + data
+    assert len(onnx.load_model_from_string(odd).graph.initializer) == 1
+    count = count_constants(odd)
+    assert count is not None and count.total == 1
+
+
+# --- the limits, before the parse -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def never_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Protobuf's parser fails the test if it is called: a refused model is refused before it."""
+
+    def parse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the model was parsed")
+
+    monkeypatch.setattr(onnx_file.onnx, "load_model_from_string", parse)
+
+
+def _nested(count: int, depth: int) -> Any:
+    graph = helper.make_graph([], "inner", [], [], [_tensor(f"w{i}") for i in range(count)])
+    for level in range(depth):
+        graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=graph,
+                                                    else_branch=helper.make_graph([], "e", [], []))], f"g{level}",
+                                  [], [])
+    return helper.make_model(graph)
+
+
+def test_a_model_of_more_constants_than_max_constants_is_refused_before_it_is_parsed(
+    tmp_path: Path, never_parsed: None
+) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_nested(40, 3).SerializeToString())
+    calls = [lambda model, limit: dmlbridge.convert_model(model, tmp_path / "out", progress=False,
+                                                          max_constants=limit),
+             lambda model, limit: dmlbridge.check_conversion(model, max_constants=limit),
+             lambda model, limit: dmlbridge.plan_model(model, max_constants=limit)]
+    for call in calls:
+        for model in (path, path.read_bytes()):
+            with pytest.raises(dmlbridge.InvalidArgumentError,
+                               match=r"holds 40 constants \(40 in subgraphs nested up to 3 deep, 40 of them under "
+                                     r"node 'If_0'\), more than max_constants=39 \(--max-constants"):
+                call(model, 39)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_a_model_proto_is_counted_too(tmp_path: Path) -> None:
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="holds 40 constants"):
+        dmlbridge.plan_model(_nested(40, 1), max_constants=39)
+    assert len(dmlbridge.plan_model(_nested(40, 1), max_constants=40).entries) == 40
+    assert len(dmlbridge.plan_model(_nested(40, 1), max_constants=None).entries) == 40
+
+
+def test_a_manifest_whose_keys_would_pass_max_manifest_bytes_is_refused_before_the_model_is_parsed(
+    tmp_path: Path, never_parsed: None
+) -> None:
+    """Twenty levels of If make every key and origin some 340 characters: their manifest's least size passes the
+    limit before a constant is made."""
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_nested(100, 20).SerializeToString())
+    least = 100 * MIN_ENTRY_LINE + 100 * 2 * 20 * len("If_0/then_branch/")
+    with pytest.raises(dmlbridge.InvalidArgumentError,
+                       match=r"manifest of these 100 constants would take more than max_manifest_bytes=50000 bytes "
+                             r".*--max-manifest-bytes.*nested up to 20 deep, 100 of them under node 'If_0'"):
+        dmlbridge.convert_model(path, tmp_path / "out", progress=False, max_manifest_bytes=50_000)
+    assert least > 50_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_the_least_manifest_is_no_more_than_the_manifest(tmp_path: Path) -> None:
+    """The lower bound the refusal uses never passes the size of the manifest's lines (nested keys, skipped
+    entries, long names)."""
+    from dmlbridge.manifest.format import entries_size
+
+    strings = numpy_helper.from_array(np.array(["s"], dtype=object), "")
+    for model in (_nested(30, 4), model_of([strings, _tensor("n" * 300)]), _nested(1, 0)):
+        data = model.SerializeToString()
+        count = count_constants(data)
+        assert count is not None
+        size = entries_size(dmlbridge.plan_model(data).entries)
+        assert count.total * MIN_ENTRY_LINE + count.name_chars <= size
+
+
+def test_the_command_line_names_its_flag(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_nested(3, 1).SerializeToString())
+    for command in (["convert", path, "-o", tmp_path / "w"], ["inspect", path]):
+        refused = run(*command, "--max-constants", "2")
+        assert refused.returncode == 2
+        assert "holds 3 constants" in refused.stderr and "more than --max-constants 2" in refused.stderr
+        assert "max_constants" not in refused.stderr
+    assert run("convert", path, "-o", tmp_path / "w", "--max-constants", "3", "--quiet").returncode == 0
+    verified = run("verify", tmp_path / "w.json", path, "--max-constants", "2")
+    assert verified.returncode == 2 and "--max-constants 2" in verified.stderr
+    assert run("verify", tmp_path / "w.json", path).returncode == 0
+    refused = run("convert", path, "-o", tmp_path / "x", "--max-constants", "-1")
+    assert refused.returncode == 2 and "--max-constants must be a non-negative integer" in refused.stderr
