@@ -5,7 +5,9 @@ parsed message), so its memory grows with their number, and with how deep the su
 constant's key and origin name every node and attribute around it. :func:`count_constants` counts them from the
 serialized model with numpy, one level of subgraphs at a time, before anything per constant is allocated (protobuf's
 parsed model alone takes about 250 bytes a constant), so that :func:`check_count` refuses a model over the
-caller's limits first.
+caller's limits first. It counts the nodes too: protobuf's parsed model takes about 360 bytes a node, whatever the
+node (an Identity node of short names; more for a node of long names or many attributes), and a file of 23 bytes a
+node may hold millions.
 
 What it reads (onnx.proto's field numbers; ``tests/model/test_census.py`` checks them against onnx's descriptors):
 
@@ -53,12 +55,17 @@ from dmlbridge.onnx.wire import (
     varints,
 )
 
-__all__ = ["DEFAULT_MAX_CONSTANTS", "MIN_ENTRY_LINE", "ConstantCount", "check_count", "check_max_constants",
-           "count_constants"]
+__all__ = ["DEFAULT_MAX_CONSTANTS", "DEFAULT_MAX_NODES", "MIN_ENTRY_LINE", "ConstantCount", "check_count",
+           "check_max_constants", "check_max_nodes", "count_constants"]
 
 DEFAULT_MAX_CONSTANTS = 1 << 19
 """The most constants a model may hold unless the caller raises the limit (524,288; real models hold a few
 thousand): a conversion of that many stays within 1 GiB (docs/guide.md, Streaming)."""
+
+DEFAULT_MAX_NODES = 1 << 19
+"""The most nodes a model may hold unless the caller raises the limit (524,288; real models hold up to some tens of
+thousands): protobuf's parsed model takes about 360 bytes a node, so that many stay within 1 GiB beside the most
+constants (docs/guide.md, Streaming)."""
 
 MIN_ENTRY_LINE = 160
 """Fewer characters than any manifest entry line has besides its key and origin (the shortest, a skipped
@@ -102,7 +109,8 @@ class ConstantCount(NamedTuple):
     characters of their keys and origins; ``busiest``: the main graph's node whose subgraphs hold the most
     (its name, or ``{op_type}_{index}``), and ``under_busiest`` how many (None and 0 when there are none).
     ``graph_fields``: where each field of the main graph begins, when the model has one main graph (the byte scan
-    reads them again otherwise)."""
+    reads them again otherwise). ``nodes``: every node of every graph, subgraph and function (Constant nodes
+    included), ``nodes_in_subgraphs`` those in subgraphs and ``node_depth`` the deepest level that holds one."""
 
     total: int
     in_subgraphs: int
@@ -111,6 +119,9 @@ class ConstantCount(NamedTuple):
     busiest: str | None = None
     under_busiest: int = 0
     graph_fields: np.ndarray | None = None
+    nodes: int = 0
+    nodes_in_subgraphs: int = 0
+    node_depth: int = 0
 
     def where(self) -> str:
         """Where the constants are, for a message: ``"12 in the main graph"`` or with the subgraphs'."""
@@ -128,10 +139,26 @@ def check_max_constants(value: object) -> int | None:
     return value
 
 
-def check_count(count: ConstantCount, max_constants: int | None, max_manifest_bytes: int | None) -> None:
-    """InvalidArgumentError when the model holds more than ``max_constants`` constants (None: any number), or when
-    their manifest would take more than ``max_manifest_bytes`` (None: none is written) on the lower bound of its
-    lines alone."""
+def check_max_nodes(value: object) -> int | None:
+    """``max_nodes`` checked: a non-negative integer, or None (any number)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InvalidArgumentError(f"max_nodes must be a non-negative integer or None, got {value!r}")
+    return value
+
+
+def check_count(count: ConstantCount, max_constants: int | None, max_manifest_bytes: int | None,
+                max_nodes: int | None = DEFAULT_MAX_NODES) -> None:
+    """InvalidArgumentError when the model holds more than ``max_nodes`` nodes or ``max_constants`` constants
+    (None: any number), or when their manifest would take more than ``max_manifest_bytes`` (None: none is written)
+    on the lower bound of its lines alone."""
+    if max_nodes is not None and count.nodes > max_nodes:
+        where = (f"{count.nodes_in_subgraphs} in subgraphs nested up to {count.node_depth} deep"
+                 if count.nodes_in_subgraphs else "all in the main graph and functions")
+        raise InvalidArgumentError(
+            f"the model holds {count.nodes} nodes ({where}), more than max_nodes={max_nodes} (--max-nodes on the "
+            "command line): protobuf's parsed model takes about 360 bytes a node while a conversion runs "
+            "(docs/guide.md, Streaming); raise the limit if you trust this model and have the memory"
+        )
     if max_constants is not None and count.total > max_constants:
         raise InvalidArgumentError(
             f"the model holds {count.total} constants ({count.where()}), more than max_constants={max_constants} "
@@ -393,6 +420,7 @@ def count_constants(data: bytes, graph_fields: bool = True) -> ConstantCount | N
     scope = np.r_[np.zeros(len(graph_starts), np.int64), np.full(len(function_starts), 11, np.int64)]
     level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64))
     total = in_subgraphs = depth = name_chars = 0
+    node_total = node_subgraphs = node_depth = 0
     main_fields = None
     under = np.zeros(0, dtype=np.int64)  # constants under each main-graph node
     main_nodes: tuple[np.ndarray, ...] = ()  # the main graph's nodes: their spans, op types and indices
@@ -403,6 +431,10 @@ def count_constants(data: bytes, graph_fields: bool = True) -> ConstantCount | N
         if counted is None:
             return None
         per_graph, children, nodes, positions = counted
+        node_total += len(nodes[0])
+        if depth_now > 0 and len(nodes[0]):
+            node_subgraphs += len(nodes[0])
+            node_depth = depth_now
         if depth_now == 0:
             main_fields, main_nodes = positions, nodes
             under = np.zeros(max(len(nodes[0]), 1), dtype=np.int64)
@@ -423,7 +455,8 @@ def count_constants(data: bytes, graph_fields: bool = True) -> ConstantCount | N
         node = int(np.argmax(under))
         most = int(under[node])
         busiest = _node_label(data, source, main_nodes, node)
-    return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields)
+    return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields, node_total,
+                         node_subgraphs, node_depth)
 
 
 def _count_level(

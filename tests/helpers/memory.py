@@ -312,3 +312,25 @@ def nodes_model(path: Path, count: int, depth: int = 0, constants: int = 10) -> 
         graph = _field(1, node) + _field(2, f"g{level}".encode())
     path.write_bytes(b"\x08\x08" + _field(7, graph) + _field(8, b"\x10\x11"))
     return path
+
+
+def nodes_growth(folder: Path, counts: tuple[int, ...], depths: tuple[int, ...]) -> dict[str, float]:
+    """The peak RSS growth (MiB) of converting each :func:`nodes_model` of ``counts`` Identity nodes at each of
+    ``depths`` (max_nodes raised), as :func:`constants_growth` measures constants; keyed ``"COUNT@DEPTH"``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        models = {f"{count}@{depth}": folder / f"n{count}_{depth}.onnx" for count in counts for depth in depths}
+        background.run_in_child(f"""
+            import pathlib, memory
+            for count in {counts!r}:
+                for depth in {depths!r}:
+                    memory.nodes_model(pathlib.Path({str(folder)!r}) / f"n{{count}}_{{depth}}.onnx", count, depth)
+        """)
+        return peak_growth(f"""
+            for name, path in {[(name, str(path)) for name, path in models.items()]!r}:
+                with measured(name):
+                    dmlbridge.convert_model(path, {str(folder / "w")!r}, fsync=False, progress=False, workers=1,
+                                            max_nodes=None).close()
+        """)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
