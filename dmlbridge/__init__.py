@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # (what _HOMES loads at the first use of a name: the type che
     from dmlbridge.placement.options import DEFAULT_MAX_BUFFER_BYTES, max_buffer_bytes_for
     from dmlbridge.placement.selection import CONSTANT_KINDS
     from dmlbridge.plan.bindings import binding_list
-    from dmlbridge.plan.upload_plan import Binding, UploadPlan, load_plan, plan_model
+    from dmlbridge.plan.buffer_binding import Binding
+    from dmlbridge.plan.upload_plan import UploadPlan, load_plan, plan_model
     from dmlbridge.quantized.records import QuantizedPart, QuantizedWeight
     from dmlbridge.system.workers import available_cpus
     from dmlbridge.tensor.decode import decode
@@ -148,7 +149,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "dmlbridge.placement.options": ("DEFAULT_MAX_BUFFER_BYTES", "max_buffer_bytes_for"),
     "dmlbridge.placement.selection": ("CONSTANT_KINDS",),
     "dmlbridge.plan.bindings": ("binding_list",),
-    "dmlbridge.plan.upload_plan": ("Binding", "UploadPlan", "load_plan", "plan_model"),
+    "dmlbridge.plan.buffer_binding": ("Binding",),
+    "dmlbridge.plan.upload_plan": ("UploadPlan", "load_plan", "plan_model"),
     "dmlbridge.quantized.records": ("QuantizedPart", "QuantizedWeight"),
     "dmlbridge.system.workers": ("available_cpus",),
     "dmlbridge.tensor.decode": ("decode",),

@@ -45,6 +45,7 @@ from dmlbridge.placement.options import (
     check_max_tensor_bytes,
 )
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
+from dmlbridge.plan.buffer_binding import Binding
 from dmlbridge.plan.external_files import examine_external_data
 from dmlbridge.plan.fingerprint import fingerprint_problem
 from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
@@ -53,7 +54,6 @@ from dmlbridge.plan.verify import find_mismatches
 from dmlbridge.quantized.records import QuantizedWeight, check_zero_scales, quantized_views
 from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.decode import decode
-from dmlbridge.tensor.descs import DML_BUFFER_BINDING
 from dmlbridge.tensor.encode import PreparedTensor
 from dmlbridge.types.target import Target
 from dmlbridge.version import __version__
@@ -407,37 +407,6 @@ def plan_with_notes(
         elif entry.conversion == "saturate":
             notes.setdefault(entry.key, []).append("values clamped to 32 bits not counted")
     return model_plan.plan, {key: "unchecked: " + ", ".join(why) for key, why in notes.items()}
-
-
-class Binding(NamedTuple):
-    """Where one converted entry is bound: its ``key``, the index of its ``buffer`` file, its ``offset`` in it
-    and its ``size`` in bytes (what a DML_BUFFER_BINDING holds, but the resource).
-
-    Example:
-        >>> import dmlbridge
-        >>> binding = dmlbridge.Binding("w", buffer=0, offset=256, size=12)
-        >>> binding.offset + binding.size
-        268
-    """
-
-    key: str
-    buffer: int
-    offset: int
-    size: int
-
-    def as_ctypes(self, resources: Sequence[int]) -> DML_BUFFER_BINDING:
-        """The DML_BUFFER_BINDING, given the ``ID3D12Resource*`` (as integers) holding each buffer file, by index.
-
-        Example:
-            >>> Binding("w", 1, 256, 64).as_ctypes([0x1000, 0x2000]).Offset
-            256
-        """
-        if not 0 <= self.buffer < len(resources):
-            raise InvalidArgumentError(
-                f"entry {self.key!r} is in buffer {self.buffer}, but resources holds {len(resources)}: pass one "
-                "resource per buffer file, in the order of plan.buffers"
-            )
-        return DML_BUFFER_BINDING(resources[self.buffer], self.offset, self.size)
 
 
 class ModelAndPlan(NamedTuple):
