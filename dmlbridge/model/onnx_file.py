@@ -165,7 +165,7 @@ def _counted(data: bytes, max_constants: int | None, max_manifest_bytes: int | N
              max_nodes: int | None) -> ConstantCount | None:
     """The constants of the serialized model ``data``, counted and held to the limits (None: bytes the count does
     not read, which protobuf then refuses: the count reads whatever protobuf parses)."""
-    count = count_constants(data, graph_fields=len(data) <= BYTE_SCAN_MAX_BYTES)
+    count = count_constants(data, graph_fields=len(data) <= BYTE_SCAN_MAX_BYTES, max_nodes=max_nodes)
     if count is not None:
         check_count(count, max_constants, max_manifest_bytes, max_nodes)
     return count
