@@ -7,7 +7,8 @@ serialized model with numpy, one level of subgraphs at a time, before anything p
 parsed model alone takes about 250 bytes a constant), so that :func:`check_count` refuses a model over the
 caller's limits first. It counts the nodes too: protobuf's parsed model takes about 360 bytes a node, whatever the
 node (an Identity node of short names; more for a node of long names or many attributes), and a file of 23 bytes a
-node may hold millions.
+node may hold millions: given ``max_nodes``, the count stops at the level of subgraphs that passes it, before that
+level's nodes are read, so that refusing such a model takes no memory per node.
 
 What it reads (onnx.proto's field numbers; ``tests/model/test_census.py`` checks them against onnx's descriptors):
 

@@ -47,7 +47,8 @@ def test_memory_grows_by_a_bounded_amount_per_node(tmp_path: Path) -> None:
 def test_a_million_nodes_are_refused_and_convert_within_1_gib(tmp_path: Path) -> None:
     """The opt-in large run: a model of a million Identity nodes and ten constants (23 MB), in the main graph and
     17 If deep, is refused with the default max_nodes, before the parse, and converts with max_nodes=None, the
-    whole process's peak within 1 GiB each time (before: not refused, about 1,045 MiB converting)."""
+    whole process's peak within 1 GiB each time (before: not refused, about 1,045 MiB converting; now refused at
+    about 156 MiB, converted at 507 in the main graph and 422 17 deep)."""
     for depth in (0, 17):
         path = memory.nodes_model(tmp_path / f"nodes{depth}.onnx", 1_000_000, depth)
         peak, message = memory.process_peak(f"""
@@ -56,7 +57,8 @@ def test_a_million_nodes_are_refused_and_convert_within_1_gib(tmp_path: Path) ->
             except dmlbridge.InvalidArgumentError as exc:
                 print(exc)
         """)
-        assert f"holds {1_000_000 + depth} nodes" in message and "more than max_nodes=524288" in message, message
+        assert f"holds at least {1_000_000 + depth} nodes" in message, message
+        assert "more than max_nodes=524288" in message, message
         print(f"a million nodes {depth} deep, refused: peak {peak:.0f} MiB")
         assert peak <= 1024, peak
         peak, entries = memory.process_peak(f"""
