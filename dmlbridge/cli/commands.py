@@ -32,7 +32,7 @@ from dmlbridge.errors import (
     counted,
 )
 from dmlbridge.placement.entries import ConvertedEntry
-from dmlbridge.placement.options import PlanOptions
+from dmlbridge.placement.options import PlanOptions, check_max_constants, check_max_nodes
 from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.bindings import binding_list
 from dmlbridge.plan.upload_plan import plan_with_notes, read_plan
@@ -83,7 +83,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         layout = PlanOptions.check(options["target"], args.alignment, args.min_dims, 0, args.max_buffer_bytes)
         plan, notes = plan_with_notes(args.model, layout, Selection.check(**_selection_from(args)), args.strict,
                                       open_external_data=True, external_data_root=args.external_data_root,
-                                      max_constants=args.max_constants, max_nodes=args.max_nodes)
+                                      max_constants=check_max_constants(args.max_constants),
+                                      max_nodes=check_max_nodes(args.max_nodes))
     if args.json:
         document = plan.manifest()
         converted = plan.converted

@@ -314,5 +314,6 @@ def test_the_command_line_names_max_nodes_flag(tmp_path: Path) -> None:
     verified = run("verify", tmp_path / "w.json", path, "--max-nodes", "3")
     assert verified.returncode == 2 and "--max-nodes 3" in verified.stderr
     assert run("verify", tmp_path / "w.json", path).returncode == 0
-    refused = run("convert", path, "-o", tmp_path / "x", "--max-nodes", "-1")
-    assert refused.returncode == 2 and "--max-nodes must be a non-negative integer" in refused.stderr
+    for command in (["convert", path, "-o", tmp_path / "x"], ["inspect", path], ["verify", tmp_path / "w.json", path]):
+        refused = run(*command, "--max-nodes", "-1")
+        assert refused.returncode == 2 and "--max-nodes must be a non-negative integer" in refused.stderr
