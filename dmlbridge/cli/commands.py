@@ -32,7 +32,7 @@ from dmlbridge.errors import (
     counted,
 )
 from dmlbridge.placement.entries import ConvertedEntry
-from dmlbridge.placement.options import PlanOptions
+from dmlbridge.placement.options import PlanOptions, check_max_constants, check_max_nodes
 from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.bindings import binding_list
 from dmlbridge.plan.upload_plan import plan_with_notes, read_plan
@@ -77,12 +77,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             args.model, **options, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
             max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
             flags=FLAG_VALUES[args.flags], workers=args.workers, max_constants=args.max_constants,
+            max_nodes=args.max_nodes,
         )
     else:
         layout = PlanOptions.check(options["target"], args.alignment, args.min_dims, 0, args.max_buffer_bytes)
         plan, notes = plan_with_notes(args.model, layout, Selection.check(**_selection_from(args)), args.strict,
                                       open_external_data=True, external_data_root=args.external_data_root,
-                                      max_constants=args.max_constants)
+                                      max_constants=check_max_constants(args.max_constants),
+                                      max_nodes=check_max_nodes(args.max_nodes))
     if args.json:
         document = plan.manifest()
         converted = plan.converted
@@ -147,7 +149,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             checksum=args.checksum, max_tensor_bytes=args.max_tensor_bytes, fsync=not args.no_fsync,
             max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
             flags=FLAG_VALUES[args.flags], max_buffer_bytes=args.max_buffer_bytes, **_selection_from(args),
-            workers=args.workers, max_constants=args.max_constants,
+            workers=args.workers, max_constants=args.max_constants, max_nodes=args.max_nodes,
         )
     for warning in caught:  # (a file of the replaced conversion left: one line, as every message here is)
         if issubclass(warning.category, CleanupWarning):
@@ -179,7 +181,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     problems = find_mismatches(
         plan, args.model, external_data_root=args.external_data_root, max_tensor_bytes=args.max_tensor_bytes,
         sha256=all(b.sha256 is not None for b in plan.buffers), progress=False if args.quiet else None,
-        workers=args.workers, max_constants=args.max_constants,
+        workers=args.workers, max_constants=args.max_constants, max_nodes=args.max_nodes,
     )
     if problems:
         for problem in problems[:20]:

@@ -13,14 +13,15 @@ __all__ = ["in_flags", "one_line"]
 
 # Messages speak Python (a keyword and its value); on the command line they name the flag instead. Text the user
 # gave (names and paths, which messages quote with repr) is never rewritten.
-_KEYWORDS = ("max_tensor_bytes|max_output_bytes|max_manifest_bytes|max_buffer_bytes|max_constants|external_data_root|"
-             "min_dims|allow_lossy|strict|checksum")
+_KEYWORDS = ("max_tensor_bytes|max_output_bytes|max_manifest_bytes|max_buffer_bytes|max_constants|max_nodes|"
+             "external_data_root|min_dims|allow_lossy|strict|checksum")
 _FLAGS = [
     (re.compile(rf"(?<![\w-])({_KEYWORDS}|alignment)=(\d+)"),
      lambda m: f"--{m.group(1).replace('_', '-')} {m.group(2)}"),
     (re.compile(rf"(?<![\w-])({_KEYWORDS})=(True)?"), lambda m: f"--{m.group(1).replace('_', '-')}"),
     (re.compile(r"(?<![\w-])(max_tensor_bytes|max_output_bytes|max_manifest_bytes|max_buffer_bytes|max_constants|"
-                r"external_data_root|min_dims|allow_lossy)\b"), lambda m: f"--{m.group(1).replace('_', '-')}"),
+                r"max_nodes|external_data_root|min_dims|allow_lossy)\b"),
+     lambda m: f"--{m.group(1).replace('_', '-')}"),
     (re.compile(r"^(alignment|include|exclude|kinds) (must|names|holds)"), lambda m: f"--{m.group(1)} {m.group(2)}"),
     (re.compile(r"(?<![\w-])min_bytes\b"), lambda m: "--min-bytes"),
     (re.compile(r"\(None: (\d+)\)"), lambda m: f"(the default: {m.group(1)})"),

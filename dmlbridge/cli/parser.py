@@ -21,6 +21,7 @@ from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_CONSTANTS,
     DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_NODES,
     DEFAULT_MAX_TENSOR_BYTES,
     parse_byte_count,
 )
@@ -52,6 +53,9 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
 def _add_max_constants(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-constants", type=int, default=DEFAULT_MAX_CONSTANTS, metavar="N",
                         help="refuse a model of more than N constants, counted before it is read (default 524288; "
+                        "each takes memory: docs/guide.md, Streaming)")
+    parser.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES, metavar="N",
+                        help="refuse a model of more than N nodes, counted before it is read (default 524288; "
                         "each takes memory: docs/guide.md, Streaming)")
 
 

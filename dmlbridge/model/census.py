@@ -5,7 +5,10 @@ parsed message), so its memory grows with their number, and with how deep the su
 constant's key and origin name every node and attribute around it. :func:`count_constants` counts them from the
 serialized model with numpy, one level of subgraphs at a time, before anything per constant is allocated (protobuf's
 parsed model alone takes about 250 bytes a constant), so that :func:`check_count` refuses a model over the
-caller's limits first.
+caller's limits first. It counts the nodes too: protobuf's parsed model takes about 360 bytes a node, whatever the
+node (an Identity node of short names; more for a node of long names or many attributes), and a file of 23 bytes a
+node may hold millions: given ``max_nodes``, the count stops at the level of subgraphs that passes it, before that
+level's nodes are read, so that refusing such a model takes no memory per node.
 
 What it reads (onnx.proto's field numbers; ``tests/model/test_census.py`` checks them against onnx's descriptors):
 
@@ -53,12 +56,17 @@ from dmlbridge.onnx.wire import (
     varints,
 )
 
-__all__ = ["DEFAULT_MAX_CONSTANTS", "MIN_ENTRY_LINE", "ConstantCount", "check_count", "check_max_constants",
-           "count_constants"]
+__all__ = ["DEFAULT_MAX_CONSTANTS", "DEFAULT_MAX_NODES", "MIN_ENTRY_LINE", "ConstantCount", "check_count",
+           "check_max_constants", "check_max_nodes", "count_constants"]
 
 DEFAULT_MAX_CONSTANTS = 1 << 19
 """The most constants a model may hold unless the caller raises the limit (524,288; real models hold a few
 thousand): a conversion of that many stays within 1 GiB (docs/guide.md, Streaming)."""
+
+DEFAULT_MAX_NODES = 1 << 19
+"""The most nodes a model may hold unless the caller raises the limit (524,288; real models hold up to some tens of
+thousands): protobuf's parsed model takes about 360 bytes a node, so that many stay within 1 GiB beside the most
+constants (docs/guide.md, Streaming)."""
 
 MIN_ENTRY_LINE = 160
 """Fewer characters than any manifest entry line has besides its key and origin (the shortest, a skipped
@@ -102,7 +110,10 @@ class ConstantCount(NamedTuple):
     characters of their keys and origins; ``busiest``: the main graph's node whose subgraphs hold the most
     (its name, or ``{op_type}_{index}``), and ``under_busiest`` how many (None and 0 when there are none).
     ``graph_fields``: where each field of the main graph begins, when the model has one main graph (the byte scan
-    reads them again otherwise)."""
+    reads them again otherwise). ``nodes``: every node of every graph, subgraph and function (Constant nodes
+    included), ``nodes_in_subgraphs`` those in subgraphs and ``node_depth`` the deepest level that holds one;
+    ``nodes_partial``: the count stopped at a level of more than ``max_nodes`` (``nodes`` counts the levels
+    down to it, and the other counts are not whole)."""
 
     total: int
     in_subgraphs: int
@@ -111,6 +122,10 @@ class ConstantCount(NamedTuple):
     busiest: str | None = None
     under_busiest: int = 0
     graph_fields: np.ndarray | None = None
+    nodes: int = 0
+    nodes_in_subgraphs: int = 0
+    node_depth: int = 0
+    nodes_partial: bool = False
 
     def where(self) -> str:
         """Where the constants are, for a message: ``"12 in the main graph"`` or with the subgraphs'."""
@@ -128,10 +143,27 @@ def check_max_constants(value: object) -> int | None:
     return value
 
 
-def check_count(count: ConstantCount, max_constants: int | None, max_manifest_bytes: int | None) -> None:
-    """InvalidArgumentError when the model holds more than ``max_constants`` constants (None: any number), or when
-    their manifest would take more than ``max_manifest_bytes`` (None: none is written) on the lower bound of its
-    lines alone."""
+def check_max_nodes(value: object) -> int | None:
+    """``max_nodes`` checked: a non-negative integer, or None (any number)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InvalidArgumentError(f"max_nodes must be a non-negative integer or None, got {value!r}")
+    return value
+
+
+def check_count(count: ConstantCount, max_constants: int | None, max_manifest_bytes: int | None,
+                max_nodes: int | None = DEFAULT_MAX_NODES) -> None:
+    """InvalidArgumentError when the model holds more than ``max_nodes`` nodes or ``max_constants`` constants
+    (None: any number), or when their manifest would take more than ``max_manifest_bytes`` (None: none is written)
+    on the lower bound of its lines alone."""
+    if max_nodes is not None and count.nodes > max_nodes:
+        where = (f"{count.nodes_in_subgraphs} in subgraphs nested up to {count.node_depth} deep"
+                 if count.nodes_in_subgraphs else "all in the main graph and functions")
+        raise InvalidArgumentError(
+            f"the model holds {'at least ' if count.nodes_partial else ''}{count.nodes} nodes ({where}), more than "
+            f"max_nodes={max_nodes} (--max-nodes on the "
+            "command line): protobuf's parsed model takes about 360 bytes a node while a conversion runs "
+            "(docs/guide.md, Streaming); raise the limit if you trust this model and have the memory"
+        )
     if max_constants is not None and count.total > max_constants:
         raise InvalidArgumentError(
             f"the model holds {count.total} constants ({count.where()}), more than max_constants={max_constants} "
@@ -255,17 +287,19 @@ class _Read(NamedTuple):
     fields: _Fields
     counts: dict[int, np.ndarray]
     positions: dict[int, np.ndarray]
+    over: bool = False  # more than ``most`` fields wanted: some were not kept
 
 
 def _fields(
     data: bytes, source: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: tuple[int, ...],
-    counted: tuple[int, ...] = (), *, large: bool = False, with_positions: bool = False,
+    counted: tuple[int, ...] = (), *, large: bool = False, with_positions: bool = False, most: int | None = None,
 ) -> _Read | None:
     """The fields ``wanted`` of the records data[starts[i]:ends[i]] (LENGTH ones: spans), and the number of
     those ``counted``: read together with numpy, and one record at a time those numpy leaves (more than
     MAX_ROUNDS fields, 10-byte varints, groups), or all of them when they are ``large`` (a main graph). Only what
-    is asked for is kept: a level of subgraphs may hold millions of fields. None when a record is not a
-    message."""
+    is asked for is kept: a level of subgraphs may hold millions of fields. ``most``: of the records read one at a
+    time, keep no more than this many fields ``wanted`` (once past it, they are only counted: the caller refuses
+    the model by the counts and reads no field). None when a record is not a message."""
     count = len(starts)
     counts = {number: np.zeros(count, dtype=np.int64) for number in counted}
     pieces: list[tuple[np.ndarray, ...]] = []
@@ -289,15 +323,18 @@ def _fields(
             keep(*fields)
         broken = walk.broken
     positions: dict[int, np.ndarray] = {}
+    kept = 0  # fields wanted, of the records read one at a time
     if broken.any():
         for number in counted:
             counts[number][broken] = 0
         pieces = [tuple(column[~broken[piece[0]]] for column in piece) for piece in pieces]
         for row in np.flatnonzero(broken).tolist():
-            read = _message_fields(data, source, int(starts[row]), int(ends[row]), wanted, counted, with_positions)
+            read = _message_fields(data, source, int(starts[row]), int(ends[row]), wanted, counted, with_positions,
+                                   None if most is None else max(most - kept, -1))
             if read is None:
                 return None
-            fields, row_counts, where = read
+            fields, row_counts, where, over = read
+            kept = (most or 0) + 1 if over else kept + len(fields.rows)
             pieces.append((np.full(len(fields.rows), row, dtype=np.int64), *fields[1:]))
             for number, many in row_counts.items():
                 counts[number][row] = many
@@ -305,25 +342,27 @@ def _fields(
                 positions[row] = where
     if not pieces:
         empty = np.zeros(0, dtype=np.int64)
-        return _Read(_Fields(empty, empty, empty, empty, empty), counts, positions)
+        return _Read(_Fields(empty, empty, empty, empty, empty), counts, positions, most is not None and kept > most)
     fields = _Fields(*(np.concatenate([piece[k] for piece in pieces]) for k in range(5)))
     if len(pieces) > 1:  # record by record, each in its order: a round holds a field of each record, in order
         order = np.argsort(fields.rows, kind="stable")
         fields = _Fields(*(column[order] for column in fields))
-    return _Read(fields, counts, positions)
+    return _Read(fields, counts, positions, most is not None and kept > most)
 
 
 def _message_fields(
     data: bytes, source: np.ndarray, at: int, end: int, wanted: tuple[int, ...], counted: tuple[int, ...],
-    with_positions: bool,
-) -> tuple[_Fields, dict[int, int], np.ndarray | None] | None:
+    with_positions: bool, most: int | None = None,
+) -> tuple[_Fields, dict[int, int], np.ndarray | None, bool] | None:
     """The fields ``wanted`` of one message of many fields (a main graph: one per node and initializer), the
     number of those ``counted``, and (``with_positions``) where each field begins; read _RUN fields at a time,
-    with numpy, or one at a time where it has an oddity. None when it is not a message."""
+    with numpy, or one at a time where it has an oddity. Past ``most`` fields wanted, none is kept (none is
+    returned, and the last item says so) and the rest are only counted. None when it is not a message."""
     for fast in (True, False):
         kept: list[_Fields] = []
         counts = dict.fromkeys(counted, 0)
         runs: list[np.ndarray] = []
+        many = 0  # fields wanted so far
         for fields in _fast_runs(data, source, at, end, runs) if fast else _walk_one(data, at, end):
             if fields is None:
                 break
@@ -334,12 +373,17 @@ def _message_fields(
             for number in wanted:
                 chosen |= fields.numbers == number
             chosen &= length
+            many += int(np.count_nonzero(chosen))
+            if most is not None and many > most:  # (too many: what was kept goes, and nothing more is)
+                kept.clear()
+                runs.clear()
+                continue
             kept.append(_Fields(*(column[chosen] for column in fields)))
         else:
             joined = _Fields(*(np.concatenate([piece[k] for piece in kept]) for k in range(5))) if kept else (
                 _Fields(*[np.zeros(0, dtype=np.int64)] * 5))
             where = (np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)) if with_positions and fast else None
-            return joined, counts, where
+            return joined, counts, where, most is not None and many > most
     return None
 
 
@@ -375,10 +419,12 @@ class _Level(NamedTuple):
     root: np.ndarray
 
 
-def count_constants(data: bytes, graph_fields: bool = True) -> ConstantCount | None:
+def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | None = None) -> ConstantCount | None:
     """The constants of the serialized ModelProto ``data`` (see the module docstring); None when the bytes are not
     a protobuf message as this module reads one. ``graph_fields``: keep where each field of the main graph begins
-    (8 bytes a field), for the byte scan."""
+    (8 bytes a field), for the byte scan. ``max_nodes``: stop at the first level of subgraphs that takes the nodes
+    past it, before its nodes are read (the count is then ``nodes_partial``): the count's own memory stays within
+    what the limit allows, whatever the model holds."""
     source = np.frombuffer(data, dtype=np.uint8)
     read = _message_fields(data, source, 0, len(data), (ModelField.GRAPH, ModelField.FUNCTIONS), (), False)
     if read is None:
@@ -393,16 +439,26 @@ def count_constants(data: bytes, graph_fields: bool = True) -> ConstantCount | N
     scope = np.r_[np.zeros(len(graph_starts), np.int64), np.full(len(function_starts), 11, np.int64)]
     level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64))
     total = in_subgraphs = depth = name_chars = 0
+    node_total = node_subgraphs = node_depth = 0
     main_fields = None
     under = np.zeros(0, dtype=np.int64)  # constants under each main-graph node
     main_nodes: tuple[np.ndarray, ...] = ()  # the main graph's nodes: their spans, op types and indices
     for depth_now in range(_MOST_LEVELS):
         if not len(level.starts):
             break
-        counted = _count_level(data, source, level, depth_now == 0 and len(graph_starts) == 1, graph_fields)
+        counted = _count_level(data, source, level, depth_now == 0 and len(graph_starts) == 1, graph_fields,
+                               None if max_nodes is None else max_nodes - node_total)
         if counted is None:
             return None
+        if isinstance(counted, int):  # (more nodes than max_nodes: refused by them alone)
+            subgraphs = counted if depth_now else 0
+            return ConstantCount(total, in_subgraphs, depth, name_chars, None, 0, None, node_total + counted,
+                                 node_subgraphs + subgraphs, depth_now if subgraphs else node_depth, True)
         per_graph, children, nodes, positions = counted
+        node_total += len(nodes[0])
+        if depth_now > 0 and len(nodes[0]):
+            node_subgraphs += len(nodes[0])
+            node_depth = depth_now
         if depth_now == 0:
             main_fields, main_nodes = positions, nodes
             under = np.zeros(max(len(nodes[0]), 1), dtype=np.int64)
@@ -423,23 +479,36 @@ def count_constants(data: bytes, graph_fields: bool = True) -> ConstantCount | N
         node = int(np.argmax(under))
         most = int(under[node])
         busiest = _node_label(data, source, main_nodes, node)
-    return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields)
+    return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields, node_total,
+                         node_subgraphs, node_depth)
 
 
 def _count_level(
-    data: bytes, source: np.ndarray, level: _Level, main: bool, graph_fields: bool
-) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None] | None:
+    data: bytes, source: np.ndarray, level: _Level, main: bool, graph_fields: bool, most: int | None
+) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None] | int | None:
     """The constants of each graph of ``level``, the graphs of the next level, this level's nodes (their spans,
-    op_type spans and index in their graph) and, for the one main graph, where its fields begin."""
+    op_type spans and index in their graph) and, for the one main graph, where its fields begin; or, when the
+    level holds more than ``most`` nodes, how many (its nodes not read)."""
     count = len(level.starts)
-    read = _fields(data, source, level.starts, level.ends, (GraphField.NODE, FUNCTION_NODE),
-                   (GraphField.INITIALIZER, GraphField.SPARSE_INITIALIZER), large=main,
-                   with_positions=main and graph_fields)
+    is_graph = level.node_field == GraphField.NODE
+
+    def graph_fields_within(limit: int | None) -> _Read | None:
+        return _fields(data, source, level.starts, level.ends, (GraphField.NODE, FUNCTION_NODE),
+                       (GraphField.INITIALIZER, GraphField.SPARSE_INITIALIZER, GraphField.NODE, FUNCTION_NODE),
+                       large=main, with_positions=main and graph_fields, most=limit)
+
+    read = graph_fields_within(most)
     if read is None:
         return None
+    level_nodes = int(np.where(is_graph, read.counts[GraphField.NODE], read.counts[FUNCTION_NODE]).sum())
+    if most is not None and level_nodes > most:
+        return level_nodes
+    if read.over:  # (the fields kept passed ``most``, a function's names among them, but its nodes did not)
+        read = graph_fields_within(None)
+        if read is None:
+            return None
     graphs = read.fields
     positions = read.positions.get(0) if main else None
-    is_graph = level.node_field == GraphField.NODE
     per_graph = np.where(is_graph, read.counts[GraphField.INITIALIZER] + read.counts[GraphField.SPARSE_INITIALIZER],
                          0)
     chosen = graphs.numbers == level.node_field[graphs.rows]

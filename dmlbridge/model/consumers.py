@@ -170,23 +170,23 @@ def find_consumers(
     ``op_types``, by node key, in graph order."""
     if constants is None:
         constants = find_constants(model)
-    used: set[str] = set()  # every name a node reads: only those constants can have consumers
-    others: dict[str, list[tuple[int, Any]]] = {}  # per scope: its nodes but the Constant nodes
-    _inputs(model.graph.node, "", used, others)
+    names = {constant.name for constant in constants}
+    used: set[str] = set()  # the constants' names some node reads: only those constants can have consumers
+    _reads(model.graph.node, names, used)
     for function in model.functions:
-        _inputs(function.node, _function_scope(function), used, others)
+        _reads(function.node, names, used)
     if not used and not op_types:
         return {}
     by_scope: dict[str, dict[str, str]] = {}  # scope -> value name -> key (the first, for a broken model's twins)
     for constant in constants:
         if constant.name in used:
             by_scope.setdefault(constant.scope, {}).setdefault(constant.name, constant.key)
-    walk = _Walk(by_scope, others, (op_types, {} if nodes is None else nodes), constants)
+    walk = _Walk(by_scope, (op_types, {} if nodes is None else nodes), constants)
     _walk(model.graph, "", {}, None, walk)
     for function in model.functions:
         scope = _function_scope(function)
         declared = _Declared((), (), getattr(function, "value_info", ()), None)  # (inputs and outputs: names)
-        _walk_nodes(scope, dict(by_scope.get(scope, {})), declared, walk)
+        _walk_nodes(scope, function.node, dict(by_scope.get(scope, {})), declared, walk)
     return {key: tuple(consumers) for key, consumers in walk.found.items()}
 
 
@@ -196,34 +196,29 @@ def _function_scope(function: Any) -> str:
     return f"{scope}:{overload}" if overload else scope
 
 
-def _inputs(nodes: Any, scope: str, used: set[str], others: dict[str, list[tuple[int, Any]]]) -> None:
-    """Gather the names the nodes of ``scope`` (and their subgraphs) read, and the nodes that are not Constant
-    nodes, which have no inputs and no subgraphs (a model may hold 100,000 of them: the second walk skips them)."""
-    kept = others[scope] = []
-    for index, node in enumerate(nodes):
+def _reads(nodes: Any, names: set[str], used: set[str]) -> None:
+    """Gather the constants' ``names`` that the nodes (and their subgraphs' nodes) read. Nothing is kept per node:
+    a model may hold millions of nodes, and only its constants' consumers are wanted."""
+    for node in nodes:
         if node.op_type == "Constant" and node.domain in _ONNX_DOMAINS:
-            continue
-        kept.append((index, node))
-        used.update(node.input)
+            continue  # (no inputs, no subgraphs)
+        used.update(names.intersection(node.input))
         for attr in node.attribute:
-            if attr.HasField("g") or len(attr.graphs):
-                prefix = f"{_node_key(node, _text(node.op_type), index, scope)}/{_text(attr.name)}"
-                if attr.HasField("g"):
-                    _inputs(attr.g.node, prefix, used, others)
-                for k, graph in enumerate(attr.graphs):
-                    _inputs(graph.node, f"{prefix}[{k}]", used, others)
+            if attr.HasField("g"):
+                _reads(attr.g.node, names, used)
+            for graph in attr.graphs:
+                _reads(graph.node, names, used)
 
 
 Wanted = tuple[frozenset[str], dict[str, Any]]  # op types whose nodes are collected, and where
 
 
 class _Walk:
-    """What the walk over the graphs shares: the constants by scope, the nodes of each scope, the consumers found,
-    the nodes collected, and the constants' shapes by key (made when a layout input first needs them)."""
+    """What the walk over the graphs shares: the constants by scope, the consumers found, the nodes collected, and
+    the constants' shapes by key (made when a layout input first needs them)."""
 
-    def __init__(self, by_scope: dict[str, dict[str, str]], others: dict[str, list[tuple[int, Any]]],
-                 wanted: Wanted, constants: list[ModelConstant]) -> None:
-        self.by_scope, self.others, self.wanted, self.constants = by_scope, others, wanted, constants
+    def __init__(self, by_scope: dict[str, dict[str, str]], wanted: Wanted, constants: list[ModelConstant]) -> None:
+        self.by_scope, self.wanted, self.constants = by_scope, wanted, constants
         self.found: dict[str, list[Consumer]] = {}
         self._shapes: dict[str, tuple[int, ...]] | None = None
 
@@ -372,16 +367,19 @@ def _walk(graph: Any, scope: str, outer: dict[str, str], outer_declared: _Declar
     for value in graph.input:
         visible.pop(value.name, None)  # a graph input shadows an outer constant (its own initializer wins below)
     visible.update(walk.by_scope.get(scope, {}))
-    _walk_nodes(scope, visible, _Declared(graph.input, graph.output, graph.value_info, outer_declared), walk)
+    declared = _Declared(graph.input, graph.output, graph.value_info, outer_declared)
+    _walk_nodes(scope, graph.node, visible, declared, walk)
 
 
-def _walk_nodes(scope: str, visible: dict[str, str], declared: _Declared, walk: _Walk) -> None:
+def _walk_nodes(scope: str, nodes: Any, visible: dict[str, str], declared: _Declared, walk: _Walk) -> None:
     own = walk.by_scope.get(scope, {})
     found, wanted = walk.found, walk.wanted
     shapes = _Shapes(visible, declared, walk)
-    for index, node in walk.others.get(scope, ()):  # (no Constant node: their outputs are this scope's constants)
-        op_type = _text(node.op_type)
+    for index, node in enumerate(nodes):
         onnx_domain = node.domain in _ONNX_DOMAINS
+        if onnx_domain and node.op_type == "Constant":
+            continue  # (its output is this scope's constant; it reads nothing and holds no subgraph)
+        op_type = _text(node.op_type)
         node_key = None
         if wanted[0] and (op_type if onnx_domain else f"{_text(node.domain)}:{op_type}") in wanted[0]:
             node_key = _node_key(node, op_type, index, scope)

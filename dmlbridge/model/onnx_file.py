@@ -26,7 +26,13 @@ from onnx.serialization import registry
 
 from dmlbridge.errors import ExternalDataError, InvalidArgumentError
 from dmlbridge.model.byte_scan import BYTE_SCAN_MAX_BYTES, BytesScan, scan_bytes
-from dmlbridge.model.census import DEFAULT_MAX_CONSTANTS, ConstantCount, check_count, count_constants
+from dmlbridge.model.census import (
+    DEFAULT_MAX_CONSTANTS,
+    DEFAULT_MAX_NODES,
+    ConstantCount,
+    check_count,
+    count_constants,
+)
 from dmlbridge.model.constants import ModelConstant, find_constants, iter_external_tensors
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
@@ -77,14 +83,14 @@ class LoadedModel:
 
 def read_model(
     model: Any, base_dir: str | os.PathLike[str] | None = None, *, max_constants: int | None = DEFAULT_MAX_CONSTANTS,
-    max_manifest_bytes: int | None = None,
+    max_manifest_bytes: int | None = None, max_nodes: int | None = DEFAULT_MAX_NODES,
 ) -> LoadedModel:
     """Read a model (a path, serialized bytes or an ``onnx.ModelProto``) without loading external data.
 
     Unreadable files and data that is not an ONNX model raise InvalidArgumentError (never DecodeError/OSError).
-    Before the bytes are parsed, their constants are counted (:mod:`dmlbridge.model.census`): a model of more than
-    ``max_constants`` (None: any number), or whose manifest would take more than ``max_manifest_bytes`` (None: no
-    manifest is written), is refused with InvalidArgumentError.
+    Before the bytes are parsed, their nodes and constants are counted (:mod:`dmlbridge.model.census`): a model of
+    more than ``max_nodes`` nodes or ``max_constants`` constants (None: any number), or whose manifest would take
+    more than ``max_manifest_bytes`` (None: no manifest is written), is refused with InvalidArgumentError.
     """
     path = None
     serialized: bytes | None = None
@@ -100,7 +106,7 @@ def read_model(
         text_format = registry.get_format_from_file_extension(os.path.splitext(path)[1])
         try:
             if text_format in (None, "protobuf"):
-                count = _counted(data, max_constants, max_manifest_bytes)
+                count = _counted(data, max_constants, max_manifest_bytes, max_nodes)
         except BaseException:
             if base_fd is not None:
                 os.close(base_fd)
@@ -113,7 +119,8 @@ def read_model(
             raise InvalidArgumentError(f"{path!r} is not a valid ONNX model ({type(exc).__name__}: {exc})") from None
         if text_format not in (None, "protobuf"):  # (a text form: counted from protobuf's serialization)
             try:
-                count = _counted(proto.SerializeToString(), max_constants, max_manifest_bytes)
+                count = _counted(proto.SerializeToString(), max_constants, max_manifest_bytes,
+                                 max_nodes)
             except BaseException:
                 if base_fd is not None:
                     os.close(base_fd)
@@ -126,7 +133,7 @@ def read_model(
     elif isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
         digest = hashlib.sha256(data).hexdigest()
-        count = _counted(data, max_constants, max_manifest_bytes)
+        count = _counted(data, max_constants, max_manifest_bytes, max_nodes)
         try:
             proto = onnx.load_model_from_string(data)
         except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError, RuntimeError, ...
@@ -136,7 +143,7 @@ def read_model(
     elif getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) == "onnx.ModelProto":
         # (Serializing it costs a tenth of what the byte scan saves on a model of many small constants.)
         whole = model.SerializeToString()
-        count = _counted(whole, max_constants, max_manifest_bytes)
+        count = _counted(whole, max_constants, max_manifest_bytes, max_nodes)
         proto, name, size = model, None, len(whole)
         digest = hashlib.sha256(whole).hexdigest()
         serialized = whole if size <= BYTE_SCAN_MAX_BYTES else None
@@ -154,12 +161,13 @@ def read_model(
                        digest, count)
 
 
-def _counted(data: bytes, max_constants: int | None, max_manifest_bytes: int | None) -> ConstantCount | None:
+def _counted(data: bytes, max_constants: int | None, max_manifest_bytes: int | None,
+             max_nodes: int | None) -> ConstantCount | None:
     """The constants of the serialized model ``data``, counted and held to the limits (None: bytes the count does
     not read, which protobuf then refuses: the count reads whatever protobuf parses)."""
-    count = count_constants(data, graph_fields=len(data) <= BYTE_SCAN_MAX_BYTES)
+    count = count_constants(data, graph_fields=len(data) <= BYTE_SCAN_MAX_BYTES, max_nodes=max_nodes)
     if count is not None:
-        check_count(count, max_constants, max_manifest_bytes)
+        check_count(count, max_constants, max_manifest_bytes, max_nodes)
     return count
 
 

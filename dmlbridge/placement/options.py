@@ -16,7 +16,7 @@ import re
 from typing import Any, NamedTuple
 
 from dmlbridge.errors import InvalidArgumentError
-from dmlbridge.model.census import DEFAULT_MAX_CONSTANTS, check_max_constants
+from dmlbridge.model.census import DEFAULT_MAX_CONSTANTS, DEFAULT_MAX_NODES, check_max_constants, check_max_nodes
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
 from dmlbridge.system.workers import check_workers
@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_MAX_BUFFER_BYTES",
     "DEFAULT_MAX_CONSTANTS",
     "DEFAULT_MAX_MANIFEST_BYTES",
+    "DEFAULT_MAX_NODES",
     "DEFAULT_MAX_TENSOR_BYTES",
     "DEFAULT_TARGET",
     "MAX_ALIGNMENT",
@@ -39,6 +40,7 @@ __all__ = [
     "check_flag",
     "check_max_buffer_bytes",
     "check_max_constants",
+    "check_max_nodes",
     "check_max_tensor_bytes",
     "max_buffer_bytes_for",
     "parse_byte_count",
@@ -251,13 +253,14 @@ class ConvertOptions(NamedTuple):
     selection: Selection = EVERY_CONSTANT
     workers: int = 1  # threads converting constants (dmlbridge.system.workers); 1: all in the calling thread
     max_constants: int | None = DEFAULT_MAX_CONSTANTS  # (None: any number; dmlbridge.model.census)
+    max_nodes: int | None = DEFAULT_MAX_NODES  # (None: any number; dmlbridge.model.census)
 
     @classmethod
     def check(
         cls, layout: PlanOptions, *, progress: Any, strict: Any, external_data_root: Any, checksum: Any,
         max_tensor_bytes: Any, fsync: Any, max_output_bytes: Any = None,
         max_manifest_bytes: Any = DEFAULT_MAX_MANIFEST_BYTES, selection: Selection = EVERY_CONSTANT,
-        workers: Any = 1, max_constants: Any = DEFAULT_MAX_CONSTANTS,
+        workers: Any = 1, max_constants: Any = DEFAULT_MAX_CONSTANTS, max_nodes: Any = DEFAULT_MAX_NODES,
     ) -> ConvertOptions:
         """The options, each checked (InvalidArgumentError names the keyword)."""
         strict, checksum = check_flag("strict", strict), check_flag("checksum", checksum)
@@ -271,4 +274,5 @@ class ConvertOptions(NamedTuple):
         if max_manifest_bytes is None:
             raise InvalidArgumentError("max_manifest_bytes must be a non-negative integer, got None")
         return cls(layout, progress, strict, external_data_root, checksum, max_tensor_bytes, fsync, max_output_bytes,
-                   max_manifest_bytes, selection, check_workers(workers), check_max_constants(max_constants))
+                   max_manifest_bytes, selection, check_workers(workers), check_max_constants(max_constants),
+                   check_max_nodes(max_nodes))

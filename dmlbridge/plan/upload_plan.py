@@ -35,11 +35,13 @@ from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_CONSTANTS,
     DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_NODES,
     DEFAULT_MAX_TENSOR_BYTES,
     DEFAULT_TARGET,
     PlanOptions,
     check_flag,
     check_max_constants,
+    check_max_nodes,
     check_max_tensor_bytes,
 )
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
@@ -306,16 +308,16 @@ class UploadPlan(Manifest):
         progress: bool | None = None,
         workers: int | None = None,
         sha256: bool | None = None,
-        max_constants: int | None = DEFAULT_MAX_CONSTANTS,
+        max_constants: int | None = DEFAULT_MAX_CONSTANTS, max_nodes: int | None = DEFAULT_MAX_NODES,
     ) -> None:
         """Check that the plan is exactly ``model``'s constants: the same keys, types and shapes, the bytes a
         fresh conversion gives, and values that read back bit for bit (NaN payloads included), and that each
         buffer file matches its fingerprint and, with ``sha256`` (None, the default: when the
-        manifest records them), its SHA-256. ``max_constants``: as ``convert_model`` takes it (a model of more
-        constants is refused before it is parsed). The buffer files are read once, front to back, within the memory
-        budget conversion keeps. ``progress``: a bar on stderr, as ``convert_model`` shows (None: when stderr is
-        a terminal). ``workers``: threads comparing constants of 1 MiB and more (None, the default: every CPU
-        this process may use; 1: none), as ``convert_model`` takes it.
+        manifest records them), its SHA-256. ``max_constants``, ``max_nodes``: as ``convert_model`` takes them (a
+        model of more constants or nodes is refused before it is parsed). The buffer files are read once, front to
+        back, within the memory budget conversion keeps. ``progress``: a bar on stderr, as ``convert_model`` shows
+        (None: when stderr is a terminal). ``workers``: threads comparing constants of 1 MiB and more (None, the
+        default: every CPU this process may use; 1: none), as ``convert_model`` takes it.
 
         Raises ManifestError listing the mismatches.
         """
@@ -325,7 +327,7 @@ class UploadPlan(Manifest):
             sha256 = bool(self.buffers) and all(buffer.sha256 is not None for buffer in self.buffers)
         problems = find_mismatches(
             self, model, base_dir=base_dir, external_data_root=external_data_root, max_tensor_bytes=max_tensor_bytes,
-            progress=progress, workers=workers, sha256=sha256, max_constants=max_constants,
+            progress=progress, workers=workers, sha256=sha256, max_constants=max_constants, max_nodes=max_nodes,
         )
         if problems:
             shown = "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
@@ -349,6 +351,7 @@ def plan_model(
     drop_quantized_sources: bool = False,
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
     max_constants: int | None = DEFAULT_MAX_CONSTANTS,
+    max_nodes: int | None = DEFAULT_MAX_NODES,
 ) -> UploadPlan:
     """The plan :func:`convert_model` would write, computed from the model's protobuf alone (no value is decoded
     and no external file opened, so value errors such as an INT64 too large to narrow are not found here).
@@ -356,8 +359,8 @@ def plan_model(
     The result has no buffer file: its entries, buffers, offsets and sizes are what conversion gives.
     ``include``, ``exclude``, ``kinds`` and ``min_bytes`` choose the constants, and ``max_buffer_bytes`` splits
     them into buffers, as for ``convert_model``: ``buffer_sizes`` tells how many buffers a limit gives and each
-    one's size, before anything is written. ``max_constants`` refuses a model of more constants, as for
-    ``convert_model``.
+    one's size, before anything is written. ``max_constants`` and ``max_nodes`` refuse a model of more constants or
+    nodes, as for ``convert_model``.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -371,13 +374,14 @@ def plan_model(
     strict = check_flag("strict", strict)
     selection = Selection.check(include, exclude, kinds, min_bytes, drop_quantized_sources)
     return plan_with_notes(model, options, selection, strict, base_dir,
-                           max_constants=check_max_constants(max_constants))[0]
+                           max_constants=check_max_constants(max_constants), max_nodes=check_max_nodes(max_nodes))[0]
 
 
 def plan_with_notes(
     model: Any, options: PlanOptions, selection: Selection, strict: bool,
     base_dir: str | os.PathLike[str] | None = None, *, open_external_data: bool = False,
     external_data_root: str | os.PathLike[str] | None = None, max_constants: int | None = DEFAULT_MAX_CONSTANTS,
+    max_nodes: int | None = DEFAULT_MAX_NODES,
 ) -> tuple[UploadPlan, dict[str, str]]:
     """:func:`plan_model` of checked options, and per key what it did not check (``dmlbridge inspect``'s note
     column): "external data" and "values must fit 32 bits" (INT64/UINT64 narrowed or emulated).
@@ -385,7 +389,8 @@ def plan_with_notes(
     With ``open_external_data`` each external data file the planned constants keep their values in is opened and
     checked as a conversion checks it, none of its bytes read (:meth:`ExternalDataReader.examine`): a missing one
     is the ExternalDataError conversion gives (``external_data_root``: as convert_model's)."""
-    with read_model(model, base_dir, max_constants=max_constants) as loaded, collector_paused():  # (closes the dir)
+    with read_model(model, base_dir, max_constants=max_constants, max_nodes=max_nodes) as loaded, \
+            collector_paused():  # (closes the dir)
         model_plan = plan_loaded(loaded, options, strict, selection)
         if open_external_data:  # (what the plan does not skip)
             entries = model_plan.plan.entries

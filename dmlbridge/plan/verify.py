@@ -42,9 +42,11 @@ from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.placement.entries import Pair, PlanEntry, place_constants
 from dmlbridge.placement.options import (
     DEFAULT_MAX_CONSTANTS,
+    DEFAULT_MAX_NODES,
     DEFAULT_MAX_TENSOR_BYTES,
     PlanOptions,
     check_max_constants,
+    check_max_nodes,
 )
 from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.bits import differing_bits, same_bits
@@ -121,6 +123,7 @@ def find_mismatches(
     progress: bool | None = False,
     workers: int | None = 1,
     max_constants: int | None = DEFAULT_MAX_CONSTANTS,
+    max_nodes: int | None = DEFAULT_MAX_NODES,
 ) -> list[str]:
     """Where a written plan and a model's constants differ, one message each (empty when they agree; the
     comparison's stop at ``limit``); the first ones say so when a buffer file no longer matches its size or
@@ -138,7 +141,8 @@ def find_mismatches(
     workers = check_workers(workers)
     if not plan.buffers:
         raise InvalidArgumentError("this plan was not written (plan_model); there is no buffer file to verify")
-    with read_model(model, base_dir, max_constants=check_max_constants(max_constants)) as loaded:
+    with read_model(model, base_dir, max_constants=check_max_constants(max_constants),
+                    max_nodes=check_max_nodes(max_nodes)) as loaded:
         reader = external_data_reader(loaded, external_data_root)
         constants, _, consumers, specs, _ = select_constants(
             loaded.proto, find_constants(loaded.proto), plan.target, plan.selection)

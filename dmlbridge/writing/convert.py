@@ -34,6 +34,7 @@ from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_CONSTANTS,
     DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_NODES,
     DEFAULT_MAX_TENSOR_BYTES,
     DEFAULT_TARGET,
     ConvertOptions,
@@ -78,6 +79,7 @@ def convert_model(
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
     workers: int | None = None,
     max_constants: int | None = DEFAULT_MAX_CONSTANTS,
+    max_nodes: int | None = DEFAULT_MAX_NODES,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into DirectML upload buffers: the buffer files
     ``out_prefix.<conversion id>.00000.bin``, ``.00001.bin``, ... (one when the model fits in ``max_buffer_bytes``)
@@ -155,6 +157,10 @@ def convert_model(
             than this (``--max-constants``; None: any number), counted in every graph, subgraph and function:
             the conversion keeps a record of each (docs/guide.md, Streaming, says how much). The default,
             524,288, keeps a conversion within 1 GiB; real models hold a few thousand.
+        max_nodes: refuse (InvalidArgumentError, before the model is parsed) a model of more nodes than this
+            (``--max-nodes``; None: any number), counted in every graph, subgraph and function: protobuf's parsed
+            model takes about 360 bytes a node. The default, 524,288, keeps a conversion within 1 GiB beside the
+            most constants; real models hold up to some tens of thousands.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -178,7 +184,7 @@ def convert_model(
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
                                    selection=Selection.check(include, exclude, kinds, min_bytes,
                                                              drop_quantized_sources), workers=workers,
-                                   max_constants=max_constants)
+                                   max_constants=max_constants, max_nodes=max_nodes)
     prefix = _output_prefix(out_prefix)
     with _read(model, base_dir, options) as loaded, collector_paused():
         return _convert(loaded, prefix, options)
@@ -205,6 +211,7 @@ def check_conversion(
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
     workers: int | None = None,
     max_constants: int | None = DEFAULT_MAX_CONSTANTS,
+    max_nodes: int | None = DEFAULT_MAX_NODES,
 ) -> UploadPlan:
     """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
     value decoded and converted (external data read, values that must narrow checked), each error the one
@@ -228,7 +235,7 @@ def check_conversion(
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
                                    selection=Selection.check(include, exclude, kinds, min_bytes,
                                                              drop_quantized_sources), workers=workers,
-                                   max_constants=max_constants)
+                                   max_constants=max_constants, max_nodes=max_nodes)
     with _read(model, base_dir, options) as loaded, collector_paused():
         model_plan, reader = _checked(loaded, options)
         clamped: dict[int, int] = {}
@@ -247,10 +254,10 @@ def check_conversion(
 
 
 def _read(model: Any, base_dir: str | os.PathLike[str] | None, options: ConvertOptions) -> LoadedModel:
-    """The model read, once its constants are counted within ``max_constants`` and their manifest's least size
-    within ``max_manifest_bytes``."""
+    """The model read, once its nodes and constants are counted within ``max_nodes`` and ``max_constants`` and
+    their manifest's least size within ``max_manifest_bytes``."""
     return read_model(model, base_dir, max_constants=options.max_constants,
-                      max_manifest_bytes=options.max_manifest_bytes)
+                      max_manifest_bytes=options.max_manifest_bytes, max_nodes=options.max_nodes)
 
 
 def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan, ExternalDataReader | None]:

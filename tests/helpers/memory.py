@@ -291,3 +291,46 @@ def conversion_growth(kind: str, folder: Path) -> dict[str, float]:
         return peak_growth(conversion_code(folder / "m" / "m.onnx", folder / "w", target))
     finally:
         shutil.rmtree(folder, ignore_errors=True)  # (a few hundred MiB a kind)
+
+
+def nodes_model(path: Path, count: int, depth: int = 0, constants: int = 10) -> Path:
+    """``path``: a model of ``count`` Identity nodes (``x{i}`` to ``y{i}``; the first ``constants`` read the
+    one-element initializers ``w0``, ``w1``, ...), in the main graph (``depth`` 0) or in the innermost of ``depth``
+    nested If nodes' then_branch, written as protobuf bytes directly like :func:`constants_model`."""
+    value = bytes.fromhex("0000803f")
+    inits = b"".join(_field(5, b"\x08\x01\x10\x01" + _field(8, f"w{i}".encode()) + _field(9, value))
+                     for i in range(constants))
+    # NodeProto: input (1), output (2), op_type (4).
+    graph = b"".join(_field(1, _field(1, (f"w{i}" if i < constants else f"x{i}").encode())
+                            + _field(2, f"y{i}".encode()) + _field(4, b"Identity"))
+                     for i in range(count)) + inits + _field(2, b"g")
+    for level in range(depth):
+        then_branch = _field(1, b"then_branch") + b"\xa0\x01\x05" + _field(6, graph)
+        else_branch = _field(1, b"else_branch") + b"\xa0\x01\x05" + _field(6, _field(2, b"e"))
+        node = (_field(1, b"c") + _field(2, f"o{level}".encode()) + _field(4, b"If") + _field(5, then_branch)
+                + _field(5, else_branch))
+        graph = _field(1, node) + _field(2, f"g{level}".encode())
+    path.write_bytes(b"\x08\x08" + _field(7, graph) + _field(8, b"\x10\x11"))
+    return path
+
+
+def nodes_growth(folder: Path, counts: tuple[int, ...], depths: tuple[int, ...]) -> dict[str, float]:
+    """The peak RSS growth (MiB) of converting each :func:`nodes_model` of ``counts`` Identity nodes at each of
+    ``depths`` (max_nodes raised), as :func:`constants_growth` measures constants; keyed ``"COUNT@DEPTH"``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        models = {f"{count}@{depth}": folder / f"n{count}_{depth}.onnx" for count in counts for depth in depths}
+        background.run_in_child(f"""
+            import pathlib, memory
+            for count in {counts!r}:
+                for depth in {depths!r}:
+                    memory.nodes_model(pathlib.Path({str(folder)!r}) / f"n{{count}}_{{depth}}.onnx", count, depth)
+        """)
+        return peak_growth(f"""
+            for name, path in {[(name, str(path)) for name, path in models.items()]!r}:
+                with measured(name):
+                    dmlbridge.convert_model(path, {str(folder / "w")!r}, fsync=False, progress=False, workers=1,
+                                            max_nodes=None).close()
+        """)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,6 +1,7 @@
-"""Counting a model's constants from its bytes, before it is parsed: the counts equal what find_constants finds,
-the names' lower bound holds, and a model over max_constants or max_manifest_bytes is refused before protobuf parses
-it, in every form a model is given, naming how many constants, how deep and under which node."""
+"""Counting a model's constants and nodes from its bytes, before it is parsed: the counts equal what find_constants
+finds and what the parsed model holds, the names' lower bound holds, and a model over max_constants, max_nodes or
+max_manifest_bytes is refused before protobuf parses it, in every form a model is given, naming how many constants
+or nodes, how deep and (constants) under which node."""
 
 from __future__ import annotations
 
@@ -91,6 +92,17 @@ def _depth(constant: Any, scopes: dict[str, int]) -> int:
     return scopes.get(constant.scope, 0)
 
 
+def _nodes(nodes: Any, depth: int = 0) -> list[int]:
+    """The depth of every node, and of every node in their subgraphs."""
+    found = []
+    for node in nodes:
+        found.append(depth)
+        for attr in node.attribute:
+            for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                found += _nodes(graph.node, depth + 1)
+    return found
+
+
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(drawn=_graphs(0, ""), functions=st.integers(0, 2))
 def test_the_count_is_what_find_constants_finds(drawn: tuple[Any, list[int]], functions: int) -> None:
@@ -107,6 +119,11 @@ def test_the_count_is_what_find_constants_finds(drawn: tuple[Any, list[int]], fu
     subgraph = [c for c in found if c.scope and not c.scope.startswith("functions/")]
     assert count.in_subgraphs == len(subgraph) == sum(under)
     assert count.name_chars <= sum(len(c.key) + len(c.origin) for c in found)
+    parsed = onnx.load_model_from_string(data)
+    depths = _nodes(parsed.graph.node) + [d for function in parsed.functions for d in _nodes(function.node)]
+    assert count.nodes == len(depths)
+    assert count.nodes_in_subgraphs == sum(d > 0 for d in depths)
+    assert count.node_depth == max(depths, default=0)
     if subgraph:
         most = max(under)
         top = next(i for i, n in enumerate(under) if n == most)
@@ -184,6 +201,53 @@ def test_a_model_of_more_constants_than_max_constants_is_refused_before_it_is_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
+def _identities(count: int, depth: int) -> Any:
+    """``count`` Identity nodes (the first reading the constant ``w``) in the innermost of ``depth`` nested Ifs."""
+    nodes = [helper.make_node("Identity", ["w" if i == 0 else f"x{i}"], [f"y{i}"]) for i in range(count)]
+    graph = helper.make_graph(nodes, "inner", [], [], [_tensor("w")])
+    for level in range(depth):
+        graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=graph,
+                                                    else_branch=helper.make_graph([], "e", [], []))], f"g{level}",
+                                  [], [])
+    return helper.make_model(graph)
+
+
+def test_a_model_of_more_nodes_than_max_nodes_is_refused_before_it_is_parsed(
+    tmp_path: Path, never_parsed: None
+) -> None:
+    """40 Identity nodes under 3 Ifs: 43 nodes, refused at 42 by every entry point, for a path and for bytes,
+    naming the count, the depth and the keyword."""
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_identities(40, 3).SerializeToString())
+    calls = [lambda model, limit: dmlbridge.convert_model(model, tmp_path / "out", progress=False, max_nodes=limit),
+             lambda model, limit: dmlbridge.check_conversion(model, max_nodes=limit),
+             lambda model, limit: dmlbridge.plan_model(model, max_nodes=limit)]
+    for call in calls:
+        for model in (path, path.read_bytes()):
+            with pytest.raises(dmlbridge.InvalidArgumentError,
+                               match=r"holds at least 43 nodes \(42 in subgraphs nested up to 3 deep\), more than "
+                                     r"max_nodes=42 \(--max-nodes on the command line\).*raise the limit"):
+                call(model, 42)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_max_nodes_counts_the_main_graph_and_is_checked(tmp_path: Path) -> None:
+    model = _identities(5, 0)
+    with pytest.raises(dmlbridge.InvalidArgumentError,
+                       match=r"holds at least 5 nodes \(all in the main graph and functions"):
+        dmlbridge.plan_model(model, max_nodes=4)
+    assert len(dmlbridge.plan_model(model, max_nodes=5).entries) == 1
+    assert dmlbridge.plan_model(model, max_nodes=None).entries["w"].consumers[0].op_type == "Identity"
+    plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False)
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="holds at least 5 nodes"):
+        plan.verify(model, max_nodes=4)
+    plan.verify(model, max_nodes=5)
+    plan.close()
+    for wrong in (-1, 1.5, True, "9"):
+        with pytest.raises(dmlbridge.InvalidArgumentError, match="max_nodes must be a non-negative integer"):
+            dmlbridge.plan_model(model, max_nodes=wrong)  # type: ignore[arg-type]
+
+
 def test_a_model_proto_is_counted_too(tmp_path: Path) -> None:
     with pytest.raises(dmlbridge.InvalidArgumentError, match="holds 40 constants"):
         dmlbridge.plan_model(_nested(40, 1), max_constants=39)
@@ -235,3 +299,21 @@ def test_the_command_line_names_its_flag(tmp_path: Path) -> None:
     assert run("verify", tmp_path / "w.json", path).returncode == 0
     refused = run("convert", path, "-o", tmp_path / "x", "--max-constants", "-1")
     assert refused.returncode == 2 and "--max-constants must be a non-negative integer" in refused.stderr
+
+
+def test_the_command_line_names_max_nodes_flag(tmp_path: Path) -> None:
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_identities(3, 1).SerializeToString())  # 4 nodes
+    for command in (["convert", path, "-o", tmp_path / "w"], ["inspect", path], ["inspect", path, "--check"]):
+        refused = run(*command, "--max-nodes", "3")
+        assert refused.returncode == 2
+        assert "holds at least 4 nodes" in refused.stderr, refused.stderr
+        assert "more than --max-nodes 3" in refused.stderr
+        assert "max_nodes" not in refused.stderr
+    assert run("convert", path, "-o", tmp_path / "w", "--max-nodes", "4", "--quiet").returncode == 0
+    verified = run("verify", tmp_path / "w.json", path, "--max-nodes", "3")
+    assert verified.returncode == 2 and "--max-nodes 3" in verified.stderr
+    assert run("verify", tmp_path / "w.json", path).returncode == 0
+    for command in (["convert", path, "-o", tmp_path / "x"], ["inspect", path], ["verify", tmp_path / "w.json", path]):
+        refused = run(*command, "--max-nodes", "-1")
+        assert refused.returncode == 2 and "--max-nodes must be a non-negative integer" in refused.stderr
