@@ -33,7 +33,7 @@ from dmlbridge.placement.entries import FOUR_BIT, PlanEntry
 from dmlbridge.plan.bits import differing_bits
 from dmlbridge.plan.buffer_pass import BufferReads
 from dmlbridge.tensor.descs import BufferTensorDesc
-from dmlbridge.tensor.encode import PreparedTensor, prepare
+from dmlbridge.tensor.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.types.data_types import OnnxDataType
 from dmlbridge.types.float_bits import cast
 from dmlbridge.types.target import Target
@@ -51,6 +51,9 @@ READBACK_BYTES = 8 << 20
 """What reading back and comparing one block allocates, at most."""
 _EXACT = ("native", "widen", "emulate", "narrow")
 """The conversions whose values read back exactly, bit for bit."""
+_BY_BLOCK = ("widen", "emulate", "narrow")
+"""The exact conversions that write new bytes, each element's from its value alone: their fresh bytes are made a
+block at a time, beside the buffer file's (see :func:`_same_by_block`)."""
 
 
 class Chunk:
@@ -288,19 +291,28 @@ def compare_chunk(target: Target, alignment: int, constant: ModelConstant, entry
         odd = entry.dml_type in FOUR_BIT and constant.size % 2 == 1 and chunk.end == constant.size
         if stored.same(piece, chunk.begin * bits // 8, used, buffer[:BLOCK], odd):
             return Found(0, -1, 0, False, None, None)  # (a native conversion clamps nothing, reads back exactly)
+    by_block = entry.conversion in _BY_BLOCK
     try:
         if slices is None:
             values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes).reshape(-1)
         else:
             values = slices.values(chunk.begin, chunk.end, buffer=buffer)
-        expected = prepare(values, target=target, min_dims=1, flags=entry.flags,
-                           guaranteed_base_offset_alignment=alignment)
     except ExternalDataError:
         piece.rest()  # (the buffer file's errors first, as when it was read before the model)
         raise  # the model's files cannot be read: one error for the whole run, not a mismatch per constant
     except DmlBridgeError:
         piece.rest()
         return FAILED
+    if by_block and _same_by_block(target, alignment, entry, values, piece, used, bits):
+        return Found(0, -1, 0, False, None, None)  # (exact, as below: the values read back as the model's)
+    try:
+        expected = prepare(values, target=target, min_dims=1, flags=entry.flags,
+                           guaranteed_base_offset_alignment=alignment)
+    except DmlBridgeError:
+        piece.rest()
+        return FAILED
+    if by_block:  # (some blocks compared: the rest of the chunk is compared the long way, whole)
+        piece.keep_from(_fresh(expected.data, used))
     assert entry.dml_type is not None and entry.conversion is not None
     exact = (entry.conversion == expected.conversion and entry.conversion in _EXACT
              and entry.dml_type is expected.dml_type)
@@ -336,6 +348,34 @@ def compare_chunk(target: Target, alignment: int, constant: ModelConstant, entry
             first_value = first_converted if converted is values else _first_of(back, values, low, chunk.begin)
     return Found(len(differ) + len(padding), base + first if first >= 0 else -1, expected.clamped, values_differ,
                  first_converted, first_value)
+
+
+def _same_by_block(target: Target, alignment: int, entry: PlanEntry, values: np.ndarray, piece: ChunkBytes,
+                   used: int, bits: int) -> bool:
+    """Whether a chunk's first ``used`` bytes are a fresh conversion of ``values`` (of ``entry``'s conversion and
+    DML type) and the rest zeros, the fresh bytes made a block at a time into one reused block of memory and
+    compared with the buffer file's while both are in the processor's cache. Made whole, an 8 MiB chunk's fresh
+    bytes went to memory (fresh pages, a page fault each) and came back to be compared. The conversions of
+    _BY_BLOCK convert each element from its value alone, so a block's bytes are those of the whole chunk's
+    conversion at the block's place (blocks of a whole number of bytes: 4-bit pairs stay whole). False: they
+    differ, the conversion is not the entry's, or it fails (a value out of range): the caller then converts the
+    whole chunk and compares it the long way, or says why it cannot be converted."""
+    step = BLOCK * 8 // bits  # (elements per block)
+    scratch = np.empty(BLOCK + 8, np.uint8)  # (prepare_into rounds a block's bytes up to a multiple of 4)
+    for low in range(0, len(values), step):
+        high = min(len(values), low + step)
+        try:
+            fresh = prepare_into(scratch, 0, values[low:high], target=target, min_dims=1, flags=entry.flags,
+                                 guaranteed_base_offset_alignment=alignment)
+        except DmlBridgeError:
+            return False  # (the caller converts the whole chunk, which fails the same way, and says so)
+        if fresh.conversion != entry.conversion or fresh.dml_type is not entry.dml_type:
+            return False
+        start, stop = low * bits // 8, (high * bits + 7) // 8
+        if not _same(fresh.data[: stop - start], piece.block(start, stop)):
+            return False
+        piece.matched = stop
+    return piece.zeros_from(used)
 
 
 def _differing_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:

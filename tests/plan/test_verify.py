@@ -290,6 +290,33 @@ def test_verify_compares_a_chunk_a_block_at_a_time(tmp_path: Path, monkeypatch: 
     plan.close()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_verify_makes_a_widened_chunks_fresh_bytes_a_block_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, small_chunks: None) -> None:
+    """The widened FLOAT8 constant's fresh FLOAT16 bytes are made a block at a time into one reused block of
+    memory, each compared with the buffer file's block while both are in the cache: never a whole chunk's (before:
+    each chunk converted whole, into fresh memory, then read again to be compared)."""
+    path = _external_model(tmp_path)
+    convert_model(path, tmp_path / "w", progress=False, fsync=False, alignment=4096).close()
+    made: list[int] = []
+    prepare, prepare_into = chunk_compare.prepare, chunk_compare.prepare_into
+
+    def counted_prepare(values: np.ndarray, **kwargs: Any) -> Any:
+        made.append(values.size)
+        return prepare(values, **kwargs)
+
+    def counted_prepare_into(dst: Any, offset: int, values: np.ndarray, **kwargs: Any) -> Any:
+        made.append(values.size)
+        return prepare_into(dst, offset, values, **kwargs)
+
+    monkeypatch.setattr(chunk_compare, "prepare", counted_prepare)
+    monkeypatch.setattr(chunk_compare, "prepare_into", counted_prepare_into)
+    plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
+    assert verify.find_mismatches(plan, path, workers=workers) == []
+    plan.close()
+    assert sum(made) == 30000 and max(made) == 4096 // 2, made  # (FLOAT16: 2 bytes an element; every one once)
+
+
 def _mismatches(plan_prefix: Path, path: Path, sha256: bool) -> list[str] | str:
     """What verify finds (workers 1 and 2 alike), or the message of the error it raises."""
     found: list[list[str] | str] = []

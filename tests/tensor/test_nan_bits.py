@@ -124,3 +124,23 @@ def test_every_code_widens_as_the_reference_says_and_reads_back_as_itself(
     assert got == expected
     back = prepared.to_numpy()
     assert back.view(f"<u{source.dtype.itemsize}").tolist() == codes
+
+
+_ONE_BYTE_CODES = [c for c in _EVERY_CODE if c[2] <= 8]
+
+
+@pytest.mark.parametrize("target_name", sorted(_TARGETS))
+@pytest.mark.parametrize(("onnx", "dtype", "bits"), _ONE_BYTE_CODES, ids=[c[0] for c in _ONE_BYTE_CODES])
+def test_every_pair_of_codes_widens_as_the_reference_says(onnx: str, dtype: Any, bits: int, target_name: str) -> None:
+    """Every ordered pair of codes side by side (the two-code lookup table's every entry, both halves), then one
+    code alone (the one-code table of an odd tail): each element's DML bits are the reference's, element by
+    element (its answer for each code, placed by index)."""
+    count = 1 << bits
+    first, second = np.divmod(np.arange(count * count), count)
+    codes = [*np.stack([first, second], axis=1).reshape(-1).tolist(), count - 1]
+    prepared = dmlbridge.prepare(_source(dtype, codes), target=_TARGETS[target_name])
+    dml = prepared.dml_type.name
+    width = ref.DML_TYPES[dml][1] // 8
+    answer = np.array([ref.convert(onnx, dml, prepared.conversion, code, 1) for code in range(count)], np.uint64)
+    got = np.frombuffer(prepared.data.tobytes()[: len(codes) * width], dtype=f"<u{width}")
+    assert np.array_equal(got.astype(np.uint64), answer[np.array(codes)])
