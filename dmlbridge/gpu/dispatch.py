@@ -93,6 +93,14 @@ def _check_inputs(inputs: Sequence[Any], owned_by_dml: Sequence[int]) -> tuple[l
     return bindings, owned
 
 
+def _check_output_sizes(output_sizes: Sequence[int]) -> list[int]:
+    """``output_sizes`` checked: a non-empty sequence of positive byte counts, one per output."""
+    if isinstance(output_sizes, (str, bytes)) or not isinstance(output_sizes, Sequence) or not output_sizes or \
+            not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in output_sizes):
+        raise InvalidArgumentError("output_sizes must be a non-empty sequence of byte counts, one per output")
+    return list(output_sizes)
+
+
 def run_operator(device: Any, operator: DML_OPERATOR_DESC, inputs: Sequence[DML_BUFFER_BINDING | None],
                  output_sizes: Sequence[int], *, owned_by_dml: Sequence[int] = ()) -> list[np.ndarray]:
     """Run one DirectML operator and return each output's bytes (uint8 arrays of ``output_sizes``).
@@ -123,12 +131,10 @@ def run_operator(device: Any, operator: DML_OPERATOR_DESC, inputs: Sequence[DML_
         raise InvalidArgumentError(f"operator must be a DML_OPERATOR_DESC (dmlbridge.gpu.DML_OPERATOR_DESC), not "
                                    f"{type(operator).__name__}")
     bindings, owned = _check_inputs(inputs, owned_by_dml)
-    if isinstance(output_sizes, (str, bytes)) or not isinstance(output_sizes, Sequence) or not output_sizes or \
-            not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in output_sizes):
-        raise InvalidArgumentError("output_sizes must be a non-empty sequence of byte counts, one per output")
+    sizes = _check_output_sizes(output_sizes)
     held, owns = as_device(device)
     try:
-        return _Run(held).run(operator, bindings, owned, list(output_sizes))
+        return _Run(held).run(operator, bindings, owned, sizes)
     finally:
         if owns:
             held.close()
@@ -149,12 +155,10 @@ def run_compiled(device: Any, compiled: int, inputs: Sequence[DML_BUFFER_BINDING
     if isinstance(compiled, bool) or not isinstance(compiled, int) or not compiled:
         raise InvalidArgumentError("compiled must be the address (an int) of an IDMLCompiledOperator")
     bindings, owned = _check_inputs(inputs, owned_by_dml)
-    if isinstance(output_sizes, (str, bytes)) or not isinstance(output_sizes, Sequence) or not output_sizes or \
-            not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in output_sizes):
-        raise InvalidArgumentError("output_sizes must be a non-empty sequence of byte counts, one per output")
+    sizes = _check_output_sizes(output_sizes)
     held, owns = as_device(device)
     try:
-        return _Run(held).run(None, bindings, owned, list(output_sizes), compiled=compiled)
+        return _Run(held).run(None, bindings, owned, sizes, compiled=compiled)
     finally:
         if owns:
             held.close()
