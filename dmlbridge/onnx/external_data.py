@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from dmlbridge.errors import ExternalDataError, InvalidArgumentError, counted
+from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.system.files import open_regular, read_at, read_into
 
 __all__ = ["ExternalDataInfo", "ExternalDataReader", "OpenedData", "check_location", "parse_external_data",
@@ -502,7 +503,7 @@ class ExternalDataReader:
 
     @staticmethod
     def _copy(fd: int, offset: int, nbytes: int, where: str, out: np.ndarray | None = None) -> np.ndarray:
-        out = np.empty(nbytes, dtype=np.uint8) if out is None else out
+        out = empty_aligned(nbytes) if out is None else out
         view = out.data  # a writable memoryview of the fresh array
         done = read_into(fd, view, offset)
         if done < nbytes:

@@ -29,6 +29,7 @@ import numpy as np
 
 from dmlbridge.errors import DmlBridgeError, ManifestError
 from dmlbridge.plan.fingerprint import FingerprintStream
+from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.system.files import read_into
 
 __all__ = ["BLOCK", "BufferReads"]
@@ -81,7 +82,7 @@ class BufferReads:
         if stop <= start:
             return
         if self._sha is not None:
-            scratch = np.empty(min(BLOCK, stop - start), np.uint8)
+            scratch = empty_aligned(min(BLOCK, stop - start))
             while start < stop:
                 part = scratch[: min(BLOCK, stop - start)]
                 self._read(start, part)
@@ -112,7 +113,7 @@ class BufferReads:
                     break
                 end, last = high, last + 1
             self._skip_to(start)
-            block = self._block = np.empty(end - start, np.uint8)
+            block = self._block = empty_aligned(end - start)
             self._block_start = start
             self._read(start, block)
             self._feed(start, block)

@@ -32,6 +32,7 @@ from dmlbridge.onnx.external_data import ExternalDataReader, OpenedData
 from dmlbridge.placement.entries import FOUR_BIT, PlanEntry
 from dmlbridge.plan.bits import differing_bits
 from dmlbridge.plan.buffer_pass import BufferReads
+from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.tensor.descs import BufferTensorDesc
 from dmlbridge.tensor.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.types.data_types import OnnxDataType
@@ -149,7 +150,7 @@ class ChunkBytes:
         (None: not at hand: those bytes are read again)."""
         if self._kept is not None:
             return
-        kept = np.empty(self.size, np.uint8)
+        kept = empty_aligned(self.size)
         if known is None:
             self._filled = 0
         else:

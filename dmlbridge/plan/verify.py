@@ -65,6 +65,7 @@ from dmlbridge.plan.fingerprint import FingerprintStream, fingerprint_problem
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.quantized.records import QuantizedWeight, quantized_views
+from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.system.progress import Progress
 from dmlbridge.system.workers import POOL_MIN_BYTES, Prefetch, check_workers
 from dmlbridge.tensor.encode import prepare
@@ -246,11 +247,11 @@ def _find(
         # (Not hashed: the bytes read a block at a time into the same few pages, the sampled ones kept.)
         room = size if reads.hashes else min(size, BLOCK)
         out = spare.take(room)
-        piece = ChunkBytes(reads, chunk.start, size, np.empty(room, np.uint8) if out is None else out, reads.hashes)
+        piece = ChunkBytes(reads, chunk.start, size, empty_aligned(room) if out is None else out, reads.hashes)
         stored = -(-constant.packed_nbytes * (chunk.end - chunk.begin) // max(1, constant.size)) + 1
         buffer = spare.take(stored) if slices_of[chunk.index] is not None else None
         if buffer is None and slices_of[chunk.index] is not None:
-            buffer = np.empty(stored, np.uint8)
+            buffer = empty_aligned(stored)
         try:
             return compare_chunk(plan.target, plan.alignment, constant, plan.entries[constant.key], chunk, piece,
                                  slices_of[chunk.index], reader, max_tensor_bytes, buffer,

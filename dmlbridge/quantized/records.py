@@ -46,6 +46,7 @@ import numpy as np
 from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError, counted
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
 from dmlbridge.placement.entries import PlanEntry
+from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.tensor.descs import BufferDescMethods, BufferTensorDesc
 from dmlbridge.tensor.layout import calc_buffer_tensor_size, packed_strides, span_of
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType
@@ -428,7 +429,7 @@ def _has_a_zero(entry: PlanEntry, read: Callable[[PlanEntry, int, np.ndarray], N
     word, magnitude = _SCALE_MAGNITUDES[entry.dml_type]
     size = math.prod(entry.shape) * word.itemsize
     step = _SCAN_BYTES // word.itemsize * word.itemsize
-    out = np.empty(min(step, size), dtype=np.uint8)
+    out = empty_aligned(min(step, size))
     for start in range(0, size, step):
         chunk = out[: min(step, size - start)]
         read(entry, start, chunk)

@@ -43,6 +43,7 @@ from dmlbridge.model.slices import CHUNK_BYTES, ConstantSlices, decode_bytes, sp
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.placement.entries import Placement, PlanEntry
 from dmlbridge.placement.options import ConvertOptions, PlanOptions
+from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.system.workers import POOL_MIN_BYTES
 from dmlbridge.tensor.encode import PreparedTensor, prepare, prepare_into
 from dmlbridge.types.data_types import OnnxDataType
@@ -192,7 +193,7 @@ class ConstantJobs:
                 chosen = min(fits, key=len)
                 self._spare = [b for b in self._spare if b is not chosen]
                 return chosen
-        return np.empty(size, np.uint8)
+        return empty_aligned(size)
 
     def give_back(self, buffer: np.ndarray) -> None:
         """Return an output buffer once its bytes are written (at most SPARE_BYTES of them are kept)."""

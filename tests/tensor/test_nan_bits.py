@@ -144,3 +144,16 @@ def test_every_pair_of_codes_widens_as_the_reference_says(onnx: str, dtype: Any,
     answer = np.array([ref.convert(onnx, dml, prepared.conversion, code, 1) for code in range(count)], np.uint64)
     got = np.frombuffer(prepared.data.tobytes()[: len(codes) * width], dtype=f"<u{width}")
     assert np.array_equal(got.astype(np.uint64), answer[np.array(codes)])
+
+
+@pytest.mark.parametrize("block", [6, 1 << 20])
+def test_widening_is_the_same_across_its_blocks(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The codes widened a block of np.take at a time (a few codes, to cross many blocks, and the block the code
+    uses, crossed by 2 Mi + 3 codes): each element's bits are the reference's answer for its code."""
+    monkeypatch.setattr("dmlbridge.tensor.encode._WIDEN_BLOCK", block)
+    count = 2 * max(block, 1 << 10) + 3
+    codes = np.random.default_rng(block).integers(0, 256, count).tolist()
+    prepared = dmlbridge.prepare(_source(ml_dtypes.float8_e4m3fn, codes))
+    answer = np.array([ref.convert("FLOAT8E4M3FN", "FLOAT16", "widen", code, 1) for code in range(256)], np.uint16)
+    got = np.frombuffer(prepared.data.tobytes()[: count * 2], dtype="<u2")
+    assert np.array_equal(got, answer[np.array(codes)])
