@@ -52,6 +52,7 @@ from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
 from dmlbridge.quantized.records import QuantizedWeight, check_zero_scales, quantized_views
+from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.decode import decode
 from dmlbridge.tensor.encode import PreparedTensor
@@ -191,7 +192,7 @@ class UploadPlan(Manifest):
                 "larger max_tensor_bytes= to read it if you have the memory"
             )
         try:
-            out = np.empty(size, dtype=np.uint8)
+            out = empty_aligned(size)
             files.read_into(entry.buffer or 0, entry.offset, out)
         except MemoryError:
             raise TensorTooLargeError(

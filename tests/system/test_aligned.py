@@ -59,7 +59,7 @@ def _record_destinations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int
 def test_conversion_and_verify_read_large_stretches_into_page_aligned_buffers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, checksum: bool) -> None:
     """A FLOAT8E4M3FN constant (widened: its codes read into a buffer) and an INT4 one (compared as stored) in
-    external data, converted and verified: every read of 64 KiB or more lands on a page boundary."""
+    external data, converted, verified and read back: every read of 64 KiB or more lands on a page boundary."""
     rng = np.random.default_rng(3)
     stored = [("f8", TensorProto.FLOAT8E4M3FN, 600_000, rng.integers(0, 256, 600_000, dtype=np.uint8).tobytes()),
               ("i4", TensorProto.INT4, 800_000, rng.integers(0, 256, 400_000, dtype=np.uint8).tobytes())]
@@ -78,6 +78,7 @@ def test_conversion_and_verify_read_large_stretches_into_page_aligned_buffers(
     convert_model(path, tmp_path / "w", progress=False, fsync=False, checksum=checksum, workers=workers).close()
     with read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False) as plan:
         assert verify.find_mismatches(plan, path, sha256=checksum, workers=workers) == []
+        assert plan.read("f8").shape == (1_200_000,)  # (an entry read whole: FLOAT16, two bytes an element)
     large = [(address, length) for address, length in seen if length >= 64 << 10]
     assert large, "no large read was seen"
     assert [(address % PAGE, length) for address, length in large if address % PAGE] == []
