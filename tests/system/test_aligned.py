@@ -34,7 +34,8 @@ def test_a_buffer_has_the_size_asked_for_and_from_64_kib_starts_on_a_page(size: 
 
 
 def _record_destinations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """(address, length) of the destination of every positioned read from now on."""
+    """(address, length) of the destination of every positioned read into a buffer from now on (``os.pread``, which
+    makes its own ``bytes``, is not one: the manifest and the samples of the fingerprint are read so on POSIX)."""
     seen: list[tuple[int, int]] = []
     if hasattr(os, "preadv"):
         preadv = os.preadv
@@ -59,7 +60,8 @@ def _record_destinations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int
 def test_conversion_and_verify_read_large_stretches_into_page_aligned_buffers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, checksum: bool) -> None:
     """A FLOAT8E4M3FN constant (widened: its codes read into a buffer) and an INT4 one (compared as stored) in
-    external data, converted, verified and read back: every read of 64 KiB or more lands on a page boundary."""
+    external data, converted, verified and read back: every read of 64 KiB or more into a buffer lands on a page
+    boundary."""
     rng = np.random.default_rng(3)
     stored = [("f8", TensorProto.FLOAT8E4M3FN, 600_000, rng.integers(0, 256, 600_000, dtype=np.uint8).tobytes()),
               ("i4", TensorProto.INT4, 800_000, rng.integers(0, 256, 400_000, dtype=np.uint8).tobytes())]
