@@ -25,7 +25,6 @@ import stat
 import sys
 
 from dmlbridge.system import windows
-from dmlbridge.system.aligned import empty_aligned
 
 __all__ = ["NotRegularFileError", "keep_open", "open_regular", "read_at", "read_into", "write_at"]
 
@@ -67,8 +66,8 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
     if _PREAD:
         return os.pread(fd, size, offset)
     if _WINDOWS:
-        buffer = empty_aligned(size)  # (read into, then copied: the bytes object cannot be read into)
-        return buffer[: windows.read_into_at(fd, buffer.data, offset)].tobytes()
+        buffer = bytearray(size)
+        return bytes(memoryview(buffer)[: windows.read_into_at(fd, memoryview(buffer), offset)])
     raise OSError(errno.ENOSYS, "this system has no positioned read")
 
 
