@@ -257,19 +257,19 @@ def constants_model(path: Path, count: int, depth: int = 0) -> Path:
     return path
 
 
-def constants_growth(folder: Path, counts: tuple[int, ...], depths: tuple[int, ...],
-                     limits: str = "max_constants=None, max_manifest_bytes=1 << 31") -> dict[str, float]:
-    """The peak RSS growth (MiB) of converting each :func:`constants_model` of ``counts`` constants at each of
-    ``depths``, written into ``folder`` by a child process and converted one at a time in another, with
-    ``limits`` (the code of convert_model's keywords); keyed ``"COUNT@DEPTH"``."""
+def _models_growth(folder: Path, make: str, counts: tuple[int, ...], depths: tuple[int, ...],
+                   limits: str) -> dict[str, float]:
+    """The peak RSS growth (MiB) of converting each model ``make`` (a function of this module: ``(path, count,
+    depth)``) writes, of ``counts`` at each of ``depths``, written into ``folder`` by a child process and converted
+    one at a time in another, with ``limits`` (the code of convert_model's keywords); keyed ``"COUNT@DEPTH"``."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        models = {f"{count}@{depth}": folder / f"m{count}_{depth}.onnx" for count in counts for depth in depths}
+        models = {f"{count}@{depth}": folder / f"{make}{count}_{depth}.onnx" for count in counts for depth in depths}
         background.run_in_child(f"""
             import pathlib, memory
             for count in {counts!r}:
                 for depth in {depths!r}:
-                    memory.constants_model(pathlib.Path({str(folder)!r}) / f"m{{count}}_{{depth}}.onnx", count, depth)
+                    memory.{make}(pathlib.Path({str(folder)!r}) / f"{make}{{count}}_{{depth}}.onnx", count, depth)
         """)
         return peak_growth(f"""
             for name, path in {[(name, str(path)) for name, path in models.items()]!r}:
@@ -279,6 +279,20 @@ def constants_growth(folder: Path, counts: tuple[int, ...], depths: tuple[int, .
         """)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def growth_per_item(growth: dict[str, float], counts: tuple[int, int], depth: int) -> float:
+    """Bytes of peak growth per item (constant, node) from ``counts[0]`` to ``counts[1]`` items at ``depth``, of
+    what :func:`constants_growth` or :func:`nodes_growth` measured."""
+    low, high = counts
+    return (growth[f"{high}@{depth}"] - growth[f"{low}@{depth}"]) * 2**20 / (high - low)
+
+
+def constants_growth(folder: Path, counts: tuple[int, ...], depths: tuple[int, ...],
+                     limits: str = "max_constants=None, max_manifest_bytes=1 << 31") -> dict[str, float]:
+    """The peak RSS growth (MiB) of converting each :func:`constants_model` of ``counts`` constants at each of
+    ``depths`` (see :func:`_models_growth`); keyed ``"COUNT@DEPTH"``."""
+    return _models_growth(folder, "constants_model", counts, depths, limits)
 
 
 def conversion_growth(kind: str, folder: Path) -> dict[str, float]:
@@ -317,20 +331,4 @@ def nodes_model(path: Path, count: int, depth: int = 0, constants: int = 10) -> 
 def nodes_growth(folder: Path, counts: tuple[int, ...], depths: tuple[int, ...]) -> dict[str, float]:
     """The peak RSS growth (MiB) of converting each :func:`nodes_model` of ``counts`` Identity nodes at each of
     ``depths`` (max_nodes raised), as :func:`constants_growth` measures constants; keyed ``"COUNT@DEPTH"``."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        models = {f"{count}@{depth}": folder / f"n{count}_{depth}.onnx" for count in counts for depth in depths}
-        background.run_in_child(f"""
-            import pathlib, memory
-            for count in {counts!r}:
-                for depth in {depths!r}:
-                    memory.nodes_model(pathlib.Path({str(folder)!r}) / f"n{{count}}_{{depth}}.onnx", count, depth)
-        """)
-        return peak_growth(f"""
-            for name, path in {[(name, str(path)) for name, path in models.items()]!r}:
-                with measured(name):
-                    dmlbridge.convert_model(path, {str(folder / "w")!r}, fsync=False, progress=False, workers=1,
-                                            max_nodes=None).close()
-        """)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    return _models_growth(folder, "nodes_model", counts, depths, "max_nodes=None")

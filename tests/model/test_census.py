@@ -174,13 +174,18 @@ def never_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(onnx_file.onnx, "load_model_from_string", parse)
 
 
-def _nested(count: int, depth: int) -> Any:
-    graph = helper.make_graph([], "inner", [], [], [_tensor(f"w{i}") for i in range(count)])
+def _inside_ifs(graph: Any, depth: int) -> Any:
+    """``graph`` as the then_branch of the innermost of ``depth`` nested If nodes (``graph`` itself at 0)."""
     for level in range(depth):
         graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=graph,
                                                     else_branch=helper.make_graph([], "e", [], []))], f"g{level}",
                                   [], [])
-    return helper.make_model(graph)
+    return graph
+
+
+def _nested(count: int, depth: int) -> Any:
+    graph = helper.make_graph([], "inner", [], [], [_tensor(f"w{i}") for i in range(count)])
+    return helper.make_model(_inside_ifs(graph, depth))
 
 
 def test_a_model_of_more_constants_than_max_constants_is_refused_before_it_is_parsed(
@@ -205,11 +210,7 @@ def _identities(count: int, depth: int) -> Any:
     """``count`` Identity nodes (the first reading the constant ``w``) in the innermost of ``depth`` nested Ifs."""
     nodes = [helper.make_node("Identity", ["w" if i == 0 else f"x{i}"], [f"y{i}"]) for i in range(count)]
     graph = helper.make_graph(nodes, "inner", [], [], [_tensor("w")])
-    for level in range(depth):
-        graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=graph,
-                                                    else_branch=helper.make_graph([], "e", [], []))], f"g{level}",
-                                  [], [])
-    return helper.make_model(graph)
+    return helper.make_model(_inside_ifs(graph, depth))
 
 
 def test_a_model_of_more_nodes_than_max_nodes_is_refused_before_it_is_parsed(

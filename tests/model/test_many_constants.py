@@ -273,12 +273,6 @@ def start_in_background(queue: background.Queue, folder: Path) -> None:
         _GROWTH.append(queue.add(functools.partial(memory.constants_growth, folder / "growth", _COUNTS, _DEPTHS)))
 
 
-def _per_constant(growth: dict[str, float], depth: int) -> float:
-    """Bytes of peak growth per constant from 20,000 to 100,000 constants at ``depth``."""
-    low, high = _COUNTS
-    return (growth[f"{high}@{depth}"] - growth[f"{low}@{depth}"]) * 2**20 / (high - low)
-
-
 @pytest.mark.skipif(memory.linux_only() is not None, reason=str(memory.linux_only()))
 def test_memory_grows_by_a_bounded_amount_per_constant(tmp_path: Path) -> None:
     """Peak RSS growth of converting 20,000 and 100,000 one-element initializers, in the main graph, one If deep
@@ -289,9 +283,9 @@ def test_memory_grows_by_a_bounded_amount_per_constant(tmp_path: Path) -> None:
     constant), 128 bytes per level; after: about 550, 900 and 900, and 7 to 10 per level (docs/guide.md,
     Streaming)."""
     growth = _GROWTH[0].result() if _GROWTH else memory.constants_growth(tmp_path / "growth", _COUNTS, _DEPTHS)
-    assert _per_constant(growth, 0) <= 800, growth
-    assert _per_constant(growth, 1) <= 1100, growth
-    assert _per_constant(growth, 9) <= 1100, growth
+    assert memory.growth_per_item(growth, _COUNTS, 0) <= 800, growth
+    assert memory.growth_per_item(growth, _COUNTS, 1) <= 1100, growth
+    assert memory.growth_per_item(growth, _COUNTS, 9) <= 1100, growth
     high = _COUNTS[1]
     per_level = (growth[f"{high}@9"] - growth[f"{high}@1"]) * 2**20 / (8 * high)
     assert per_level <= 48, growth

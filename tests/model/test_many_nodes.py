@@ -26,12 +26,6 @@ def start_in_background(queue: background.Queue, folder: Path) -> None:
         _GROWTH.append(queue.add(functools.partial(memory.nodes_growth, folder / "nodes", _COUNTS, _DEPTHS)))
 
 
-def _per_node(growth: dict[str, float], depth: int) -> float:
-    """Bytes of peak growth per node from 25,000 to 100,000 nodes at ``depth``."""
-    low, high = _COUNTS
-    return (growth[f"{high}@{depth}"] - growth[f"{low}@{depth}"]) * 2**20 / (high - low)
-
-
 @pytest.mark.skipif(memory.linux_only() is not None, reason=str(memory.linux_only()))
 def test_memory_grows_by_a_bounded_amount_per_node(tmp_path: Path) -> None:
     """Peak RSS growth of converting 25,000 and 100,000 Identity nodes (ten of them reading a constant), in the
@@ -39,8 +33,8 @@ def test_memory_grows_by_a_bounded_amount_per_node(tmp_path: Path) -> None:
     whatever the machine's speed. Before: about 1,000 bytes (find_consumers kept every node's protobuf wrapper and
     a set of every name a node reads); after: about 390, protobuf's parsed node (docs/guide.md, Streaming)."""
     growth = _GROWTH[0].result() if _GROWTH else memory.nodes_growth(tmp_path / "nodes", _COUNTS, _DEPTHS)
-    assert _per_node(growth, 0) <= 600, growth
-    assert _per_node(growth, 9) <= 600, growth
+    assert memory.growth_per_item(growth, _COUNTS, 0) <= 600, growth
+    assert memory.growth_per_item(growth, _COUNTS, 9) <= 600, growth
 
 
 @pytest.mark.skipif(not LONG or memory.linux_only() is not None, reason="a long run: DMLBRIDGE_LONG=1 runs it")
