@@ -29,7 +29,7 @@ import os
 import re
 import types
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 
@@ -52,7 +52,7 @@ from dmlbridge.model.consumers import Consumer
 from dmlbridge.placement.entries import PlanEntries, PlanEntry
 from dmlbridge.placement.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
-from dmlbridge.quantized.records import QuantizedWeight
+from dmlbridge.quantized.records import QuantizedWeight, part_keys
 from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
 from dmlbridge.tensor.descs import BufferTensorDesc
 from dmlbridge.types.target import Target
@@ -74,8 +74,8 @@ __all__ = [
 ]
 
 MANIFEST_FORMAT = "dmlbridge-upload-plan"
-MANIFEST_FORMAT_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+MANIFEST_FORMAT_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 _CONVERSION_ID = re.compile(r"^[0-9a-f]{16}$")
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -430,6 +430,8 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     check_buffers_filled(entries, sizes, alignment, max_buffer_bytes, where)
     quantized = {} if version < 4 else quantized_from_json(top.get("quantized"), top.at("quantized"), entries,
                                                            target, alignment, min_dims, version)
+    for key in part_keys(quantized.values()):
+        entries[key] = replace(entries[key], record_part=True)
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
                     selection, max_buffer_bytes, quantized)

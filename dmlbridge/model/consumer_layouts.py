@@ -37,15 +37,19 @@ from dmlbridge.model.consumers import (
     CHANNEL_DIMS,
     CONSUMER_DIMS_VERSION,
     CONSUMER_LAYOUTS_VERSION,
+    PER_OPERATOR_VERSION,
     Consumer,
 )
 
 __all__ = [
-    "GEMM_MOST_DIMS", "LEADING", "ConsumerLayout", "Padding", "channel_dims", "choose_layout", "padded_sizes",
+    "GEMM_MOST_DIMS", "LEADING", "ConsumerLayout", "Padding", "channel_dims", "choose_layout", "consumer_view",
+    "padded_sizes",
     "padding_of",
 ]
 
-Padding = Literal["leading", "channel", "spatial", "rank", "broadcast", "mixed"]
+Padding = Literal["leading", "channel", "spatial", "rank", "broadcast", "axis", "rnn", "mixed"]
+
+_RNN_DIMS = 4  # LSTM, GRU and RNN take exactly 4-D tensors
 
 GEMM_MOST_DIMS = 4
 """The most dimensions GEMM takes (2 to 4 from feature level 4.0, exactly 4 below): a MatMul of more is folded
@@ -61,6 +65,9 @@ _NOTES = {
               "output's rank: it keeps its ONNX layout; broadcast it at run time (dmlbridge.broadcast_desc)",
     "matmul folded": "GEMM takes at most 4 dimensions, fewer than this MatMul's output has: it keeps its ONNX "
                      "layout; fold the batch dimensions to bind it",
+    "broadcast": "{operator} wants it at the output's sizes, which the model does not declare: it keeps its ONNX "
+                 "layout; broadcast it at run time (dmlbridge.broadcast_desc), or give the free dimensions "
+                 "(input_shapes, dim_params)",
     "gather": "GATHER wants a Gather's data at the output's rank, which the model does not declare (nor the "
               "indices' rank): it keeps its ONNX layout; add leading 1s at run time (dmlbridge.with_leading_ones)",
 }
@@ -91,71 +98,117 @@ LEADING = ConsumerLayout("leading", None, None)
 def choose_layout(shape: tuple[int, ...], consumers: tuple[Consumer, ...], min_dims: int,
                   version: int | None = None) -> ConsumerLayout:
     """The layout of a constant of ``shape`` read by ``consumers``, at ``min_dims`` (see the module docstring), by
-    the rule of manifest format ``version`` (None: the current one). LayoutError when a consumer's ``sizes`` do not
-    broadcast the shape (a manifest's claim: the model's consumers never do)."""
-    rule = CONSUMER_LAYOUTS_VERSION if version is None else version
+    the rule of manifest format ``version`` (None: the current one): the layout every consumer its DirectML
+    operator binds agrees on. LayoutError when a consumer's ``output_sizes`` do not broadcast the shape (a
+    manifest's claim: the model's consumers never do)."""
+    rule = PER_OPERATOR_VERSION if version is None else version
     if rule < CONSUMER_LAYOUTS_VERSION:
         padding = padding_of(shape, consumers, min_dims, rule)
         if padding != "channel":
             return LEADING if padding == "leading" else ConsumerLayout(padding, None, None)
         return ConsumerLayout("channel", padded_sizes(shape, "channel", channel_dims(consumers, min_dims, rule)),
                               None)
-    if not consumers:
+    bound = [consumer for consumer in consumers if consumer.reads_on == "gpu"]
+    if not bound:
         return LEADING
-    leading = _with_ones(shape or (1,), None, min_dims)
-    wants = [_wanted(consumer, shape, min_dims, leading) for consumer in consumers]
-    views = {(want.sizes, want.strides) if want is not None else None for want, _ in wants}
-    notes = list(dict.fromkeys(note for _, note in wants if note is not None))
+    wants = [consumer_view(shape, consumer, min_dims, rule) for consumer in bound]
+    views = {(want.sizes, want.strides) for want in wants}
+    notes = list(dict.fromkeys(want.note for want in wants if want.note is not None))
     note = "; ".join(notes) or None
-    if views == {None}:
-        return LEADING if note is None else ConsumerLayout("leading", None, None, note)
-    if None not in views and len(views) == 1:
-        first = next(want for want, _ in wants if want is not None)
-        return first._replace(note=note)
-    said = dict.fromkeys(f"{c.op_type} input {c.input}: {want.padding if want else 'its ONNX layout'}"
-                         for c, (want, _) in zip(consumers, wants, strict=True))
+    if len(views) == 1:
+        return wants[0]._replace(note=note)
+    said = dict.fromkeys(f"{c.op_type} input {c.input}: {want.padding if want.sizes else 'its ONNX layout'}"
+                         for c, want in zip(bound, wants, strict=True))
     shown = ", ".join(list(said)[:4]) + (", ..." if len(said) > 4 else "")
+    each = "" if rule < PER_OPERATOR_VERSION else "; bind each consumer's own desc (consumers[i].as_ctypes())"
     return ConsumerLayout("mixed", None, None, f"its consumers want different layouts ({shown}): it keeps its ONNX "
-                                               "layout")
+                                               f"layout{each}")
+
+
+def consumer_view(shape: tuple[int, ...], consumer: Consumer, min_dims: int,
+                  version: int | None = None) -> ConsumerLayout:
+    """The layout one consumer of a constant of ``shape`` binds it at, by the rule of manifest format ``version``
+    (None: the current one): LEADING (``sizes`` None) where that is the ONNX shape with leading 1s, and a ``note``
+    where the consumer would want a layout the model does not say enough for.
+
+    Example:
+        >>> from dmlbridge.model.consumers import Consumer
+        >>> add = Consumer("add", "Add", 1, None, (2, 3), "gpu", "ELEMENT_WISE_ADD", "broadcast")
+        >>> consumer_view((3,), add, 1)
+        ConsumerLayout(padding='broadcast', sizes=(2, 3), strides=(0, 1), note=None)
+    """
+    rule = PER_OPERATOR_VERSION if version is None else version
+    leading = _with_ones(shape or (1,), None, min_dims)
+    try:
+        want, note = _wanted(consumer, shape, min_dims, rule)
+    except LayoutError as exc:  # (declared sizes that contradict the constant: a broken model's)
+        want, note = None, f"{consumer.op_type} input {consumer.input}: {exc}: it keeps its ONNX layout"
+    if rule >= PER_OPERATOR_VERSION and consumer.note is not None and consumer.note.startswith("not laid out"):
+        note = consumer.note
+    if want is None or (want.sizes, want.strides) == leading:
+        return LEADING if note is None else LEADING._replace(note=note)
+    return want._replace(note=note)
 
 
 def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
-            leading: tuple[tuple[int, ...], tuple[int, ...] | None]) -> tuple[ConsumerLayout | None, str | None]:
+            rule: int) -> tuple[ConsumerLayout | None, str | None]:
     """The layout one consumer wants (None: none, or the leading one) and why it cannot want one it would."""
-    kind = consumer.layout_input
-    want: ConsumerLayout | None = None
-    note: str | None = None
+    kind = consumer.layout_rule(rule)
+    sizes = consumer.output_sizes
     if kind == "channel" and len(shape) == 1:
-        want = _packed("channel", (1, shape[0], *(1,) * (max(min_dims, consumer.dims or CHANNEL_DIMS) - 2)),
-                       min_dims)
-    elif kind == "spatial" and 3 <= len(shape) <= 5:
+        return _packed("channel", (1, shape[0], *(1,) * (max(min_dims, consumer.dims or CHANNEL_DIMS) - 2)),
+                       min_dims), None
+    if kind == "spatial" and 3 <= len(shape) <= 5:
         count = max(min_dims, consumer.dims or CHANNEL_DIMS)
         if count > len(shape):
-            want = _packed("spatial", (*shape[:2], *(1,) * (count - len(shape)), *shape[2:]), min_dims)
-    elif kind == "rank":
+            return _packed("spatial", (*shape[:2], *(1,) * (count - len(shape)), *shape[2:]), min_dims), None
+        return None, None
+    if kind == "rank":
         if consumer.dims is None:
-            note = _NOTES["gather"]
-        else:
-            want = _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims)
-    elif kind == "broadcast" and consumer.op_type == "Gemm" and len(shape) <= 2:
-        if consumer.sizes is None:
-            note = _NOTES["gemm"]
-        else:
-            want = _broadcast(shape, consumer.sizes, min_dims)
-    elif kind == "broadcast" and consumer.op_type == "MatMul" and len(shape) >= 2:
-        rank = len(consumer.sizes) if consumer.sizes is not None else consumer.dims
+            return None, _NOTES["gather"]
+        return _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims), None
+    if kind == "rnn":
+        if len(shape) > _RNN_DIMS:
+            return None, f"{consumer.op_type} takes 4-D tensors, and input {consumer.input} has {len(shape)}"
+        return ConsumerLayout("rnn", (1,) * (_RNN_DIMS - len(shape)) + shape, None), None
+    if kind == "axis":
+        return _on_axis(shape, consumer, min_dims)
+    if kind != "broadcast":
+        return None, None
+    if consumer.op_type == "Gemm" and len(shape) <= 2:
+        return (None, _NOTES["gemm"]) if sizes is None else (_broadcast(shape, sizes, min_dims), None)
+    if consumer.op_type in ("MatMul", "MatMulInteger", "QLinearMatMul") and len(shape) >= 2:
+        rank = len(sizes) if sizes is not None else consumer.dims
         if rank is not None and rank > GEMM_MOST_DIMS:
-            note = _NOTES["matmul folded"]
-        elif consumer.sizes is not None:
-            want = _broadcast(shape, consumer.sizes, min_dims)
-        elif consumer.dims is not None:
-            want = _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims)
-            note = _NOTES["matmul batch"]
-        else:
-            note = _NOTES["matmul"]
-    if want is not None and (want.sizes, want.strides) == leading:
-        want = None
-    return want, note
+            return None, _NOTES["matmul folded"]
+        if sizes is not None:
+            return _broadcast(shape, sizes, min_dims), None
+        if consumer.dims is not None:
+            return _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims), _NOTES["matmul batch"]
+        return None, _NOTES["matmul"]
+    if consumer.op_type in ("Gemm", "MatMul", "MatMulInteger", "QLinearMatMul"):
+        return None, None
+    if sizes is None:
+        return None, _NOTES["broadcast"].format(operator=consumer.dml_operator)
+    return _broadcast(shape, sizes, min_dims), None
+
+
+def _on_axis(shape: tuple[int, ...], consumer: Consumer,
+             min_dims: int) -> tuple[ConsumerLayout | None, str | None]:
+    """A (de)quantization's scale or zero point at its input's sizes: a scalar broadcast whole, a 1-D one on the
+    node's axis (strides of 0 elsewhere); one of the input's own shape (blocked) as it is."""
+    sizes = consumer.output_sizes
+    if sizes is None:
+        return None, _NOTES["broadcast"].format(operator=consumer.dml_operator)
+    if math.prod(shape) == 1:
+        return _broadcast((), sizes, min_dims), None
+    if len(shape) == 1 and consumer.axis is not None and sizes[consumer.axis] == shape[0]:
+        strides = tuple(1 if k == consumer.axis else 0 for k in range(len(sizes)))
+        return ConsumerLayout("axis", *_with_ones(sizes, strides, min_dims)), None
+    if shape == sizes:
+        return None, None
+    return None, (f"{consumer.op_type} input {consumer.input} of shape {list(shape)} is neither a scalar nor one "
+                  f"value per element of axis {consumer.axis} of {list(sizes)}: it keeps its ONNX layout")
 
 
 def _packed(padding: Padding, sizes: tuple[int, ...], min_dims: int) -> ConsumerLayout:

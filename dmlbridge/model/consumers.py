@@ -5,13 +5,13 @@ path of its enclosing nodes, as constant keys are), its op type and the input's 
 scopes them: a graph sees its own constants and the names of the graphs around it, unless a graph input or a node
 output of its own shadows them; a model-local function sees only its own.
 
-Some inputs are read by DirectML operators that want them in a layout of their node's: a convolution's bias and a
-normalization's scale, bias, mean and variance on the channel axis, a convolution's weight at the convolution's
-dimension count, a Gather's data at the output's rank, a Gemm's C at the output's sizes and a MatMul's B at the
-output's batch sizes (:data:`LAYOUT_INPUTS`; ``dmlbridge.model.consumer_layouts`` has the rule). A consumer that is
-one of those inputs records what the model declares of its node (the constants' shapes, and the shapes of graph
-inputs, outputs and value_info): ``dims``, the dimension count DirectML reads the node's tensors at, or ``sizes``,
-the sizes DirectML reads the input at; neither when the model does not declare them. Manifests before format 6 recorded
+Each consumer says how ONNX Runtime's DirectML provider reads it, from the operator table
+(:mod:`dmlbridge.model.operators`): bound to a DirectML operator ("gpu"), read on the CPU as an attribute ("cpu"),
+or read by nothing ("none"). A bound input whose operator wants it in a layout of its node's records what the model
+says of that node (the constants' shapes, and the shapes of graph inputs, outputs and value_info): ``dims``, the
+dimension count DirectML reads the node's tensors at, ``output_sizes``, the sizes it is broadcast to, and
+``axis``; none of them when the model does not say. ``dmlbridge.model.consumer_layouts`` turns them into each
+consumer's desc. Manifests before format 7 recorded only the facts of format 6's layout inputs, before format 6
 ``dims`` of per-channel inputs only, and before format 5 none (:func:`recorded`).
 
     >>> from onnx import helper, numpy_helper
@@ -21,9 +21,9 @@ the sizes DirectML reads the input at; neither when the model does not declare t
     >>> conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv1")
     >>> model = helper.make_model(helper.make_graph([conv], "g", [], [], [weight, bias]))
     >>> consumers = find_consumers(model)
-    >>> consumers["b"]
-    (Consumer(node='conv1', op_type='Conv', input=2, dims=4, sizes=None),)
-    >>> consumers["w"][0].dims, consumers["w"][0].layout_input
+    >>> consumers["b"][0].dims, consumers["b"][0].layout, consumers["b"][0].dml_operator
+    (4, 'channel', 'CONVOLUTION')
+    >>> consumers["w"][0].dims, consumers["w"][0].layout
     (4, 'spatial')
 """
 
@@ -33,36 +33,19 @@ import math
 from typing import Any, Literal, NamedTuple
 
 from dmlbridge.model.constants import ModelConstant, find_constants
+from dmlbridge.model.operators import (
+    CONSUMER_LAYOUTS_VERSION,
+    PER_OPERATOR_VERSION,
+    Layout,
+    ReadsOn,
+    input_rule,
+    operator_rule,
+)
 
 __all__ = [
-    "CHANNEL_DIMS", "CONSUMER_DIMS_VERSION", "CONSUMER_LAYOUTS_VERSION", "LAYOUT_INPUTS", "MOST_CHANNEL_DIMS",
-    "PER_CHANNEL_INPUTS", "Consumer", "LayoutInput", "find_consumers", "node_dims", "recorded",
+    "CHANNEL_DIMS", "CONSUMER_DIMS_VERSION", "CONSUMER_LAYOUTS_VERSION", "MOST_CHANNEL_DIMS", "PER_OPERATOR_VERSION",
+    "Consumer", "find_consumers", "node_dims", "recorded",
 ]
-
-LayoutInput = Literal["channel", "spatial", "rank", "broadcast"]
-"""The layout an input of :data:`LAYOUT_INPUTS` may want (``dmlbridge.model.consumer_layouts`` says what each is)."""
-
-PER_CHANNEL_INPUTS: dict[str, frozenset[int]] = {
-    "Conv": frozenset({2}),  # B: one bias per output channel
-    "ConvTranspose": frozenset({2}),
-    "BatchNormalization": frozenset({1, 2, 3, 4}),  # scale, B, input_mean, input_var
-    "InstanceNormalization": frozenset({1, 2}),  # scale, B
-}
-"""The inputs (by op type of the ONNX domain, by index) that hold one value per channel, which DirectML reads on
-axis 1 of a 4-D or 5-D tensor."""
-
-LAYOUT_INPUTS: dict[str, dict[int, LayoutInput]] = {
-    "Conv": {1: "spatial", 2: "channel"},  # W at the convolution's dimension count; B per channel
-    "ConvTranspose": {1: "spatial", 2: "channel"},
-    "BatchNormalization": dict.fromkeys((1, 2, 3, 4), "channel"),
-    "InstanceNormalization": dict.fromkeys((1, 2), "channel"),
-    "Gather": {0: "rank"},  # data, at the output's rank (GATHER: one DimensionCount)
-    "Gemm": {2: "broadcast"},  # C, at the output's sizes (GEMM: C's sizes are the output's)
-    "MatMul": {1: "broadcast"},  # B, at the output's batch sizes (GEMM: one DimensionCount, batch sizes alike)
-}
-"""The inputs (by op type of the ONNX domain, by index) that a DirectML operator reads in a layout of its node's,
-and which one: the channel axis, the convolution's dimension count (a weight), the output's rank, or sizes the
-node's output gives (broadcast)."""
 
 CHANNEL_DIMS = 4
 """The dimension count of a per-channel input whose node's rank the model does not tell: DirectML's fewest for its
@@ -72,16 +55,13 @@ MOST_CHANNEL_DIMS = 8
 CONSUMER_DIMS_VERSION = 5
 """The first manifest format version whose padding rule is consumer-aware (its per-channel consumers record
 ``dims``); versions 3 and 4 padded on the channel axis only when ``min_dims`` pads, and 1 and 2 never."""
-CONSUMER_LAYOUTS_VERSION = 6
-"""The first manifest format version whose consumers record what every input of :data:`LAYOUT_INPUTS` needs
-(``dims`` of convolution weights and Gather data, ``sizes`` of Gemm's C and MatMul's B)."""
 
 _RANK_SOURCES: dict[str, tuple[tuple[str, int], ...]] = {  # where a node's rank is read, first found wins
     "Conv": (("input", 1), ("input", 0), ("output", 0)),  # W (its rank is the convolution's), X, Y
     "ConvTranspose": (("input", 1), ("input", 0), ("output", 0)),
-    "BatchNormalization": (("input", 0), ("output", 0)),  # X, Y
-    "InstanceNormalization": (("input", 0), ("output", 0)),
-}
+    "ConvInteger": (("input", 1), ("input", 0), ("output", 0)),
+    "QLinearConv": (("input", 3), ("input", 0), ("output", 0)),
+}  # (any other node: its input X, then its output Y)
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -91,12 +71,15 @@ does not fix, a ``dim_param`` or nothing)."""
 
 
 class Consumer(NamedTuple):
-    """One node input that reads a constant. For an input of :data:`LAYOUT_INPUTS`, what the model declares of its
-    node: ``dims``, the dimension count DirectML reads the node's tensors at (a convolution or normalization: its
-    rank raised to 4, :func:`node_dims`; a Gather: the output's rank; a MatMul whose output's batch sizes are not
-    declared: the output's rank), or ``sizes``, the sizes DirectML reads the input at (a Gemm's C: the output's
-    ``[M, N]``; a MatMul's B: the output's batch sizes, then B's last two); None where the model does not declare
-    them, for every other input, and in plans read from manifests before format 6 (before 5, ``dims`` too).
+    """One node input that reads a constant, and how ONNX Runtime's DirectML provider reads it
+    (:mod:`dmlbridge.model.operators`): ``reads_on`` ("gpu", "cpu" or "none"), the ``dml_operator`` that binds it,
+    the ``layout`` its desc wants (None: its ONNX layout), and what the model says of its node that the layout needs:
+    ``dims``, the dimension count DirectML reads the node's tensors at (a convolution or normalization: its rank
+    raised to 4, :func:`node_dims`; a Gather: the output's rank), ``output_sizes``, the output's sizes the input is
+    broadcast to (an element-wise operand, a Gemm's C, a MatMul's B: the output's batch sizes then B's last two, a
+    normalization's scale), and ``axis``, where a per-axis scale lies. None where the model does not say, and in
+    plans read from older manifests (before format 6, ``output_sizes``; before 5, ``dims``). ``note``: why an
+    input is read on the CPU or not laid out.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -104,33 +87,46 @@ class Consumer(NamedTuple):
         >>> node = helper.make_node("Add", ["x", "w"], ["y"], name="add")
         >>> w = numpy_helper.from_array(np.ones(3, np.float32), "w")
         >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([node], "g", [], [], [w])))
-        >>> plan.entries["w"].consumers
-        (Consumer(node='add', op_type='Add', input=1, dims=None, sizes=None),)
+        >>> c = plan.entries["w"].consumers[0]
+        >>> c.node, c.op_type, c.input, c.reads_on, c.dml_operator
+        ('add', 'Add', 1, 'gpu', 'ELEMENT_WISE_ADD')
     """
 
     node: str
     op_type: str
     input: int
     dims: int | None = None
-    sizes: tuple[int, ...] | None = None
+    output_sizes: tuple[int, ...] | None = None
+    reads_on: ReadsOn = "gpu"
+    dml_operator: str | None = None
+    layout: Layout | None = None
+    axis: int | None = None
+    note: str | None = None
 
     @property
     def per_channel(self) -> bool:
-        """True for the per-channel inputs of PER_CHANNEL_INPUTS (ONNX domain only; see :func:`find_consumers`)."""
-        return self.input in PER_CHANNEL_INPUTS.get(self.op_type, ())
+        """True for an input on the channel axis of a format-5 rule (a convolution's bias, a normalization's
+        scale, bias, mean and variance)."""
+        rule = self.layout_rule(CONSUMER_DIMS_VERSION)
+        return rule == "channel"
 
-    @property
-    def layout_input(self) -> LayoutInput | None:
-        """The layout this input may want (:data:`LAYOUT_INPUTS`; ONNX domain only), None for any other input."""
-        return LAYOUT_INPUTS.get(self.op_type, {}).get(self.input)
+    def layout_rule(self, version: int) -> Layout | None:
+        """The layout this input wants by the rule of manifest format ``version``: its own ``layout`` from
+        PER_OPERATOR_VERSION; before, the table's for an ONNX op type of that format's rule (None: none)."""
+        if version >= PER_OPERATOR_VERSION:
+            return self.layout
+        rule = input_rule("", self.op_type, None, self.input)
+        return rule.layout if rule is not None and rule.reads_on == "gpu" and rule.since_format <= version else None
 
     def to_json(self) -> dict[str, Any]:
-        """The manifest form: node, op_type, input, and dims and sizes where there are some."""
-        fields: dict[str, Any] = {"node": self.node, "op_type": self.op_type, "input": self.input}
-        if self.dims is not None:
-            fields["dims"] = self.dims
-        if self.sizes is not None:
-            fields["sizes"] = list(self.sizes)
+        """The manifest form: node, op_type, input, reads_on, and the other fields where they are set."""
+        fields: dict[str, Any] = {"node": self.node, "op_type": self.op_type, "input": self.input,
+                                  "reads_on": self.reads_on}
+        for name in ("dml_operator", "layout", "dims", "axis", "note"):
+            if getattr(self, name) is not None:
+                fields[name] = getattr(self, name)
+        if self.output_sizes is not None:
+            fields["output_sizes"] = list(self.output_sizes)
         return fields
 
 
@@ -150,14 +146,19 @@ def node_dims(rank: int | None) -> int:
 def recorded(consumers: tuple[Consumer, ...], version: int | None) -> tuple[Consumer, ...]:
     """The consumers as a manifest of format ``version`` records them (None: the current one): none before
     format 3, without ``dims`` before CONSUMER_DIMS_VERSION, with ``dims`` of per-channel inputs only and no
-    ``sizes`` before CONSUMER_LAYOUTS_VERSION."""
-    if version is None or version >= CONSUMER_LAYOUTS_VERSION:
+    ``output_sizes`` before CONSUMER_LAYOUTS_VERSION, and with only the facts of format 6's layout inputs before
+    PER_OPERATOR_VERSION (their ``reads_on``, operator and layout are not recorded: "gpu" is assumed)."""
+    if version is None or version >= PER_OPERATOR_VERSION:
         return consumers
     if version < 3:
         return ()
+    if version >= CONSUMER_LAYOUTS_VERSION:
+        return tuple(Consumer(c.node, c.op_type, c.input, *((c.dims, c.output_sizes) if c.layout_rule(version)
+                                                              else (None, None)))
+                     for c in consumers)
     keep = version >= CONSUMER_DIMS_VERSION
-    return tuple(consumer._replace(dims=consumer.dims if keep and consumer.per_channel else None, sizes=None)
-                 for consumer in consumers)
+    return tuple(Consumer(c.node, c.op_type, c.input, c.dims if keep and c.per_channel else None)
+                 for c in consumers)
 
 
 def find_consumers(
@@ -182,9 +183,11 @@ def find_consumers(
         if constant.name in used:
             by_scope.setdefault(constant.scope, {}).setdefault(constant.name, constant.key)
     walk = _Walk(by_scope, (op_types, {} if nodes is None else nodes), constants)
+    walk.use_opsets(model.opset_import)
     _walk(model.graph, "", {}, None, walk)
     for function in model.functions:
         scope = _function_scope(function)
+        walk.use_opsets(function.opset_import)
         declared = _Declared((), (), getattr(function, "value_info", ()), None)  # (inputs and outputs: names)
         _walk_nodes(scope, function.node, dict(by_scope.get(scope, {})), declared, walk)
     return {key: tuple(consumers) for key, consumers in walk.found.items()}
@@ -221,6 +224,11 @@ class _Walk:
         self.by_scope, self.wanted, self.constants = by_scope, wanted, constants
         self.found: dict[str, list[Consumer]] = {}
         self._shapes: dict[str, tuple[int, ...]] | None = None
+        self.opsets: dict[str, int] = {}  # the opset of each domain ("" for ONNX's) where the walk is
+
+    def use_opsets(self, imports: Any) -> None:
+        """Read the opsets of a model's or a function's ``opset_import``."""
+        self.opsets = {("" if _text(o.domain) == "ai.onnx" else _text(o.domain)): int(o.version) for o in imports}
 
     def shape(self, key: str) -> tuple[int, ...]:
         if self._shapes is None:
@@ -272,24 +280,70 @@ _MOST_ELEMENTS = 2**32 - 1  # a DirectML tensor's most elements, and its most fo
 
 
 def _rank_of(node: Any, op_type: str, shapes: _Shapes) -> int | None:
-    """The rank of a convolution or normalization node (see _RANK_SOURCES): the first of its values whose rank is
-    known, from a constant's shape or a declared one, and at most MOST_CHANNEL_DIMS."""
-    for kind, position in _RANK_SOURCES[op_type]:
+    """The rank of a convolution or normalization node (see _RANK_SOURCES; any other: its X, then its Y): the
+    first of its values whose rank is known, from a constant's shape or a declared one, and at most
+    MOST_CHANNEL_DIMS."""
+    for kind, position in _RANK_SOURCES.get(op_type, (("input", 0), ("output", 0))):
         shape = shapes.of(node.input if kind == "input" else node.output, position)
         if shape is not None and len(shape) <= MOST_CHANNEL_DIMS:
             return len(shape)
     return None
 
 
-def _gather_dims(node: Any, data: tuple[int, ...], shapes: _Shapes) -> int | None:
-    """A Gather's dimension count: the output's rank (the data's, less one, plus the indices'), or the data's when
-    that is more (0-D indices); None when the model gives neither the indices' rank nor the output's."""
-    indices, output = shapes.of(node.input, 1), shapes.of(node.output, 0)
-    if not data or (indices is None and output is None):
+def _gather_dims(node: Any, shapes: _Shapes) -> int | None:
+    """A Gather's dimension count, its data's, indices' and output's: the output's rank (the data's, less one,
+    plus the indices'), or the data's when that is more (0-D indices); None when the model gives neither the
+    data's and indices' ranks nor the output's."""
+    data, indices, output = shapes.of(node.input, 0), shapes.of(node.input, 1), shapes.of(node.output, 0)
+    if data is not None and len(data) == 0:
         return None
-    rank = len(data) - 1 + len(indices) if indices is not None else len(output or ())
-    dims = max(len(data), rank)
-    return dims if dims <= MOST_CHANNEL_DIMS else None
+    if data is not None and indices is not None:
+        rank = len(data) - 1 + len(indices)
+    elif output is not None:
+        rank = len(output)
+    else:
+        return None
+    dims = max(len(data) if data is not None else 0, rank)
+    return dims if 1 <= dims <= MOST_CHANNEL_DIMS else None
+
+
+def _output_sizes(node: Any, shapes: _Shapes) -> tuple[int, ...] | None:
+    """The sizes of a node's output 0 where the model declares every one, else the broadcast of its inputs' sizes
+    where it gives every one (numpy's rule, as ONNX's multidirectional broadcasting); None otherwise."""
+    declared = shapes.of(node.output, 0)
+    if declared is not None and None not in declared:
+        return _fits(declared)
+    found: list[tuple[int, ...]] = []
+    for position in range(len(node.input)):
+        if not node.input[position]:
+            continue
+        shape = shapes.of(node.input, position)
+        if shape is None or None in shape:
+            return None
+        found.append(tuple(int(size) for size in shape if size is not None))
+    if not found:
+        return None
+    rank = max(len(shape) for shape in found)
+    sizes = []
+    for k in range(rank):
+        column = {shape[k - rank + len(shape)] for shape in found if k - rank + len(shape) >= 0} - {1}
+        if len(column) > 1:
+            return None  # (they do not broadcast: a broken model's)
+        sizes.append(column.pop() if column else 1)
+    return _fits(tuple(sizes))
+
+
+def _axis_facts(node: Any, shapes: _Shapes) -> tuple[tuple[int, ...] | None, int | None]:
+    """(output_sizes, axis) of a (de)quantization's scale or zero point: its input's sizes (or its output's) and
+    its ``axis`` attribute made non-negative (default 1)."""
+    x = shapes.of(node.input, 0)
+    if x is None or None in x:
+        x = shapes.of(node.output, 0)
+    if x is None or None in x or not x:
+        return None, None
+    axis = next((int(attr.i) for attr in node.attribute if _text(attr.name) == "axis"), 1)
+    axis = axis + len(x) if axis < 0 else axis
+    return _fits(x), axis if 0 <= axis < len(x) else None
 
 
 def _int_attribute(node: Any, name: str) -> int:
@@ -347,19 +401,71 @@ def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | Non
     return (None, sizes) if sizes is not None else (rank, None)
 
 
-def _layout_facts(kind: LayoutInput, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
-                  rank: list[int | None]) -> tuple[int | None, tuple[int, ...] | None]:
-    """(dims, sizes) of a consumer that is an input of LAYOUT_INPUTS (see :class:`Consumer`); ``rank`` holds the
-    node's rank once a convolution or normalization input has found it."""
-    if kind in ("channel", "spatial"):
+_MATMUL_A = {"MatMul": 0, "MatMulInteger": 0, "QLinearMatMul": 0}  # where a matrix product's A is
+
+
+def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
+           rank: list[int | None]) -> tuple[int | None, tuple[int, ...] | None, int | None]:
+    """(dims, output_sizes, axis) of a consumer whose input wants ``layout`` (see :class:`Consumer`); ``rank``
+    holds the node's rank once an input of a convolution or normalization has found it."""
+    if layout in ("channel", "spatial") or (layout == "rank" and op_type != "Gather"):
         if not rank:
             rank.append(_rank_of(node, op_type, shapes))
-        return node_dims(rank[0]), None
-    if kind == "rank":
-        return _gather_dims(node, constant, shapes), None
+        return node_dims(rank[0]), None, None
+    if layout == "rank":
+        return _gather_dims(node, shapes), None, None
+    if layout == "axis":
+        sizes, axis = _axis_facts(node, shapes)
+        return None, sizes, axis if len(constant) == 1 else None
+    if layout != "broadcast":
+        return None, None, None
     if op_type == "Gemm":
-        return None, _gemm_c_sizes(node, constant, shapes)
-    return _matmul_b(node, constant, shapes)
+        return None, _gemm_c_sizes(node, constant, shapes), None
+    if op_type in _MATMUL_A:
+        dims, sizes = _matmul_b(node, constant, shapes)
+        return dims, sizes, None
+    return None, _output_sizes(node, shapes), None
+
+
+def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int, opset: int | None,
+              constant: tuple[int, ...], shapes: _Shapes, rank: list[int | None]) -> Consumer:
+    """The consumer that input ``position`` of ``node`` is: how the table says it is read, and its facts."""
+    onnx_domain = domain in _ONNX_DOMAINS
+    named = (op_type or "?") if onnx_domain else f"{domain}:{op_type}"
+    # (A node without an op type is a broken model's: it is named "?", never the empty string.)
+    row = operator_rule(domain, op_type, opset)
+    if row is None:
+        if onnx_domain:
+            return Consumer(node_key, named, position,
+                            note=f"not laid out: dmlbridge's operator table has no row for {named} (opset {opset}): "
+                                 "its ONNX layout")
+        return Consumer(node_key, named, position, reads_on="cpu",
+                        note=f"ONNX Runtime's DirectML provider has no kernel for {named}: it runs on the CPU")
+    rule = row.inputs.get(position, row.others)
+    if rule is None:
+        return Consumer(node_key, named, position, reads_on="none",
+                        note=f"{named} has no input {position} at opset {opset}")
+    if rule.reads_on != "gpu":
+        note = None if rule.reads_on == "cpu" and row.others is not None else row.source
+        return Consumer(node_key, named, position, reads_on=rule.reads_on, note=note)
+    if rule.layout == "unknown":
+        return Consumer(node_key, named, position, dml_operator=rule.dml_operator,
+                        note=f"not laid out: dmlbridge does not know the desc {rule.dml_operator} binds {named}'s "
+                             f"input {position} at: its ONNX layout")
+    dml_operator = _by_attribute(node, op_type, rule.dml_operator)
+    layout = None if rule.layout == "leading" else rule.layout
+    facts = (None, None, None) if layout is None else _facts(layout, node, op_type, constant, shapes, rank)
+    return Consumer(node_key, named, position, facts[0], facts[1], "gpu", dml_operator, layout, facts[2])
+
+
+def _by_attribute(node: Any, op_type: str, dml_operator: str | None) -> str | None:
+    """The DirectML operator of a node whose attribute chooses it (a Mod's fmod, a BitShift's direction)."""
+    if op_type == "Mod" and _int_attribute(node, "fmod"):
+        return "ELEMENT_WISE_MODULUS_TRUNCATE"
+    if op_type == "BitShift" and any(_text(attr.name) == "direction" and attr.s in (b"RIGHT", "RIGHT")
+                                     for attr in node.attribute):
+        return "ELEMENT_WISE_BIT_SHIFT_RIGHT"
+    return dml_operator
 
 
 def _walk(graph: Any, scope: str, outer: dict[str, str], outer_declared: _Declared | None, walk: _Walk) -> None:
@@ -384,19 +490,15 @@ def _walk_nodes(scope: str, nodes: Any, visible: dict[str, str], declared: _Decl
         if wanted[0] and (op_type if onnx_domain else f"{_text(node.domain)}:{op_type}") in wanted[0]:
             node_key = _node_key(node, op_type, index, scope)
             wanted[1][node_key] = node
-        layout = LAYOUT_INPUTS.get(op_type, {}) if onnx_domain else {}
+        domain = _text(node.domain)
+        opset = walk.opsets.get("" if domain == "ai.onnx" else domain)
         rank: list[int | None] = []  # the node's rank, found when a convolution's input first needs it
         for position, name in enumerate(node.input):
             key = visible.get(name) if name else None
             if key is not None:
                 node_key = node_key or _node_key(node, op_type, index, scope)
-                kind = layout.get(position)
-                # (Another domain's op of the same name is not ONNX's: its inputs are never layout inputs.)
-                facts = (None, None) if kind is None else _layout_facts(kind, node, op_type, walk.shape(key),
-                                                                          shapes, rank)
-                # (A node without an op type is a broken model's: it is named "?", never the empty string.)
-                found.setdefault(key, []).append(Consumer(node_key, (op_type or "?") if onnx_domain else
-                                                          f"{_text(node.domain)}:{op_type}", position, *facts))
+                found.setdefault(key, []).append(_consumer(node, node_key, domain, op_type, position, opset,
+                                                           walk.shape(key), shapes, rank))
         for attr in node.attribute:  # subgraphs, scoped as constants.py scopes them
             if attr.HasField("g") or len(attr.graphs):
                 prefix = f"{_node_key(node, op_type, index, scope)}/{_text(attr.name)}"

@@ -36,6 +36,8 @@ from dmlbridge.errors import (
 from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.consumer_layouts import LEADING, ConsumerLayout, Padding, choose_layout
 from dmlbridge.model.consumers import Consumer
+from dmlbridge.model.operators import PER_OPERATOR_VERSION, ReadsOn
+from dmlbridge.placement.consumer_descs import PlanConsumer, entry_layout, plan_consumers
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     MAX_BUFFER_BYTES,
@@ -47,11 +49,6 @@ from dmlbridge.placement.options import (
     smallest_max_buffer_bytes,
 )
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
-from dmlbridge.tensor.layout import (
-    buffer_bytes,
-    emulated_int64,
-    make_layout,
-)
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType
 from dmlbridge.types.mapping import Conversion, MappingRow, resolve
 
@@ -68,23 +65,6 @@ __all__ = [
 ]
 
 FOUR_BIT = frozenset({DmlDataType.INT4, DmlDataType.UINT4})
-
-
-def entry_layout(
-    onnx_type: OnnxDataType, shape: tuple[int, ...], dml: DmlDataType, conversion: str, min_dims: int, max_dims: int,
-    layout: ConsumerLayout = LEADING,
-) -> tuple[tuple[int, ...], tuple[int, ...] | None, int]:
-    """(sizes, desc strides, TotalTensorSizeInBytes) of an entry; LayoutError when DirectML cannot hold it.
-    ``layout``: the one its consumers chose (:func:`dmlbridge.model.consumer_layouts.choose_layout`); its sizes and
-    strides see the same bytes, the ONNX values in C order, so the size in bytes is the ONNX shape's."""
-    if layout.sizes is None:
-        made = make_layout(shape, None, min_dims, max_dims)
-    else:
-        made = make_layout(layout.sizes, layout.strides, min_dims, max_dims)
-    if conversion == "emulate":
-        strides, total = emulated_int64(made)
-        return made.sizes, strides, total
-    return made.sizes, made.strides, buffer_bytes(dml, made.span)
 
 
 class ConvertedEntry(Protocol):
@@ -134,7 +114,9 @@ class ConvertedEntry(Protocol):
     @property
     def layout_note(self) -> str | None: ...
     @property
-    def consumers(self) -> tuple[Consumer, ...]: ...
+    def consumers(self) -> tuple[PlanConsumer, ...]: ...
+    @property
+    def reads_on(self) -> ReadsOn: ...
     @property
     def buffer(self) -> int: ...
     @property
@@ -185,15 +167,27 @@ class PlanEntry:
     dimension count), "rank" (leading 1s to its consumer's dimension count), "broadcast" (at the sizes its
     consumer's output gives, strides of 0 where it repeats) or "mixed" (leading: its consumers want different
     layouts). Whatever it is, the bytes are the ONNX values in C order and ``shape`` is the ONNX shape."""
-    consumers: tuple[Consumer, ...] = ()
-    """The node inputs that read the constant: (node key, op type, input index, and for an input whose layout
-    depends on its node what the model declares of it: ``dims``, ``sizes``) each."""
+    consumers: tuple[PlanConsumer, ...] = ()
+    """The node inputs that read the constant (:class:`PlanConsumer`): what the model says of each, where ONNX
+    Runtime's DirectML provider reads it (``reads_on``) and the desc its DirectML operator binds the bytes at."""
     buffer: int | None = None
     """The index of the buffer file holding the entry's bytes (``UploadPlan.buffers``; ``offset`` is in that
     file). None when skipped."""
     layout_note: str | None = None
     """Why the layout is not the one a consumer wants, and what to do at run time (a Gemm whose M the model does
     not declare, consumers that disagree); None when every consumer has its layout."""
+    record_part: bool = False
+    """Whether a quantized record (``UploadPlan.quantized``) names it as one of its parts."""
+
+    @property
+    def reads_on(self) -> ReadsOn:
+        """Where its values are read: "gpu" when a consumer's DirectML operator binds it or a quantized record
+        names it as a part, else "cpu" when a consumer reads it on the CPU (an attribute: a Reshape's shape), else
+        "none" (only control flow, a shape, a node ONNX Runtime folds away, or no node at all)."""
+        places = {consumer.reads_on for consumer in self.consumers}
+        if self.record_part or "gpu" in places:
+            return "gpu"
+        return "cpu" if "cpu" in places else "none"
 
     @property
     def end(self) -> int | None:
@@ -300,9 +294,12 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def __init__(
         self, keys: list[str], origins: list[str], offsets: list[int | None], pairs: list[Pair],
         clamped: dict[int, int] | None = None, consumers: list[tuple[Consumer, ...]] | None = None,
-        buffers: list[int | None] | None = None,
+        buffers: list[int | None] | None = None, views: tuple[int, int, int | None] = (1, 8, None),
+        parts: frozenset[str] = frozenset(),
     ) -> None:
         self._keys, self._origins, self._offsets, self._pairs = keys, origins, offsets, pairs
+        self._views = views  # (min_dims, the target's most dimensions, the format's rule): each consumer's desc
+        self._parts = parts  # the keys quantized records name as parts
         # Each entry's buffer index (None when skipped); without a list, every converted entry is in buffer 0.
         self._buffers = [None if o is None else 0 for o in offsets] if buffers is None else buffers
         self._clamped = {} if clamped is None else clamped  # position -> values clamped ("saturate")
@@ -314,7 +311,12 @@ class PlanEntries(Mapping[str, PlanEntry]):
     def with_clamped(self, clamped: dict[int, int]) -> PlanEntries:
         """These entries, with how many values each ``"saturate"`` one (by position) had clamped."""
         return PlanEntries(self._keys, self._origins, self._offsets, self._pairs, {**self._clamped, **clamped},
-                           self._consumers, self._buffers)
+                           self._consumers, self._buffers, self._views, self._parts)
+
+    def with_parts(self, parts: frozenset[str]) -> PlanEntries:
+        """These entries, with the keys that quantized records name as parts (``PlanEntry.record_part``)."""
+        return PlanEntries(self._keys, self._origins, self._offsets, self._pairs, self._clamped, self._consumers,
+                           self._buffers, self._views, parts)
 
     @property
     def _index(self) -> dict[str, int]:
@@ -331,10 +333,14 @@ class PlanEntries(Mapping[str, PlanEntry]):
         entries kept would take a few hundred MB)."""
         entry = self._made[i]
         if entry is None:
+            fields, key = self._pairs[i].fields, self._keys[i]
+            consumers = plan_consumers(key, fields["shape"], self._consumers[i], fields["buffer_desc"],
+                                       fields["onnx_type"], fields["conversion"], *self._views) \
+                if self._consumers[i] else ()
             entry = PlanEntry(
-                **{**self._pairs[i].fields, "key": self._keys[i], "origin": self._origins[i],
-                   "offset": self._offsets[i], "clamped": self._clamped.get(i), "consumers": self._consumers[i],
-                   "buffer": self._buffers[i]}
+                **{**fields, "key": key, "origin": self._origins[i], "offset": self._offsets[i],
+                   "clamped": self._clamped.get(i), "consumers": consumers, "buffer": self._buffers[i],
+                   "record_part": key in self._parts}
             )
             if keep:
                 self._made[i] = entry
@@ -442,9 +448,11 @@ def place_constants(
     A constant larger than that is planned alone in a buffer and noted in ``oversized``: :func:`refuse_oversized`
     refuses it once the checks that come first (``max_tensor_bytes``) have been made."""
     readers = {} if consumers is None else consumers
+    rule = PER_OPERATOR_VERSION if version is None else version
     # Only a constant some layout input reads can be laid out otherwise than with leading 1s: the others (all but
     # a few) are looked up by (type, shape) alone.
-    per_layout = {key for key, read_by in readers.items() if any(c.layout_input is not None for c in read_by)}
+    per_layout = {key for key, read_by in readers.items() if any(c.layout is not None or c.layout_rule(rule)
+                                                                  for c in read_by)}
     alignment = options.alignment
     keys: list[str] = []
     origins: list[str] = []
@@ -503,7 +511,8 @@ def place_constants(
             f"most a conversion writes; {_what_fits(fitting)}"
         )
     each = [readers.get(key, ()) for key in keys] if readers else None
-    entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers)
+    entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers,
+                          (options.min_dims, options.target.max_dimension_count, version))
     return Placement(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized,
                      fitting)
 

@@ -51,7 +51,7 @@ from dmlbridge.plan.fingerprint import fingerprint_problem
 from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
-from dmlbridge.quantized.records import QuantizedWeight, check_zero_scales, quantized_views
+from dmlbridge.quantized.records import QuantizedWeight, check_zero_scales, part_keys, quantized_views
 from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.decode import decode
@@ -445,7 +445,8 @@ def plan_loaded(
     if strict:
         raise_if_skipped(constants, placement.pairs)
     records = quantized_views(specs, placement.entries, options.min_dims, options.target, options.alignment)
-    plan = UploadPlan(placement.entries, options.target, options.alignment, options.min_dims, placement.total,
+    entries = placement.entries.with_parts(part_keys(records.values()))
+    plan = UploadPlan(entries, options.target, options.alignment, options.min_dims, placement.total,
                       loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection,
                       max_buffer_bytes=options.max_buffer_bytes, quantized_records=records)
     return ModelAndPlan(constants, scan, placement, plan)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
@@ -52,7 +52,8 @@ from dmlbridge.tensor.layout import calc_buffer_tensor_size, packed_strides, spa
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType
 from dmlbridge.types.target import Target
 
-__all__ = ["QUANTIZED_OPS", "DequantizeOperator", "Granularity", "PartSpec", "QuantizedPart", "QuantizedSpec",
+__all__ = [
+    "part_keys","QUANTIZED_OPS", "DequantizeOperator", "Granularity", "PartSpec", "QuantizedPart", "QuantizedSpec",
            "QuantizedWeight", "check_zero_scales", "dequantize_operator", "quantized_views"]
 
 Granularity = Literal["tensor", "axis", "block"]
@@ -519,3 +520,9 @@ def _part(spec: PartSpec, entry: PlanEntry, rank: int, alignment: int) -> Quanti
     return QuantizedPart(spec.key, entry.buffer, entry.offset,
                          BufferTensorDesc(dml, entry.flags, sizes, strides, total, alignment))
 
+
+
+def part_keys(records: Iterable[QuantizedWeight]) -> frozenset[str]:
+    """The keys of the entries that ``records`` name as parts: each is bound on the GPU, whatever its node."""
+    return frozenset(part.key for record in records
+                     for part in (record.weight, record.scales, record.zero_points) if part is not None)

@@ -154,6 +154,19 @@ class ConsumerRun:
         assert entry.skipped is None, (key, entry.skipped)
         return self._input(entry.as_ctypes_tensor_desc(), self.uploaded.binding(key), True)
 
+    def consumer(self, key: str, index: int = 0, *, at: str | None = None) -> Any:
+        """An entry bound through the desc of its ``index``-th consumer as the plan gives it (``at``: bound at
+        another entry's offset instead, a control that must mismatch)."""
+        entry = self.plan.entries[key]
+        assert entry.skipped is None, (key, entry.skipped)
+        desc = entry.consumers[index].as_ctypes_tensor_desc()
+        binding = self.uploaded.binding(key)
+        if at is not None:  # (the same size, at an earlier entry's offset: inside the buffer, the wrong bytes)
+            other = self.uploaded.binding(at)
+            assert other.Offset < binding.Offset, (at, key)
+            binding = type(binding)(binding.Buffer, other.Offset, binding.SizeInBytes)
+        return self._input(desc, binding, True)
+
     def weight_seen_as(self, key: str, desc: dmlbridge.BufferTensorDesc) -> Any:
         """An entry bound through a desc dmlbridge made of it at run time (``broadcast_desc``)."""
         return self._input(dmlbridge.DML_TENSOR_DESC.pointing_at(desc.as_ctypes()), self.uploaded.binding(key),

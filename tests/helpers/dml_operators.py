@@ -25,6 +25,15 @@ OPERATOR_TYPES = {  # DML_OPERATOR_TYPE (DirectML.h)
     "GATHER": 67,
     "BATCH_NORMALIZATION": 72,
     "DEQUANTIZE": 174,
+    "ELEMENT_WISE_DIVIDE": 10,
+    "ELEMENT_WISE_MAX": 21,
+    "ELEMENT_WISE_SUBTRACT": 30,
+    "ACTIVATION_PARAMETERIZED_RELU": 42,
+    "ACTIVATION_SIGMOID": 47,
+    "ACTIVATION_TANH": 51,
+    "GRU": 78,
+    "ELEMENT_WISE_IF": 88,
+    "MEAN_VARIANCE_NORMALIZATION1": 115,
 }
 CONVOLUTION_MODE_CROSS_CORRELATION = 1  # DML_CONVOLUTION_MODE (ONNX's Conv)
 CONVOLUTION_DIRECTION_FORWARD = 0
@@ -72,14 +81,46 @@ class DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC(ctypes.Structure):  # noq
     _fields_ = [("InputTensor", _P), ("ScaleTensor", _P), ("ZeroPointTensor", _P), ("OutputTensor", _P)]
 
 
+class DML_ELEMENT_WISE_IF_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("ConditionTensor", _P), ("ATensor", _P), ("BTensor", _P), ("OutputTensor", _P)]
+
+
+class DML_ACTIVATION_PARAMETERIZED_RELU_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("InputTensor", _P), ("SlopeTensor", _P), ("OutputTensor", _P)]
+
+
+class DML_ACTIVATION_SIGMOID_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - (TANH's is the same)
+    _fields_ = [("InputTensor", _P), ("OutputTensor", _P)]
+
+
+class DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("InputTensor", _P), ("ScaleTensor", _P), ("BiasTensor", _P), ("OutputTensor", _P),
+                ("AxisCount", _U), ("Axes", _P), ("NormalizeVariance", ctypes.c_int32), ("Epsilon", ctypes.c_float),
+                ("FusedActivation", _P)]
+
+
+class DML_GRU_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    _fields_ = [("InputTensor", _P), ("WeightTensor", _P), ("RecurrenceTensor", _P), ("BiasTensor", _P),
+                ("HiddenInitTensor", _P), ("SequenceLengthsTensor", _P), ("OutputSequenceTensor", _P),
+                ("OutputSingleTensor", _P), ("ActivationDescCount", _U), ("ActivationDescs", _P),
+                ("Direction", ctypes.c_int32), ("LinearBeforeReset", ctypes.c_int32)]
+
+
 STRUCTS: dict[str, type[ctypes.Structure]] = {
     "CONVOLUTION": DML_CONVOLUTION_OPERATOR_DESC, "GEMM": DML_GEMM_OPERATOR_DESC,
     "GATHER": DML_GATHER_OPERATOR_DESC, "BATCH_NORMALIZATION": DML_BATCH_NORMALIZATION_OPERATOR_DESC,
     "ELEMENT_WISE_ADD": DML_ELEMENT_WISE_ADD_OPERATOR_DESC, "ELEMENT_WISE_MULTIPLY": DML_ELEMENT_WISE_ADD_OPERATOR_DESC,
     "DEQUANTIZE": DML_DEQUANTIZE_OPERATOR_DESC,
     "ELEMENT_WISE_DEQUANTIZE_LINEAR": DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC,
+    "ELEMENT_WISE_SUBTRACT": DML_ELEMENT_WISE_ADD_OPERATOR_DESC, "ELEMENT_WISE_DIVIDE": DML_ELEMENT_WISE_ADD_OPERATOR_DESC,
+    "ELEMENT_WISE_MAX": DML_ELEMENT_WISE_ADD_OPERATOR_DESC, "ELEMENT_WISE_IF": DML_ELEMENT_WISE_IF_OPERATOR_DESC,
+    "ACTIVATION_PARAMETERIZED_RELU": DML_ACTIVATION_PARAMETERIZED_RELU_OPERATOR_DESC,
+    "ACTIVATION_SIGMOID": DML_ACTIVATION_SIGMOID_OPERATOR_DESC, "ACTIVATION_TANH": DML_ACTIVATION_SIGMOID_OPERATOR_DESC,
+    "MEAN_VARIANCE_NORMALIZATION1": DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC,
+    "GRU": DML_GRU_OPERATOR_DESC,
 }
-"""The desc struct of each operator (the C name is ``DML_<key>_OPERATOR_DESC``; ADD and MULTIPLY share one)."""
+"""The desc struct of each operator (the C name is ``DML_<key>_OPERATOR_DESC``; the binary element-wise ones share
+ADD's, TANH shares SIGMOID's)."""
 
 
 class Operator:
@@ -147,3 +188,39 @@ def dequantize(x: Any, scales: Any, zero_points: Any, y: Any) -> Operator:
 def dequantize_linear(x: Any, scale: Any, zero_point: Any, y: Any) -> Operator:
     return Operator("ELEMENT_WISE_DEQUANTIZE_LINEAR", InputTensor=x, ScaleTensor=scale, ZeroPointTensor=zero_point,
                     OutputTensor=y)
+
+
+def mean_variance_normalization(x: Any, scale: Any, bias: Any, y: Any, *, axes: Sequence[int],
+                                epsilon: float) -> Operator:
+    """MEAN_VARIANCE_NORMALIZATION1 over ``axes`` (ONNX's LayerNormalization: the axes from ``axis`` on)."""
+    return Operator("MEAN_VARIANCE_NORMALIZATION1", InputTensor=x, ScaleTensor=scale, BiasTensor=bias,
+                    OutputTensor=y, AxisCount=len(axes), Axes=tuple(axes), NormalizeVariance=1, Epsilon=epsilon,
+                    FusedActivation=None)
+
+
+def parameterized_relu(x: Any, slope: Any, y: Any) -> Operator:
+    return Operator("ACTIVATION_PARAMETERIZED_RELU", InputTensor=x, SlopeTensor=slope, OutputTensor=y)
+
+
+def if_(condition: Any, a: Any, b: Any, y: Any) -> Operator:
+    return Operator("ELEMENT_WISE_IF", ConditionTensor=condition, ATensor=a, BTensor=b, OutputTensor=y)
+
+
+RNN_DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}  # DML_RECURRENT_NETWORK_DIRECTION
+
+
+def gru(x: Any, w: Any, r: Any, b: Any, h0: Any, lengths: Any, y: Any, y_h: Any, *, direction: str,
+        linear_before_reset: int) -> Operator:
+    """GRU with ONNX's default activations (f = sigmoid, g = tanh) for each direction."""
+    per_direction = ("ACTIVATION_SIGMOID", "ACTIVATION_TANH")
+    names = per_direction * (2 if direction == "bidirectional" else 1)
+    activations = [STRUCTS[name]() for name in names]  # (input and output null: DirectML's fused form)
+    array = (dmlbridge.gpu.DML_OPERATOR_DESC * len(names))(
+        *(dmlbridge.gpu.DML_OPERATOR_DESC(OPERATOR_TYPES[name], ctypes.addressof(struct))
+          for name, struct in zip(names, activations, strict=True)))
+    op = Operator("GRU", InputTensor=x, WeightTensor=w, RecurrenceTensor=r, BiasTensor=b, HiddenInitTensor=h0,
+                  SequenceLengthsTensor=lengths, OutputSequenceTensor=y, OutputSingleTensor=y_h,
+                  ActivationDescCount=len(names), ActivationDescs=array, Direction=RNN_DIRECTIONS[direction],
+                  LinearBeforeReset=linear_before_reset)
+    op.keep.extend(activations)
+    return op

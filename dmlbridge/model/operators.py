@@ -1,0 +1,264 @@
+"""What dmlbridge knows per ONNX operator: which of its inputs ONNX Runtime's DirectML provider binds to a DirectML
+operator, which it reads on the CPU, and the layout each bound input's desc wants. One table, :data:`OPERATORS`,
+keyed by (domain, op type, the first opset the row holds for), following ONNX Runtime :data:`ORT_VERSION`
+(``onnxruntime/core/providers/dml/DmlExecutionProvider/src/``: ``Operators/DmlOperator*.cpp`` for what is bound and
+its desc, ``Operators/OperatorRegistration.cpp``'s ``requiredConstantCpuInputs`` for what is read on the CPU);
+docs/directml-facts.md gives the source of each row and what DirectML confirmed.
+
+An input is read on one of three places (``reads_on``):
+
+- ``"gpu"``: a DirectML operator binds it (``dml_operator``, its ``DML_OPERATOR_TYPE`` name without the prefix),
+  with a desc in one of these layouts (``dmlbridge.model.consumer_layouts`` computes them):
+
+  - *leading*: the ONNX shape with leading 1s (what every operator of rank-preserving inputs takes);
+  - *channel*: a 1-D per-channel constant on axis 1, ``[1, C, 1, ...]`` at the node's dimension count;
+  - *spatial*: a convolution's weight at the convolution's dimension count, 1s before its spatial axes;
+  - *rank*: leading 1s up to the node's dimension count (GATHER's data and indices; a quantized convolution's
+    scalars);
+  - *broadcast*: at the output's sizes, strides of 0 where the constant repeats (every ELEMENT_WISE_* tensor,
+    GEMM's C, a MatMul's B at the batch sizes, MEAN_VARIANCE_NORMALIZATION1's scale and bias);
+  - *axis*: a 1-D per-axis constant placed on the node's ``axis`` of the output's sizes, then broadcast (a per-axis
+    scale or zero point of ELEMENT_WISE_(DE)QUANTIZE_LINEAR; a scalar is broadcast whole);
+  - *rnn*: exactly 4 dimensions, leading 1s (LSTM, GRU and RNN take nothing else);
+  - *unknown*: ONNX Runtime binds it, but dmlbridge does not lay it out yet: it keeps its ONNX layout, with a note.
+
+- ``"cpu"``: ONNX Runtime reads its values on the CPU, as an attribute (a Reshape's shape, a Slice's starts), or
+  runs the node on the CPU (an operator the provider has no kernel for);
+- ``"none"``: nothing reads its values on either: only its shape (Shape, Size), or control flow, or a node ONNX
+  Runtime folds away before it runs (Identity, a Cast of a constant).
+
+Each bound layout came with a manifest format (``since_format``): format 6 laid out convolutions,
+normalizations, Gather's data, Gemm's C and MatMul's B; format 7 every row here. A manifest of an older format is
+read by its own rule.
+
+    >>> rule = input_rule("", "Add", 17, 1)
+    >>> rule.reads_on, rule.dml_operator, rule.layout
+    ('gpu', 'ELEMENT_WISE_ADD', 'broadcast')
+    >>> input_rule("", "Reshape", 14, 1).reads_on
+    'cpu'
+    >>> input_rule("", "Clip", 6, 1) is None, input_rule("", "Clip", 13, 1).reads_on
+    (True, 'cpu')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, NamedTuple
+
+__all__ = [
+    "CONSUMER_LAYOUTS_VERSION", "ORT_VERSION", "OPERATORS", "PER_OPERATOR_VERSION", "InputRule", "Layout",
+    "OperatorRule", "ReadsOn", "input_rule", "operator_rule",
+]
+
+ORT_VERSION = "1.24.4"
+"""The ONNX Runtime release whose DirectML provider the table follows (the one whose onnxruntime-directml wheel
+ships the DirectML.dll the test suite runs)."""
+
+CONSUMER_LAYOUTS_VERSION = 6
+"""The first manifest format whose consumers record what convolutions, normalizations, Gather's data, Gemm's C and
+MatMul's B need (``dims`` or ``sizes``)."""
+PER_OPERATOR_VERSION = 7
+"""The first manifest format that lays out every row of the table and gives each consumer its own desc."""
+
+ReadsOn = Literal["gpu", "cpu", "none"]
+Layout = Literal["leading", "channel", "spatial", "rank", "broadcast", "axis", "rnn", "unknown"]
+
+
+class InputRule(NamedTuple):
+    """How one input of an operator is read: ``reads_on`` (see the module docstring), the DirectML operator that
+    binds it and the ``layout`` its desc wants, ``unsigned``: bound as the unsigned type of its width (ONNX
+    Runtime's ``ForceUnsignedDataType``: an RNN's sequence_lens), and the manifest format that first laid it out.
+
+    Example:
+        >>> input_rule("", "LSTM", 14, 4)
+        InputRule(reads_on='gpu', dml_operator='LSTM', layout='rnn', unsigned=True, since_format=7)
+    """
+
+    reads_on: ReadsOn
+    dml_operator: str | None = None
+    layout: Layout = "leading"
+    unsigned: bool = False
+    since_format: int = PER_OPERATOR_VERSION
+
+
+class OperatorRule(NamedTuple):
+    """One row of :data:`OPERATORS`: the rule of each input by index, the rule of any input not named (None: the
+    input does not exist, or a variadic one as ``others``), and where ONNX Runtime's provider says so."""
+
+    inputs: dict[int, InputRule]
+    others: InputRule | None
+    source: str
+
+
+_CPU = InputRule("cpu")
+_NONE = InputRule("none")
+
+
+def _gpu(operator: str, layouts: dict[int, Layout] | None = None, others: Layout | None = "leading",
+         source: str = "", since: dict[int, int] | None = None, unsigned: Iterable[int] = (),
+         cpu: Iterable[int] = ()) -> OperatorRule:
+    """A row for an operator bound to ``operator``: ``layouts`` by input, ``others`` for the rest (None: there are
+    no others), ``since``: the format that laid an input out before this one, ``cpu``: inputs read on the CPU."""
+    unsigned = set(unsigned)
+    inputs = {index: InputRule("gpu", operator, layout, index in unsigned, (since or {}).get(index,
+                                                                                           PER_OPERATOR_VERSION))
+              for index, layout in (layouts or {}).items()}
+    inputs.update(dict.fromkeys(cpu, _CPU))
+    return OperatorRule(inputs, None if others is None else InputRule("gpu", operator, others), source)
+
+
+def _cpu_inputs(indices: Iterable[int], source: str = "OperatorRegistration.cpp") -> OperatorRule:
+    """A row whose ``indices`` are read on the CPU, its other inputs bound as they are."""
+    return OperatorRule(dict.fromkeys(indices, _CPU), InputRule("gpu", None, "leading"), source)
+
+
+def _not_run(source: str = "no DirectML kernel") -> OperatorRule:
+    """A row for an operator the provider does not run: every input on the CPU."""
+    return OperatorRule({}, _CPU, source)
+
+
+def _unread(source: str) -> OperatorRule:
+    return OperatorRule({}, _NONE, source)
+
+
+_ELEMENT_WISE = {  # op type -> (DML operator, first opset with today's broadcasting)
+    "Add": "ELEMENT_WISE_ADD", "Sub": "ELEMENT_WISE_SUBTRACT", "Mul": "ELEMENT_WISE_MULTIPLY",
+    "Div": "ELEMENT_WISE_DIVIDE", "Pow": "ELEMENT_WISE_POW", "Max": "ELEMENT_WISE_MAX", "Min": "ELEMENT_WISE_MIN",
+    "Mean": "ELEMENT_WISE_MEAN", "Sum": "ELEMENT_WISE_ADD", "Equal": "ELEMENT_WISE_LOGICAL_EQUALS",
+    "Less": "ELEMENT_WISE_LOGICAL_LESS_THAN", "Greater": "ELEMENT_WISE_LOGICAL_GREATER_THAN",
+    "LessOrEqual": "ELEMENT_WISE_LOGICAL_LESS_THAN_OR_EQUAL",
+    "GreaterOrEqual": "ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL", "And": "ELEMENT_WISE_LOGICAL_AND",
+    "Or": "ELEMENT_WISE_LOGICAL_OR", "Xor": "ELEMENT_WISE_LOGICAL_XOR", "Where": "ELEMENT_WISE_IF",
+    "PRelu": "ACTIVATION_PARAMETERIZED_RELU", "Mod": "ELEMENT_WISE_MODULUS_FLOOR",
+    "BitShift": "ELEMENT_WISE_BIT_SHIFT_LEFT", "BitwiseAnd": "ELEMENT_WISE_BIT_AND",
+    "BitwiseOr": "ELEMENT_WISE_BIT_OR", "BitwiseXor": "ELEMENT_WISE_BIT_XOR",
+}
+_ELEMENT_WISE_SOURCE = "DmlOperatorElementwise.cpp: every input's TensorDesc at the output's sizes (broadcast)"
+_RNN_SOURCE = "DmlOperatorRecurrentNeuralNetwork.cpp: every tensor 4-D, leading 1s; sequence_lens as UINT32"
+_NORMALIZATION_SOURCE = "DmlOperatorLayerNormalization.cpp: scale and bias at the input's dimension count"
+_QUANTIZE_SOURCE = "DmlOperatorQuantization.cpp: scale and zero point broadcast to the input's sizes on axis"
+_CONV_SOURCE = "DmlOperatorConvolution.cpp"
+_ONNX = ""
+_MS = "com.microsoft"
+
+Key = tuple[str, str, int]
+
+OPERATORS: dict[Key, OperatorRule] = {
+    # --- bound, with layouts of their node's -------------------------------------------------------------------
+    **{(_ONNX, op, 7): _gpu(dml, others="broadcast", source=_ELEMENT_WISE_SOURCE) for op, dml in _ELEMENT_WISE.items()},
+    (_ONNX, "Conv", 1): _gpu("CONVOLUTION", {1: "spatial", 2: "channel"}, since={1: 6, 2: 5}, source=_CONV_SOURCE),
+    (_ONNX, "ConvTranspose", 1): _gpu("CONVOLUTION", {1: "spatial", 2: "channel"}, since={1: 6, 2: 5},
+                                      source=_CONV_SOURCE),
+    (_ONNX, "BatchNormalization", 1): _gpu("BATCH_NORMALIZATION", dict.fromkeys((1, 2, 3, 4), "channel"),
+                                           since=dict.fromkeys((1, 2, 3, 4), 5),
+                                           source="DmlOperatorBatchNormalization.cpp"),
+    (_ONNX, "InstanceNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", dict.fromkeys((1, 2), "channel"),
+                                              since=dict.fromkeys((1, 2), 5),
+                                              source="DmlOperatorInstanceNormalization.cpp"),
+    (_ONNX, "Gather", 1): _gpu("GATHER", {0: "rank", 1: "rank"}, since={0: 6},
+                               source="DmlOperatorGather.cpp: data, indices and output at one dimension count"),
+    (_ONNX, "Gemm", 1): _gpu("GEMM", {2: "broadcast"}, since={2: 6}, source="DmlOperatorGemm.cpp"),
+    (_ONNX, "MatMul", 1): _gpu("GEMM", {1: "broadcast"}, since={1: 6}, source="DmlOperatorMatMul.cpp"),
+    (_ONNX, "LayerNormalization", 17): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "broadcast", 2: "broadcast"},
+                                            source=_NORMALIZATION_SOURCE),
+    (_MS, "LayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "broadcast", 2: "broadcast"},
+                                         source=_NORMALIZATION_SOURCE),
+    (_ONNX, "SimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "broadcast"},
+                                                     source=_NORMALIZATION_SOURCE),
+    (_MS, "SimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "broadcast"},
+                                                   source=_NORMALIZATION_SOURCE),
+    (_MS, "SkipLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", dict.fromkeys((1, 2, 3, 4), "broadcast"),
+                                             source="DmlOperatorSkipLayerNormalization.cpp"),
+    (_MS, "SkipSimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1",
+                                                       dict.fromkeys((1, 2, 3), "broadcast"),
+                                                       source="DmlOperatorSkipLayerNormalization.cpp"),
+    (_ONNX, "LSTM", 1): _gpu("LSTM", dict.fromkeys(range(8), "rnn"), None, _RNN_SOURCE, unsigned=(4,)),
+    (_ONNX, "GRU", 1): _gpu("GRU", dict.fromkeys(range(6), "rnn"), None, _RNN_SOURCE, unsigned=(4,)),
+    (_ONNX, "RNN", 1): _gpu("RNN", dict.fromkeys(range(6), "rnn"), None, _RNN_SOURCE, unsigned=(4,)),
+    (_ONNX, "DequantizeLinear", 10): _gpu("ELEMENT_WISE_DEQUANTIZE_LINEAR", {1: "axis", 2: "axis"},
+                                          source=_QUANTIZE_SOURCE),
+    (_ONNX, "QuantizeLinear", 10): _gpu("ELEMENT_WISE_QUANTIZE_LINEAR", {1: "axis", 2: "axis"},
+                                        source=_QUANTIZE_SOURCE),
+    (_ONNX, "QLinearConv", 10): _gpu("QUANTIZED_LINEAR_CONVOLUTION", {
+        1: "rank", 2: "rank", 3: "spatial", 4: "channel", 5: "channel", 6: "rank", 7: "rank", 8: "channel"},
+        source="DmlOperatorQLinearConv.cpp: scalars [1,1,1,1], per channel [1,M,1,1]"),
+    (_ONNX, "ConvInteger", 10): _gpu("CONVOLUTION_INTEGER", {1: "spatial"}, source="DmlOperatorConvInteger.cpp"),
+    (_ONNX, "MatMulInteger", 10): _gpu("MATRIX_MULTIPLY_INTEGER", {1: "broadcast"},
+                                       source="DmlOperatorMatMulInteger.cpp"),
+    (_ONNX, "QLinearMatMul", 10): _gpu("QUANTIZED_LINEAR_MATRIX_MULTIPLY", {3: "broadcast"},
+                                       others="unknown", source="DmlOperatorQLinearMatMul.cpp"),
+    (_ONNX, "Concat", 1): _gpu("JOIN", source="DmlOperatorConcat.cpp: every input at the output's dimension count"),
+    (_MS, "MatMulNBits", 1): _gpu("DEQUANTIZE", source="DmlOperatorMatMulNBits.cpp: bound through its quantized "
+                                                      "record (UploadPlan.quantized)"),
+    (_MS, "Attention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown", source="DmlOperatorAttention.cpp"),
+    (_MS, "MultiHeadAttention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown",
+                                         source="DmlOperatorMultiHeadAttention.cpp"),
+    (_MS, "RotaryEmbedding", 1): _gpu("ELEMENT_WISE_MULTIPLY", others="unknown",
+                                      source="DmlOperatorRotaryEmbedding.cpp"),
+    (_MS, "GroupQueryAttention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown", cpu=(6,),
+                                          source="DmlOperatorGroupQueryAttention.cpp"),
+    (_MS, "GroupNorm", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", others="unknown", source="DmlOperatorGroupNorm.cpp"),
+    (_ONNX, "Einsum", 12): _gpu("GEMM", others="unknown", source="DmlOperatorEinSum.cpp"),
+    # --- inputs read on the CPU, as attributes (requiredConstantCpuInputs) -----------------------------------------
+    (_ONNX, "Reshape", 5): _cpu_inputs((1,)),
+    (_ONNX, "Slice", 10): _cpu_inputs((1, 2, 3, 4)),
+    (_ONNX, "Resize", 10): _cpu_inputs((1,)),
+    (_ONNX, "Resize", 11): _cpu_inputs((1, 2, 3)),
+    (_ONNX, "Upsample", 9): _cpu_inputs((1,)),
+    (_ONNX, "Pad", 11): _cpu_inputs((1, 2)),
+    (_ONNX, "Pad", 18): _cpu_inputs((1, 2, 3)),
+    (_ONNX, "Clip", 6): _gpu("ELEMENT_WISE_CLIP", {}, None),
+    (_ONNX, "Clip", 11): _cpu_inputs((1, 2)),
+    (_ONNX, "Expand", 8): _cpu_inputs((1,)),
+    (_ONNX, "Tile", 6): _cpu_inputs((1,)),
+    (_ONNX, "Squeeze", 13): _cpu_inputs((1,)),
+    (_ONNX, "Unsqueeze", 13): _cpu_inputs((1,)),
+    (_ONNX, "ReduceSum", 13): _cpu_inputs((1,)),
+    **{(_ONNX, op, 18): _cpu_inputs((1,)) for op in (
+        "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+        "ReduceLogSumExp", "ReduceSumSquare")},
+    (_ONNX, "Split", 13): _cpu_inputs((1,)),
+    (_ONNX, "TopK", 10): _cpu_inputs((1,)),
+    (_ONNX, "ConstantOfShape", 9): _cpu_inputs((0,)),
+    (_ONNX, "Range", 11): _cpu_inputs((0, 1, 2)),
+    (_ONNX, "OneHot", 9): _cpu_inputs((1,)),
+    (_ONNX, "CumSum", 11): _cpu_inputs((1,)),
+    (_ONNX, "Trilu", 14): _cpu_inputs((1,)),
+    (_ONNX, "NonMaxSuppression", 10): _cpu_inputs((2, 3, 4)),
+    (_ONNX, "Dropout", 12): _cpu_inputs((1, 2)),
+    # --- read by nothing: only the shape, control flow, or folded away ---------------------------------------------
+    (_ONNX, "Shape", 1): _unread("a Shape reads its input's shape, not its values"),
+    (_ONNX, "Size", 1): _unread("a Size reads its input's shape, not its values"),
+    (_ONNX, "Identity", 1): _unread("ONNX Runtime folds an Identity of a constant away"),
+    (_ONNX, "Cast", 1): _unread("ONNX Runtime folds a Cast of a constant away"),
+    (_ONNX, "If", 1): _unread("control flow"),
+    (_ONNX, "Loop", 1): _unread("control flow"),
+    (_ONNX, "Scan", 8): _unread("control flow"),
+    # --- nodes the provider does not run ----------------------------------------------------------------------------
+    (_MS, "DynamicQuantizeLSTM", 1): _not_run(),
+    (_MS, "GatherBlockQuantized", 1): _not_run(),
+}
+"""Per (domain, op type, first opset), how ONNX Runtime's DirectML provider reads each input (see the module
+docstring). The domain is "" for ONNX's ("ai.onnx" is looked up as "")."""
+
+_BY_OPERATOR: dict[tuple[str, str], list[tuple[int, OperatorRule]]] = {}
+for (_domain, _op, _since), _rule in sorted(OPERATORS.items(), key=lambda item: -item[0][2]):
+    _BY_OPERATOR.setdefault((_domain, _op), []).append((_since, _rule))
+
+
+def operator_rule(domain: str, op_type: str, opset: int | None) -> OperatorRule | None:
+    """The row for a node (None: the table has none: an operator dmlbridge knows nothing of). ``opset``: the
+    model's opset for the node's domain (None: unknown, the newest row)."""
+    rows = _BY_OPERATOR.get(("" if domain == "ai.onnx" else domain, op_type))
+    if not rows:
+        return None
+    return next((rule for since, rule in rows if opset is None or since <= opset), None)
+
+
+def input_rule(domain: str, op_type: str, opset: int | None, index: int) -> InputRule | None:
+    """How input ``index`` of a node is read (None: the table has no row for it, or the input is not one the
+    operator has at that opset)."""
+    rule = operator_rule(domain, op_type, opset)
+    if rule is None:
+        return None
+    return rule.inputs.get(index, rule.others)

@@ -1,0 +1,216 @@
+"""Each consumer bound at its own desc as the plan gives it (``entry.consumers[i].as_ctypes()``), for the operator
+families whose constants DirectML refuses in their ONNX layout: element-wise operands broadcast at the output's
+sizes (ADD, SUBTRACT with the constant first, MAX, DIVIDE, ELEMENT_WISE_IF, PARAMETERIZED_RELU), Gather's indices
+at the output's dimension count, LayerNormalization's scale and bias at the input's dimension count
+(MEAN_VARIANCE_NORMALIZATION1), DequantizeLinear's per-axis scale and zero point at the input's sizes, and a
+bidirectional GRU's weights, recurrence, bias, initial state and sequence lengths (4-D, the lengths as UINT32).
+Each computes what ONNX Runtime's CPU provider computes on the same inputs, and each family has a control bound
+at another entry's offset, which must mismatch (a run that computes nothing would pass neither)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dml_operators as ops
+import numpy as np
+import onnx
+import pytest
+from consumer_runs import ConsumerRun, magnitude, within
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlbridge
+import dmlbridge.gpu
+
+F32 = TensorProto.FLOAT
+
+
+def one_node(node: Any, inputs: dict[str, tuple[int, list[int]]], output: tuple[int, list[int] | None],
+             constants: dict[str, np.ndarray], opset: int = 17, extra_outputs: tuple[str, ...] = ()) -> onnx.ModelProto:
+    """A model of one node, its graph inputs declared, its constants first a spare one (``pad``: an earlier
+    entry the controls bind at)."""
+    initializers = [numpy_helper.from_array(np.arange(64, dtype=np.float32) + 0.5, "pad")]
+    initializers += [numpy_helper.from_array(value, name) for name, value in constants.items()]
+    outputs = [helper.make_tensor_value_info("y", output[0], output[1])]
+    outputs += [helper.make_tensor_value_info(name, F32, None) for name in extra_outputs]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+                              outputs, initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+# --- element-wise operands --------------------------------------------------------------------------------------
+
+ELEMENT_WISE = {  # name: (ONNX op, DML operator, x shape, constant shape, the constant's input)
+    "add-per-channel": ("Add", "ELEMENT_WISE_ADD", (2, 3, 4, 5), (3, 1, 1), 1),
+    "sub-scalar-first": ("Sub", "ELEMENT_WISE_SUBTRACT", (2, 3, 4), (), 0),
+    "max-row": ("Max", "ELEMENT_WISE_MAX", (3, 5), (5,), 1),
+    "div-4d": ("Div", "ELEMENT_WISE_DIVIDE", (1, 4, 2, 3), (1, 4, 1, 1), 1),
+}
+
+
+@pytest.mark.parametrize("name", list(ELEMENT_WISE))
+def test_an_element_wise_constant_is_taken_at_the_output_sizes(device: dmlbridge.gpu.Device, tmp_path: Path,
+                                                               name: str) -> None:
+    op, dml, x_shape, c_shape, position = ELEMENT_WISE[name]
+    rng = np.random.default_rng(len(name))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    c = (rng.random(c_shape) + 0.5).astype(np.float32)
+    inputs = ["x", "c"] if position == 1 else ["c", "x"]
+    model = one_node(helper.make_node(op, inputs, ["y"], name="n"), {"x": (F32, list(x_shape))}, (F32, None),
+                     {"c": c})
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = run.expected["y"]
+        consumer = run.plan.entries["c"].consumers[0]
+        assert (consumer.reads_on, consumer.dml_operator, consumer.sizes) == ("gpu", dml, x_shape)
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd = run.feed("x")
+            cd = run.consumer("c", at=at)
+            a, b = (xd, cd) if position == 1 else (cd, xd)
+            (got,) = run.run(ops.element_wise(dml, a, b, run.output(x_shape, np.float32)))
+            results.append(within(got, want, "sum", k=1, size=magnitude(model, {"x": x})["y"]))
+        assert results == [True, False], name
+
+
+def test_where_and_prelu_take_their_constants_at_the_output_sizes(device: dmlbridge.gpu.Device,
+                                                                 tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    slope = (rng.random((3, 1)) + 0.1).astype(np.float32)
+    model = one_node(helper.make_node("PRelu", ["x", "slope"], ["y"], name="p"), {"x": (F32, [2, 3, 4])},
+                     (F32, None), {"slope": slope})
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = run.expected["y"]
+        assert run.plan.entries["slope"].consumers[0].strides == (0, 1, 0)
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, sd = run.feed("x"), run.consumer("slope", at=at)
+            (got,) = run.run(ops.parameterized_relu(xd, sd, run.output((2, 3, 4), np.float32)))
+            results.append(bool(np.array_equal(got, want)))
+        assert results == [True, False]
+    other = rng.standard_normal((4,)).astype(np.float32)
+    model = one_node(helper.make_node("Where", ["cond", "x", "other"], ["y"], name="w"),
+                     {"cond": (TensorProto.BOOL, [2, 3, 4]), "x": (F32, [2, 3, 4])}, (F32, None), {"other": other})
+    cond = rng.random((2, 3, 4)) < 0.5
+    with ConsumerRun(device, tmp_path / "where", model, {"cond": cond, "x": x}) as run:
+        want = run.expected["y"]
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            cd, xd, od = run.feed("cond"), run.feed("x"), run.consumer("other", at=at)
+            (got,) = run.run(ops.if_(cd, xd, od, run.output((2, 3, 4), np.float32)))
+            results.append(bool(np.array_equal(got, want)))
+        assert results == [True, False]
+
+
+# --- Gather's indices -------------------------------------------------------------------------------------------
+
+def test_gather_takes_constant_indices_at_the_output_dimension_count(device: dmlbridge.gpu.Device,
+                                                                     tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    indices = np.array([4, 0, 2], np.int64)
+    model = one_node(helper.make_node("Gather", ["data", "idx"], ["y"], name="g", axis=1),
+                     {"data": (F32, [5, 3, 4])}, (F32, None), {"idx": np.array([2, 0, 1], np.int64)})
+    with ConsumerRun(device, tmp_path, model, {"data": data}) as run:
+        want = run.expected["y"]  # [5, 3, 4]
+        assert run.plan.entries["idx"].consumers[0].sizes == (1, 1, 3)
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            dd, xd = run.feed("data"), run.consumer("idx", at=at)
+            (got,) = run.run(ops.gather(dd, xd, run.output(want.shape, np.float32), axis=1, index_dimensions=1))
+            results.append(bool(np.array_equal(got, want)))
+        assert results == [True, False]
+    del indices
+
+
+# --- LayerNormalization -----------------------------------------------------------------------------------------
+
+def test_layer_normalization_takes_its_scale_and_bias_at_the_input_dimension_count(device: dmlbridge.gpu.Device,
+                                                                                   tmp_path: Path) -> None:
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    scale, bias = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    model = one_node(helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], name="ln", axis=-1,
+                                      epsilon=1e-5), {"x": (F32, [2, 3, 8])}, (F32, None),
+                     {"scale": scale, "bias": bias})
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = run.expected["y"]
+        for key in ("scale", "bias"):
+            consumer = run.plan.entries[key].consumers[0]
+            assert (consumer.dml_operator, consumer.sizes, consumer.strides) == \
+                ("MEAN_VARIANCE_NORMALIZATION1", (2, 3, 8), (0, 0, 1)), key
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, sd, bd = run.feed("x"), run.consumer("scale", at=at), run.consumer("bias")
+            (got,) = run.run(ops.mean_variance_normalization(xd, sd, bd, run.output((2, 3, 8), np.float32),
+                                                            axes=(2,), epsilon=1e-5))
+            # (x - mean) / sqrt(var + eps) * scale + bias: a few roundings of terms of at most this size
+            size = np.abs(want) + np.abs(bias) + 4 * np.abs(scale)
+            results.append(within(got, want, "sum", k=16, size=size))
+        assert results == [True, False]
+
+
+# --- DequantizeLinear per axis ----------------------------------------------------------------------------------
+
+def test_dequantize_linear_takes_a_per_axis_scale_on_its_axis(device: dmlbridge.gpu.Device,
+                                                              tmp_path: Path) -> None:
+    rng = np.random.default_rng(13)
+    x = rng.integers(-128, 128, (4, 6)).astype(np.int8)
+    scale = (rng.random(4) + 0.25).astype(np.float32)
+    zero = rng.integers(-5, 6, 4).astype(np.int8)
+    model = one_node(helper.make_node("DequantizeLinear", ["x", "scale", "zero"], ["y"], name="dq", axis=0),
+                     {"x": (TensorProto.INT8, [4, 6])}, (F32, None), {"scale": scale, "zero": zero}, opset=13)
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = run.expected["y"]
+        for key in ("scale", "zero"):
+            consumer = run.plan.entries[key].consumers[0]
+            assert (consumer.sizes, consumer.strides) == ((4, 6), (1, 0)), key
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, sd, zd = run.feed("x"), run.consumer("scale", at=at), run.consumer("zero")
+            (got,) = run.run(ops.dequantize_linear(xd, sd, zd, run.output((4, 6), np.float32)))
+            results.append(bool(np.array_equal(got, want)))
+        assert results == [True, False]
+
+
+# --- GRU --------------------------------------------------------------------------------------------------------
+
+def test_a_bidirectional_gru_takes_every_constant_input_in_four_dimensions(device: dmlbridge.gpu.Device,
+                                                                           tmp_path: Path) -> None:
+    rng = np.random.default_rng(17)
+    seq, batch, size, hidden, dirs = 3, 2, 4, 5, 2
+    x = rng.standard_normal((seq, batch, size)).astype(np.float32)
+    w = (rng.standard_normal((dirs, 3 * hidden, size)) / 2).astype(np.float32)
+    r = (rng.standard_normal((dirs, 3 * hidden, hidden)) / 2).astype(np.float32)
+    b = (rng.standard_normal((dirs, 6 * hidden)) / 4).astype(np.float32)
+    h0 = rng.standard_normal((dirs, batch, hidden)).astype(np.float32)
+    lengths = np.array([3, 2], np.int32)
+    node = helper.make_node("GRU", ["x", "w", "r", "b", "lengths", "h0"], ["y", "y_h"], name="gru",
+                            hidden_size=hidden, direction="bidirectional")
+    model = one_node(node, {"x": (F32, [seq, batch, size])}, (F32, None),
+                     {"w": w, "r": r, "b": b, "lengths": lengths, "h0": h0}, opset=14, extra_outputs=("y_h",))
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want, want_h = run.expected["y"], run.expected["y_h"]
+        sizes = {key: run.plan.entries[key].consumers[0].sizes for key in ("w", "r", "b", "lengths", "h0")}
+        assert sizes == {"w": (1, dirs, 3 * hidden, size), "r": (1, dirs, 3 * hidden, hidden),
+                         "b": (1, 1, dirs, 6 * hidden), "lengths": (1, 1, 1, batch), "h0": (1, dirs, batch, hidden)}
+        assert run.plan.entries["lengths"].consumers[0].desc()["DataType"] == dmlbridge.DmlDataType.UINT32
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd = run.feed("x", (1, seq, batch, size))
+            wd, rd = run.consumer("w"), run.consumer("r", at=at)
+            bd, hd, ld = run.consumer("b"), run.consumer("h0"), run.consumer("lengths")
+            yd = run.output((seq, dirs, batch, hidden), np.float32)
+            yhd = run.output((1, dirs, batch, hidden), np.float32)
+            got, got_h = run.run(ops.gru(xd, wd, rd, bd, hd, ld, yd, yhd, direction="bidirectional",
+                                         linear_before_reset=0))
+            results.append(bool(np.allclose(got, want, atol=1e-5) and np.allclose(got_h.reshape(want_h.shape), want_h,
+                                                                               atol=1e-5)))
+        assert results == [True, False]
