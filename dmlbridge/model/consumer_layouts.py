@@ -68,6 +68,8 @@ _NOTES = {
     "broadcast": "{operator} wants it at the output's sizes, which the model does not declare: it keeps its ONNX "
                  "layout; broadcast it at run time (dmlbridge.broadcast_desc), or give the free dimensions "
                  "(input_shapes, dim_params)",
+    "rank": "{operator} wants it at its node's dimension count, which the model does not declare: it keeps its ONNX "
+            "layout; add leading 1s at run time (dmlbridge.with_leading_ones)",
     "gather": "GATHER wants a Gather's data at the output's rank, which the model does not declare (nor the "
               "indices' rank): it keeps its ONNX layout; add leading 1s at run time (dmlbridge.with_leading_ones)",
 }
@@ -165,7 +167,8 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
         return None, None
     if kind == "rank":
         if consumer.dims is None:
-            return None, _NOTES["gather"]
+            return None, _NOTES["gather" if consumer.op_type == "Gather" else "rank"].format(
+                operator=consumer.dml_operator)
         return _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims), None
     if kind == "rnn":
         if len(shape) > _RNN_DIMS:

@@ -408,12 +408,14 @@ def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], s
            rank: list[int | None]) -> tuple[int | None, tuple[int, ...] | None, int | None]:
     """(dims, output_sizes, axis) of a consumer whose input wants ``layout`` (see :class:`Consumer`); ``rank``
     holds the node's rank once an input of a convolution or normalization has found it."""
-    if layout in ("channel", "spatial") or (layout == "rank" and op_type != "Gather"):
-        if not rank:
-            rank.append(_rank_of(node, op_type, shapes))
-        return node_dims(rank[0]), None, None
-    if layout == "rank":
+    if layout == "rank" and op_type == "Gather":
         return _gather_dims(node, shapes), None, None
+    if not rank:
+        rank.append(_rank_of(node, op_type, shapes))
+    if layout in ("channel", "spatial") or (layout == "rank" and op_type in _RANK_SOURCES):
+        return node_dims(rank[0]), None, None
+    if layout == "rank":  # (a normalization's scale and bias: leading 1s to its input's rank)
+        return rank[0], None, None
     if layout == "axis":
         sizes, axis = _axis_facts(node, shapes)
         return None, sizes, axis if len(constant) == 1 else None

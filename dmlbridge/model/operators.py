@@ -14,9 +14,9 @@ An input is read on one of three places (``reads_on``):
   - *channel*: a 1-D per-channel constant on axis 1, ``[1, C, 1, ...]`` at the node's dimension count;
   - *spatial*: a convolution's weight at the convolution's dimension count, 1s before its spatial axes;
   - *rank*: leading 1s up to the node's dimension count (GATHER's data and indices; a quantized convolution's
-    scalars);
+    scalars; MEAN_VARIANCE_NORMALIZATION1's scale and bias, at its input's rank);
   - *broadcast*: at the output's sizes, strides of 0 where the constant repeats (every ELEMENT_WISE_* tensor,
-    GEMM's C, a MatMul's B at the batch sizes, MEAN_VARIANCE_NORMALIZATION1's scale and bias);
+    GEMM's C, a MatMul's B at the batch sizes);
   - *axis*: a 1-D per-axis constant placed on the node's ``axis`` of the output's sizes, then broadcast (a per-axis
     scale or zero point of ELEMENT_WISE_(DE)QUANTIZE_LINEAR; a scalar is broadcast whole);
   - *rnn*: exactly 4 dimensions, leading 1s (LSTM, GRU and RNN take nothing else);
@@ -71,7 +71,7 @@ class InputRule(NamedTuple):
 
     Example:
         >>> input_rule("", "LSTM", 14, 4)
-        InputRule(reads_on='gpu', dml_operator='LSTM', layout='rnn', unsigned=True, since_format=7)
+        InputRule(reads_on='gpu', dml_operator='LSTM', layout='rnn', unsigned=True, since_format=7, takes_owned=True)
     """
 
     reads_on: ReadsOn
@@ -79,6 +79,8 @@ class InputRule(NamedTuple):
     layout: Layout = "leading"
     unsigned: bool = False
     since_format: int = PER_OPERATOR_VERSION
+    takes_owned: bool = True
+    """Whether the operator takes it flagged DML_TENSOR_FLAG_OWNED_BY_DML (an RNN's inputs: no)."""
 
 
 class OperatorRule(NamedTuple):
@@ -96,12 +98,12 @@ _NONE = InputRule("none")
 
 def _gpu(operator: str, layouts: dict[int, Layout] | None = None, others: Layout | None = "leading",
          source: str = "", since: dict[int, int] | None = None, unsigned: Iterable[int] = (),
-         cpu: Iterable[int] = ()) -> OperatorRule:
+         cpu: Iterable[int] = (), not_owned: Iterable[int] = ()) -> OperatorRule:
     """A row for an operator bound to ``operator``: ``layouts`` by input, ``others`` for the rest (None: there are
     no others), ``since``: the format that laid an input out before this one, ``cpu``: inputs read on the CPU."""
-    unsigned = set(unsigned)
-    inputs = {index: InputRule("gpu", operator, layout, index in unsigned, (since or {}).get(index,
-                                                                                           PER_OPERATOR_VERSION))
+    unsigned, not_owned = set(unsigned), set(not_owned)
+    inputs = {index: InputRule("gpu", operator, layout, index in unsigned,
+                               (since or {}).get(index, PER_OPERATOR_VERSION), index not in not_owned)
               for index, layout in (layouts or {}).items()}
     inputs.update(dict.fromkeys(cpu, _CPU))
     return OperatorRule(inputs, None if others is None else InputRule("gpu", operator, others), source)
@@ -134,8 +136,9 @@ _ELEMENT_WISE = {  # op type -> (DML operator, first opset with today's broadcas
     "BitwiseOr": "ELEMENT_WISE_BIT_OR", "BitwiseXor": "ELEMENT_WISE_BIT_XOR",
 }
 _ELEMENT_WISE_SOURCE = "DmlOperatorElementwise.cpp: every input's TensorDesc at the output's sizes (broadcast)"
-_RNN_SOURCE = "DmlOperatorRecurrentNeuralNetwork.cpp: every tensor 4-D, leading 1s; sequence_lens as UINT32"
-_NORMALIZATION_SOURCE = "DmlOperatorLayerNormalization.cpp: scale and bias at the input's dimension count"
+_RNN_SOURCE = ("DmlOperatorRecurrentNeuralNetwork.cpp: every tensor 4-D, leading 1s; sequence_lens as UINT32; "
+               "none OWNED_BY_DML (CreateOperator refuses them flagged: measured)")
+_NORMALIZATION_SOURCE = "DmlOperatorLayerNormalization.cpp: scale and bias with leading 1s to the input's rank"
 _QUANTIZE_SOURCE = "DmlOperatorQuantization.cpp: scale and zero point broadcast to the input's sizes on axis"
 _CONV_SOURCE = "DmlOperatorConvolution.cpp"
 _ONNX = ""
@@ -159,22 +162,25 @@ OPERATORS: dict[Key, OperatorRule] = {
                                source="DmlOperatorGather.cpp: data, indices and output at one dimension count"),
     (_ONNX, "Gemm", 1): _gpu("GEMM", {2: "broadcast"}, since={2: 6}, source="DmlOperatorGemm.cpp"),
     (_ONNX, "MatMul", 1): _gpu("GEMM", {1: "broadcast"}, since={1: 6}, source="DmlOperatorMatMul.cpp"),
-    (_ONNX, "LayerNormalization", 17): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "broadcast", 2: "broadcast"},
+    (_ONNX, "LayerNormalization", 17): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "rank", 2: "rank"},
                                             source=_NORMALIZATION_SOURCE),
-    (_MS, "LayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "broadcast", 2: "broadcast"},
+    (_MS, "LayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "rank", 2: "rank"},
                                          source=_NORMALIZATION_SOURCE),
-    (_ONNX, "SimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "broadcast"},
+    (_ONNX, "SimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "rank"},
                                                      source=_NORMALIZATION_SOURCE),
-    (_MS, "SimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "broadcast"},
+    (_MS, "SimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "rank"},
                                                    source=_NORMALIZATION_SOURCE),
-    (_MS, "SkipLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", dict.fromkeys((1, 2, 3, 4), "broadcast"),
+    (_MS, "SkipLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", dict.fromkeys((1, 2, 3, 4), "rank"),
                                              source="DmlOperatorSkipLayerNormalization.cpp"),
     (_MS, "SkipSimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1",
-                                                       dict.fromkeys((1, 2, 3), "broadcast"),
+                                                       dict.fromkeys((1, 2, 3), "rank"),
                                                        source="DmlOperatorSkipLayerNormalization.cpp"),
-    (_ONNX, "LSTM", 1): _gpu("LSTM", dict.fromkeys(range(8), "rnn"), None, _RNN_SOURCE, unsigned=(4,)),
-    (_ONNX, "GRU", 1): _gpu("GRU", dict.fromkeys(range(6), "rnn"), None, _RNN_SOURCE, unsigned=(4,)),
-    (_ONNX, "RNN", 1): _gpu("RNN", dict.fromkeys(range(6), "rnn"), None, _RNN_SOURCE, unsigned=(4,)),
+    (_ONNX, "LSTM", 1): _gpu("LSTM", dict.fromkeys(range(8), "rnn"), None, _RNN_SOURCE, unsigned=(4,),
+                                not_owned=range(8)),
+    (_ONNX, "GRU", 1): _gpu("GRU", dict.fromkeys(range(6), "rnn"), None, _RNN_SOURCE, unsigned=(4,),
+                                not_owned=range(6)),
+    (_ONNX, "RNN", 1): _gpu("RNN", dict.fromkeys(range(6), "rnn"), None, _RNN_SOURCE, unsigned=(4,),
+                                not_owned=range(6)),
     (_ONNX, "DequantizeLinear", 10): _gpu("ELEMENT_WISE_DEQUANTIZE_LINEAR", {1: "axis", 2: "axis"},
                                           source=_QUANTIZE_SOURCE),
     (_ONNX, "QuantizeLinear", 10): _gpu("ELEMENT_WISE_QUANTIZE_LINEAR", {1: "axis", 2: "axis"},

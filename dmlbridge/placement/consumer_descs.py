@@ -4,7 +4,8 @@ reads it at the sizes and strides its DirectML operator wants (:class:`PlanConsu
 A scalar read by forty Adds of different output sizes binds in each at that Add's sizes, with strides of 0; the
 entry's own desc (``PlanEntry.desc()``) is the one its consumers agree on. Only Sizes and Strides differ between
 them: the bytes, the offset, the type (but for an RNN's sequence_lens, bound as the unsigned type of its width, as
-ONNX Runtime's provider binds it) and TotalTensorSizeInBytes are the entry's.
+ONNX Runtime's provider binds it), the flags (but for an RNN's inputs, which LSTM, GRU and RNN do not take flagged
+OWNED_BY_DML) and TotalTensorSizeInBytes are the entry's.
 
     >>> import dmlbridge, numpy as np
     >>> from onnx import helper, numpy_helper
@@ -148,9 +149,19 @@ def plan_consumers(
             except LayoutError as exc:
                 note = f"{consumer.op_type} input {consumer.input}: {exc}"
             else:
-                desc = buffer_desc._replace(data_type=_bound_type(consumer, dml), sizes=sizes, strides=strides)
+                desc = buffer_desc._replace(data_type=_bound_type(consumer, dml), sizes=sizes, strides=strides,
+                                            flags=buffer_desc.flags if _takes_owned(consumer) else 0)
         made.append(PlanConsumer(*consumer, desc, note, key))
     return tuple(made)
+
+
+def _takes_owned(consumer: Consumer) -> bool:
+    """Whether the operator takes the entry flagged OWNED_BY_DML (an RNN's inputs it does not: their descs have
+    Flags 0, and they are bound when the operator runs)."""
+    if consumer.layout is None:
+        return True
+    rule = input_rule("", consumer.op_type, None, consumer.input)
+    return rule is None or rule.takes_owned
 
 
 def _bound_type(consumer: Consumer, dml: DmlDataType) -> DmlDataType:
