@@ -41,16 +41,20 @@ from dmlbridge.errors import DestinationError, InvalidArgumentError, ManifestErr
 from dmlbridge.manifest.format import parse_manifest, read_manifest_file
 from dmlbridge.placement.options import DEFAULT_MAX_MANIFEST_BYTES
 from dmlbridge.system.files import read_at, write_at
+from dmlbridge.system.identity import FileId, file_id
 from dmlbridge.system.locks import try_lock
 from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
 
-__all__ = ["LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "CleanReport", "OutputFolder", "Removals", "clean",
-           "output_prefix", "prefix_folder"]
+__all__ = ["LEFTOVERS", "LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "CleanReport", "OutputFolder", "Removals",
+           "clean", "output_prefix", "prefix_folder"]
 
 TEMP_SUFFIX = ".dmlbridge-tmp"
 RETIRED_SUFFIX = ".dmlbridge-old"
 LOCK_SUFFIX = ".lock"
+LEFTOVERS = ("buffer", "temporary", "retired")
+"""The kinds of file (:meth:`OutputFolder.kind`) a conversion removes once it is published, but for its own, and
+:func:`clean` removes, but for those the manifest lists."""
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_BINARY = getattr(os, "O_BINARY", 0)
@@ -197,6 +201,22 @@ class OutputFolder:
         elif name.startswith(f"{self.base}.") and _BUFFER_TAIL.fullmatch(name[len(self.base) + 1 :]):
             return "buffer"
         return None
+
+    def files_of(self, kinds: tuple[str, ...]) -> dict[FileId, str]:
+        """The regular files of this prefix of the given kinds, by their identity: the files
+        :meth:`remove_leftovers` would remove (but for those it is told to keep, and those a live writer holds)."""
+        found = {}
+        for name in self.names():
+            if self.kind(name) not in kinds:
+                continue
+            try:
+                info = os.lstat(self.path(name), dir_fd=self.dir_fd)
+            except OSError:
+                continue  # (gone meanwhile: nothing to remove)
+            identity = file_id(info)
+            if stat.S_ISREG(info.st_mode) and identity is not None:
+                found[identity] = name
+        return found
 
     # --- the lock ------------------------------------------------------------------------------------------------
 
@@ -491,16 +511,17 @@ def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_M
     removed when the next one published), temporary manifests, retired buffer files of earlier versions, and a
     stale ``PREFIX.lock`` (one a killed conversion left, which no process holds).
 
-    Never the current conversion's files (the manifest, the buffer files it lists), never a file of another
-    prefix, never a file a live writer holds (its ``flock``; on Windows, its open handle), never a lock a live
-    conversion holds nor a file at ``PREFIX.lock`` that is not a lock file of dmlbridge. It takes the prefix's lock
-    first, so it fails at once (DestinationError naming the lock) while a conversion into the prefix runs, or when
-    ``PREFIX.lock`` is not a lock file; it removes the lock when it is done. A manifest it cannot read is a
-    ManifestError, and then nothing is removed. A folder with no buffer, temporary, retired or lock file of the
-    prefix is left as it is (no lock is created). Returns a
-    :class:`CleanReport`; ``dmlbridge clean PREFIX`` on the command line. On Windows a buffer file that a loaded
-    plan still holds open is removed as far as Windows allows: its removal is pending until the plan is closed,
-    and then it is gone.
+    Every file of those names that the manifest does not list is removed, whoever made it: there is no model to
+    ask, so a model's external data kept as ``PREFIX.<id>.<n>.bin`` is removed too (a conversion refuses such a
+    model). Never the current conversion's files (the manifest, the buffer files it lists), never a file of
+    another prefix, never a file a live writer holds (its ``flock``; on Windows, its open handle), never a lock a
+    live conversion holds nor a file at ``PREFIX.lock`` that is not a lock file of dmlbridge. It takes the prefix's
+    lock first, so it fails at once (DestinationError naming the lock) while a conversion into the prefix runs,
+    or when ``PREFIX.lock`` is not a lock file; it removes the lock when it is done. A manifest it cannot read is
+    a ManifestError, and then nothing is removed. A folder with no buffer, temporary, retired or lock file of the
+    prefix is left as it is (no lock is created). Returns a :class:`CleanReport`; ``dmlbridge clean PREFIX`` on
+    the command line. On Windows a buffer file that a loaded plan still holds open is removed as far as Windows
+    allows: its removal is pending until the plan is closed, and then it is gone.
 
     Example:
         >>> import dmlbridge, numpy as np, os, shutil, tempfile
@@ -521,7 +542,7 @@ def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_M
     folder = OutputFolder(output_prefix(prefix, "prefix"))
     lock = folder.base + LOCK_SUFFIX
     try:
-        kinds = ("buffer", "temporary", "retired")
+        kinds = LEFTOVERS
         if not any(folder.kind(name) in kinds for name in folder.names()) and not folder.exists(lock):
             return CleanReport((), 0, (), ())
         folder.take_lock("wait for it to finish, then clean again (a conversion removes what it replaces itself)")

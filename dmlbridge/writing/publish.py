@@ -72,7 +72,7 @@ from dmlbridge.errors import DestinationError
 from dmlbridge.system.locks import mark_busy, unmark_busy
 from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
-from dmlbridge.writing.folder import TEMP_SUFFIX, OutputFolder, Removals, umask_mode
+from dmlbridge.writing.folder import LEFTOVERS, TEMP_SUFFIX, OutputFolder, Removals, umask_mode
 
 __all__ = ["Publication", "buffer_name", "write_all"]
 
@@ -82,7 +82,6 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_BINARY = getattr(os, "O_BINARY", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
-_EVERY_LEFTOVER = ("buffer", "temporary", "retired")
 _WINDOWS = sys.platform == "win32"
 # Windows: how long the commit rename is tried again while another process has PREFIX.json open without
 # FILE_SHARE_DELETE (a reader of dmlbridge never does; another program may, for a moment)
@@ -193,7 +192,7 @@ class Publication:
         if self.fsync and folder.dir_fd is not None:
             with contextlib.suppress(OSError):
                 os.fsync(folder.dir_fd)
-        return folder.remove_leftovers(_EVERY_LEFTOVER, set(self._created))
+        return folder.remove_leftovers(LEFTOVERS, set(self._created))
 
     def _commit(self, temp: str) -> None:
         """Rename the temporary manifest onto PREFIX.json (step 5). On Windows a rename onto a file another program
