@@ -41,8 +41,8 @@ from dmlbridge.system.identity import ids
 from dmlbridge.types.data_types import DmlDataType
 from dmlbridge.types.mapping import mapping_table
 from dmlbridge.types.target import Target
+from dmlbridge.writing.cleanup import clean
 from dmlbridge.writing.convert import check_conversion, convert_model
-from dmlbridge.writing.folder import clean
 
 __all__ = ["build_parser", "main"]
 

@@ -7,7 +7,7 @@ The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``
    the same prefix fails at once with ``DestinationError`` naming the lock and the process that holds it. The
    lock file holds nothing but the holder's name, and the conversion removes it when it ends, published or not
    (:meth:`dmlbridge.writing.folder.OutputFolder.release_lock`); a killed one leaves it, held by no one, and the
-   next conversion or :func:`dmlbridge.writing.folder.clean` takes it and removes it. A lock is taken only when,
+   next conversion or :func:`dmlbridge.writing.cleanup.clean` takes it and removes it. A lock is taken only when,
    once locked, its name is still the file locked (the holder may have removed it meanwhile), so two conversions
    never both hold it. It is opened like every other output, and only when it is a regular file of one name that
    holds nothing but a holder's name: anything else at that name (a symlink, a FIFO, a device, a folder, a hard
@@ -32,7 +32,7 @@ The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``
    returns (Ctrl-C is held back until they are). Freeing a large file waits for the disk on a filesystem mounted
    with ``discard``; the call pays it, not the disk space between conversions. A file that cannot be removed is
    not a failure of the conversion, which is published: :meth:`publish` returns it, ``convert_model`` warns
-   (``CleanupWarning``) and :func:`dmlbridge.writing.folder.clean` removes it later. Then the lock is released
+   (``CleanupWarning``) and :func:`dmlbridge.writing.cleanup.clean` removes it later. Then the lock is released
    and removed.
 
 Every file is created once, relative to the output directory opened at the start, and everything after
