@@ -64,8 +64,8 @@ if TYPE_CHECKING:  # (what _HOMES loads at the first use of a name: the type che
     from dmlbridge.types.mapping import MappingRow, dml_type_for, mapping_table
     from dmlbridge.types.nibbles import pack_4bit, unpack_4bit
     from dmlbridge.types.target import Target
+    from dmlbridge.writing.cleanup import CleanReport, clean
     from dmlbridge.writing.convert import check_conversion, convert_model
-    from dmlbridge.writing.folder import CleanReport, clean
 
 __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     # One tensor: an array or TensorProto as a DirectML buffer tensor, and back
@@ -164,7 +164,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "dmlbridge.types.nibbles": ("pack_4bit", "unpack_4bit"),
     "dmlbridge.types.target": ("Target",),
     "dmlbridge.writing.convert": ("check_conversion", "convert_model"),
-    "dmlbridge.writing.folder": ("CleanReport", "clean"),
+    "dmlbridge.writing.cleanup": ("CleanReport", "clean"),
 }
 
 

@@ -37,11 +37,12 @@ from dmlbridge.placement.selection import Selection
 from dmlbridge.plan.bindings import binding_list
 from dmlbridge.plan.upload_plan import plan_with_notes, read_plan
 from dmlbridge.plan.verify import find_mismatches
+from dmlbridge.system.identity import ids
 from dmlbridge.types.data_types import DmlDataType
 from dmlbridge.types.mapping import mapping_table
 from dmlbridge.types.target import Target
+from dmlbridge.writing.cleanup import clean
 from dmlbridge.writing.convert import check_conversion, convert_model
-from dmlbridge.writing.folder import clean
 
 __all__ = ["build_parser", "main"]
 
@@ -218,6 +219,8 @@ def _cmd_bindings(args: argparse.Namespace) -> int:
     folder = None if args.output is None else _file_folder(args.output)  # (refused before the plan is read)
     with read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=True,
                    max_manifest_bytes=args.max_manifest_bytes) as plan:
+        if args.output is not None:
+            _refuse_an_input(args.output, args.manifest, [buffer.path for buffer in plan.buffers])
         text = binding_list(plan)
     if args.output is None or folder is None:
         binary = getattr(sys.stdout, "buffer", None)
@@ -262,6 +265,22 @@ def _file_folder(output: str) -> str:
             raise DestinationError(f"-o/--output {output!r} is {kind}, not a regular file: give the name of a file, "
                                    "or leave -o out to print the list on standard output")
     return folder
+
+
+def _refuse_an_input(output: str, manifest: str, buffers: list[str]) -> None:
+    """DestinationError when ``-o`` names the manifest read or a buffer file it lists, as a file (by any path or
+    link to it, and on Windows in any letter case or by its short name), not as spelled: writing the list there
+    would replace the conversion it is made from."""
+    target = ids(output)
+    if not target:
+        return  # (nothing there yet)
+    for what, path in (("the manifest", manifest), *(("the buffer file", buffer) for buffer in buffers)):
+        if ids(path) & target:
+            example = os.path.join(os.path.dirname(manifest), os.path.splitext(os.path.basename(manifest))[0])
+            raise DestinationError(
+                f"-o/--output {output!r} is {what} {path!r} the list is made from (the same file, by another name "
+                f"or link): the list would replace it; give another file (-o {example}.bindings)"
+            )
 
 
 # What a path is, for messages about what it should have been.

@@ -45,9 +45,10 @@ from dmlbridge.plan.fingerprint import bin_fingerprint
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.upload_plan import ModelAndPlan, UploadPlan, plan_loaded
 from dmlbridge.system.files import keep_open, open_regular, read_at
+from dmlbridge.system.identity import ids
 from dmlbridge.system.progress import Progress
 from dmlbridge.types.target import Target
-from dmlbridge.writing.folder import LOCK_SUFFIX, Removals, prefix_folder
+from dmlbridge.writing.folder import LEFTOVERS, LOCK_SUFFIX, OutputFolder, Removals, prefix_folder
 from dmlbridge.writing.image import write_image
 from dmlbridge.writing.publish import Publication
 
@@ -99,7 +100,9 @@ def convert_model(
             ``model.onnx.json`` and the like); (DestinationError) a folder that does not exist, a device, FIFO
             or socket at ``out_prefix``, anything but a regular file (or, for the manifest, a symlink, which is
             replaced) at ``out_prefix.json`` or ``out_prefix.lock``, and a folder on a kernel filesystem such
-            as /dev, /proc or /sys (Linux).
+            as /dev, /proc or /sys (Linux); (InvalidArgumentError) a model file or external data file that is
+            the prefix's manifest or lock, or a file of the prefix the conversion would remove (one named like
+            its buffer files, temporary manifests or retired files, that it did not write).
         target: the DirectML target (feature level, supported types, int64 and lossy policy).
         alignment: each tensor's offset is a multiple of this (a power of two >= 16); it is also every desc's
             GuaranteedBaseOffsetAlignment.
@@ -282,8 +285,9 @@ def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan
 def _convert(loaded: LoadedModel, prefix: str, options: ConvertOptions) -> UploadPlan:
     model_plan, reader = _checked(loaded, options)
     try:
-        _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), loaded, model_plan.not_in_the_bytes(),
-                                   reader)
+        inputs = _inputs(loaded, model_plan.not_in_the_bytes(), reader)
+        _refuse_overwriting_inputs((prefix + ".json", prefix + LOCK_SUFFIX), inputs)
+        _refuse_removing_inputs(prefix, inputs)
         if not _replaceable_manifest(prefix + ".json"):
             raise DestinationError(
                 f"out_prefix {prefix!r} names the manifest {prefix + '.json'!r}, which is a file that is not a "
@@ -459,20 +463,45 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _refuse_overwriting_inputs(
-    outputs: tuple[str, ...], loaded: LoadedModel, constants: list[ModelConstant], reader: ExternalDataReader | None
-) -> None:
+def _inputs(loaded: LoadedModel, constants: list[ModelConstant], reader: ExternalDataReader | None) -> list[str]:
+    """The paths of the model's own files: the model file and each external data file, once each."""
     inputs = [loaded.path] if loaded.path else []
     if reader is not None:
         for tensor in iter_external_tensors(constants):
             location = next((e.value for e in tensor.external_data if e.key == "location"), "")
             inputs.append(os.path.join(reader.base_dir, *check_location(location, f"tensor {tensor.name!r}")))
+    return list(dict.fromkeys(inputs))  # once per file, however many tensors it holds
+
+
+def _refuse_overwriting_inputs(outputs: tuple[str, ...], inputs: list[str]) -> None:
     for output in outputs:
-        for source in dict.fromkeys(inputs):  # once per file, however many tensors it holds
+        for source in inputs:
             if _same_file(output, source):
                 raise InvalidArgumentError(
                     f"the output {output!r} would overwrite the model's own file {source!r}; choose another prefix"
                 )
+
+
+def _refuse_removing_inputs(prefix: str, inputs: list[str]) -> None:
+    """InvalidArgumentError, naming ``out_prefix`` and the file, when a model file is (by identity: any name or
+    link of it) a file of the prefix the conversion would remove once it is published: one named like a buffer
+    file, a temporary manifest or a retired file of the prefix (a model that keeps its weights in an earlier
+    conversion's buffer file, converted into that prefix again)."""
+    folder = OutputFolder(prefix)
+    try:
+        removed = folder.files_of(LEFTOVERS)
+    finally:
+        folder.close()
+    for source in inputs:
+        name = next((removed[identity] for identity in ids(source) if identity in removed), None)
+        if name is not None:
+            raise InvalidArgumentError(
+                f"out_prefix {prefix!r} would remove {folder.where(name)!r}, the model's own file {source!r}: a "
+                f"conversion removes, once it is published, every file of its prefix named like a buffer file "
+                f"({folder.base}.<16 hex digits>.<5 digits>.bin), a temporary manifest or a retired file that it did "
+                "not write (and dmlbridge clean those the manifest does not list); give the model's file a name of "
+                "its own, or choose another out_prefix"
+            )
 
 
 def _write_outputs(

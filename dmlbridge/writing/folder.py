@@ -3,7 +3,7 @@
 A prefix ``PREFIX`` (the last component ``NAME``) in its folder has these files (``ID`` a conversion id of 16 hex
 digits, ``N`` a buffer index of 5 digits), and no other name is ever taken for one of them:
 
-- ``NAME.json``, the manifest, and ``NAME.lock``, the lock, there while a conversion (or :func:`clean`) holds it
+- ``NAME.json``, the manifest, and ``NAME.lock``, the lock, there while a conversion (or ``clean``) holds it
   and after a killed one (see :meth:`OutputFolder.take_lock` and :meth:`OutputFolder.release_lock`);
 - ``NAME.ID.N.bin``, buffer files: the ones the manifest lists are the current conversion's; any other is a
   previous conversion's, or one a failed or killed conversion left;
@@ -15,7 +15,8 @@ Every name is used relative to the folder, opened once (on POSIX; Windows has no
 to the folder's path). A file is removed only when no live writer holds it: on POSIX a writer holds a ``flock``
 on each file it writes, so a file whose ``flock`` can be taken has none, whatever process namespace it ran in; on
 Windows a writer's open handle forbids the removal itself (a sharing violation), so a file that can be removed has
-none. :func:`clean` removes what conversions leave behind (see its docstring), a stale lock among them.
+none. :func:`dmlbridge.writing.cleanup.clean` removes what conversions leave behind (see its docstring), a stale
+lock among them. Names in other letter case are the prefix's only where the folder takes them so (:meth:`kind`).
 
     >>> import os, tempfile
     >>> folder = OutputFolder(os.path.join(tempfile.mkdtemp(), "w"))
@@ -37,20 +38,22 @@ import sys
 import time
 from typing import NamedTuple
 
-from dmlbridge.errors import DestinationError, InvalidArgumentError, ManifestError
-from dmlbridge.manifest.format import parse_manifest, read_manifest_file
-from dmlbridge.placement.options import DEFAULT_MAX_MANIFEST_BYTES
+from dmlbridge.errors import DestinationError, InvalidArgumentError
 from dmlbridge.system.files import read_at, write_at
+from dmlbridge.system.identity import FileId, file_id, spelled_alike
 from dmlbridge.system.locks import try_lock
 from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
 
-__all__ = ["LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "CleanReport", "OutputFolder", "Removals", "clean",
-           "output_prefix", "prefix_folder"]
+__all__ = ["LEFTOVERS", "LOCK_GONE", "LOCK_HELD", "LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "OutputFolder",
+           "Removals", "output_prefix", "prefix_folder"]
 
 TEMP_SUFFIX = ".dmlbridge-tmp"
 RETIRED_SUFFIX = ".dmlbridge-old"
 LOCK_SUFFIX = ".lock"
+LEFTOVERS = ("buffer", "temporary", "retired")
+"""The kinds of file (:meth:`OutputFolder.kind`) a conversion removes once it is published, but for its own, and
+:func:`~dmlbridge.writing.cleanup.clean` removes, but for those the manifest lists."""
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_BINARY = getattr(os, "O_BINARY", 0)
@@ -187,16 +190,36 @@ class OutputFolder:
 
     def kind(self, name: str) -> str | None:
         """``"buffer"``, ``"temporary"`` or ``"retired"`` for a file name of this prefix that a conversion makes
-        besides its manifest and lock (see the module docstring), else None (another prefix's, or no one's)."""
-        if name.startswith(f".{self.base}."):
-            tail = name[len(self.base) + 2 :]
-            if _TEMP_TAIL.fullmatch(tail):
-                return "temporary"
-            if tail.endswith(RETIRED_SUFFIX) and _BUFFER_TAIL.fullmatch(tail[: -len(RETIRED_SUFFIX)]):
-                return "retired"
-        elif name.startswith(f"{self.base}.") and _BUFFER_TAIL.fullmatch(name[len(self.base) + 1 :]):
-            return "buffer"
-        return None
+        besides its manifest and lock (see the module docstring), else None (another prefix's, or no one's). A
+        name that differs from the prefix's only in letter case (``Model.<id>.00000.bin`` for ``model``) is the
+        prefix's only when the folder takes it for that name: when both spellings look up the one file
+        (:func:`~dmlbridge.system.identity.spelled_alike`), as in most Windows folders and Linux's vfat, exFAT or
+        casefold ones; where the folder keeps the two apart it is another prefix's."""
+        found = _kind(self.base, name)
+        if found is not None:
+            return found[0]
+        folded = _kind(self.base.lower(), name.lower())  # (the tail's own letters are lower case: hex, "bin")
+        if folded is None:
+            return None
+        kind, tail = folded
+        spelling = f".{self.base}.{tail}" if kind != "buffer" else f"{self.base}.{tail}"
+        return kind if spelled_alike(self.directory, self.dir_fd, name, spelling) else None
+
+    def files_of(self, kinds: tuple[str, ...]) -> dict[FileId, str]:
+        """The regular files of this prefix of the given kinds, by their identity: the files
+        :meth:`remove_leftovers` would remove (but for those it is told to keep, and those a live writer holds)."""
+        found = {}
+        for name in self.names():
+            if self.kind(name) not in kinds:
+                continue
+            try:
+                info = os.lstat(self.path(name), dir_fd=self.dir_fd)
+            except OSError:
+                continue  # (gone meanwhile: nothing to remove)
+            identity = file_id(info)
+            if stat.S_ISREG(info.st_mode) and identity is not None:
+                found[identity] = name
+        return found
 
     # --- the lock ------------------------------------------------------------------------------------------------
 
@@ -346,19 +369,34 @@ class OutputFolder:
 
     # --- removing what no conversion needs ---------------------------------------------------------------------
 
-    def remove_leftovers(self, kinds: tuple[str, ...], keep: set[str]) -> Removals:
-        """Remove the files of this prefix of the given kinds (:meth:`kind`) but those in ``keep`` and those a
-        live writer holds (see the module docstring); Ctrl-C is held back until they are removed."""
+    def remove_leftovers(self, kinds: tuple[str, ...], keep: set[str],
+                         keep_files: frozenset[FileId] = frozenset()) -> Removals:
+        """Remove the files of this prefix of the given kinds (:meth:`kind`) but those named in ``keep``, those
+        that are one of ``keep_files`` (by identity: the file a manifest lists, whatever name it gives it) and
+        those a live writer holds (see the module docstring); Ctrl-C is held back until they are removed."""
         removals = Removals([], [], [])
         with sigint_deferred():
             for name in sorted(self.names()):
                 if name not in keep and self.kind(name) in kinds:
-                    self._remove_unheld(name, removals)
+                    self._remove_unheld(name, removals, keep_files)
         return removals
 
-    def _remove_unheld(self, name: str, removals: Removals) -> None:
+    def identities(self, names: set[str]) -> frozenset[FileId]:
+        """The identities of the files of the folder ``names`` name (the folder looks each up as it does: in any
+        letter case where it ignores case), not following a symbolic link; a name of nothing is none."""
+        found = set()
+        for name in names:
+            try:
+                identity = file_id(os.lstat(self.path(name), dir_fd=self.dir_fd))
+            except (OSError, ValueError):
+                continue
+            if identity is not None:
+                found.add(identity)
+        return frozenset(found)
+
+    def _remove_unheld(self, name: str, removals: Removals, keep_files: frozenset[FileId]) -> None:
         try:
-            size = self._unheld_size(name)
+            size = self._unheld_size(name, keep_files)
         except FileNotFoundError:
             return  # (gone already)
         except OSError as exc:
@@ -381,13 +419,14 @@ class OutputFolder:
             return
         removals.removed.append((name, size))
 
-    def _unheld_size(self, name: str) -> int | None:
+    def _unheld_size(self, name: str, keep_files: frozenset[FileId]) -> int | None:
         """The size of ``name`` when it is a regular file no live writer holds, -1 when one holds it, None when
-        it is anything else (a symlink, a folder, a FIFO: no conversion made it)."""
+        it is one of ``keep_files`` or anything else (a symlink, a folder, a FIFO: no conversion made it)."""
         if _WINDOWS:  # (whether a writer holds it shows when it is removed)
             info = os.lstat(self.path(name))
             reparse = getattr(info, "st_file_attributes", 0) & _FILE_ATTRIBUTE_REPARSE_POINT
-            return info.st_size if stat.S_ISREG(info.st_mode) and not reparse else None
+            kept = file_id(info) in keep_files
+            return info.st_size if stat.S_ISREG(info.st_mode) and not reparse and not kept else None
         try:
             fd = self.open_name(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
         except OSError as exc:
@@ -396,7 +435,7 @@ class OutputFolder:
             raise
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
+            if not stat.S_ISREG(info.st_mode) or file_id(info) in keep_files:
                 return None
             return info.st_size if try_lock(fd) else -1
         finally:
@@ -408,6 +447,20 @@ class OutputFolder:
         if self.dir_fd is not None:
             os.close(self.dir_fd)
             self.dir_fd = None
+
+
+def _kind(base: str, name: str) -> tuple[str, str] | None:
+    """The kind of ``name`` among the files of the prefix ``base`` (:meth:`OutputFolder.kind`), spelled as given,
+    and the tail after ``NAME.``; None for another prefix's or no one's."""
+    if name.startswith(f".{base}."):
+        tail = name[len(base) + 2 :]
+        if _TEMP_TAIL.fullmatch(tail):
+            return "temporary", tail
+        if tail.endswith(RETIRED_SUFFIX) and _BUFFER_TAIL.fullmatch(tail[: -len(RETIRED_SUFFIX)]):
+            return "retired", tail
+    elif name.startswith(f"{base}.") and _BUFFER_TAIL.fullmatch(name[len(base) + 1 :]):
+        return "buffer", name[len(base) + 1 :]
+    return None
 
 
 def _try_lock(fd: int, where: str) -> bool:
@@ -467,97 +520,3 @@ def _refuse_as_lock(info: os.stat_result, where: str) -> None:
             "never opens one through a link nor writes into another file); remove it (the next conversion creates "
             "a new lock), or choose another output prefix"
         )
-
-
-class CleanReport(NamedTuple):
-    """What :func:`clean` did: the paths of the files it ``removed`` (a stale lock among them) and the bytes they
-    held (``freed``); the leftovers it left: those a live writer ``held``, and those whose removal ``failed``, each
-    as (path, why).
-
-    Example:
-        >>> CleanReport(("out/.w.json.0123456789abcdef.dmlbridge-tmp",), 120, (), ()).freed
-        120
-    """
-
-    removed: tuple[str, ...]
-    freed: int
-    held: tuple[str, ...]
-    failed: tuple[tuple[str, str], ...]
-
-
-def clean(prefix: str | os.PathLike[str], *, max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES) -> CleanReport:
-    """Remove what conversions into ``prefix`` (the ``out_prefix`` given to ``convert_model``) left behind: buffer
-    files that ``PREFIX.json`` does not list (a killed conversion's, or a previous conversion's that could not be
-    removed when the next one published), temporary manifests, retired buffer files of earlier versions, and a
-    stale ``PREFIX.lock`` (one a killed conversion left, which no process holds).
-
-    Never the current conversion's files (the manifest, the buffer files it lists), never a file of another
-    prefix, never a file a live writer holds (its ``flock``; on Windows, its open handle), never a lock a live
-    conversion holds nor a file at ``PREFIX.lock`` that is not a lock file of dmlbridge. It takes the prefix's lock
-    first, so it fails at once (DestinationError naming the lock) while a conversion into the prefix runs, or when
-    ``PREFIX.lock`` is not a lock file; it removes the lock when it is done. A manifest it cannot read is a
-    ManifestError, and then nothing is removed. A folder with no buffer, temporary, retired or lock file of the
-    prefix is left as it is (no lock is created). Returns a
-    :class:`CleanReport`; ``dmlbridge clean PREFIX`` on the command line. On Windows a buffer file that a loaded
-    plan still holds open is removed as far as Windows allows: its removal is pending until the plan is closed,
-    and then it is gone.
-
-    Example:
-        >>> import dmlbridge, numpy as np, os, shutil, tempfile
-        >>> from onnx import helper, numpy_helper
-        >>> folder = tempfile.mkdtemp()
-        >>> w = numpy_helper.from_array(np.ones(4, np.float32), "w")
-        >>> plan = dmlbridge.convert_model(helper.make_model(helper.make_graph([], "g", [], [], [w])),
-        ...                                os.path.join(folder, "m"), progress=False)
-        >>> killed = os.path.join(folder, "m.0123456789abcdef.00000.bin")  # as a killed conversion leaves it
-        >>> open(killed, "wb").write(bytes(256))
-        256
-        >>> report = dmlbridge.clean(os.path.join(folder, "m"))
-        >>> report.removed == (killed,), report.freed, os.path.exists(plan.bin_path)
-        (True, 256, True)
-        >>> plan.close()  # (its files let go: on Windows an open file may not be removable)
-        >>> shutil.rmtree(folder)
-    """
-    folder = OutputFolder(output_prefix(prefix, "prefix"))
-    lock = folder.base + LOCK_SUFFIX
-    try:
-        kinds = ("buffer", "temporary", "retired")
-        if not any(folder.kind(name) in kinds for name in folder.names()) and not folder.exists(lock):
-            return CleanReport((), 0, (), ())
-        folder.take_lock("wait for it to finish, then clean again (a conversion removes what it replaces itself)")
-        found = folder.lock_found
-        try:
-            removals = folder.remove_leftovers(kinds, _listed(folder, max_manifest_bytes))
-        except BaseException:
-            folder.release_lock(remove=found is None)  # (a stale lock stays as it was: nothing was removed)
-            raise
-        why = folder.release_lock()
-    finally:
-        folder.close()
-    if found is not None:  # a stale lock: no one held it, and this call took it and removed it
-        if why is None:
-            removals.removed.append((lock, found))
-        elif why == LOCK_HELD:
-            removals.held.append(lock)
-        elif why != LOCK_GONE:
-            removals.failed.append((lock, why))
-    return CleanReport(
-        tuple(folder.where(name) for name, _ in sorted(removals.removed)), sum(size for _, size in removals.removed),
-        tuple(folder.where(name) for name in sorted(removals.held)),
-        tuple((folder.where(name), why) for name, why in sorted(removals.failed)),
-    )
-
-
-def _listed(folder: OutputFolder, limit: int) -> set[str]:
-    """The names of the buffer files the prefix's manifest lists (none without a manifest)."""
-    path = folder.where(folder.base + ".json")
-    if not os.path.lexists(path):
-        return set()
-    try:
-        manifest = parse_manifest(read_manifest_file(path, limit), path, folder.base + ".bin")
-    except ManifestError as exc:
-        raise ManifestError(
-            f"cannot tell which buffer files of {folder.prefix!r} are in use, so nothing was removed: {exc}; repair "
-            f"or remove {path!r} (without a manifest, clean removes every buffer file of the prefix)"
-        ) from None
-    return {buffer.path for buffer in manifest.buffers}

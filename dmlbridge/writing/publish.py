@@ -7,7 +7,7 @@ The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``
    the same prefix fails at once with ``DestinationError`` naming the lock and the process that holds it. The
    lock file holds nothing but the holder's name, and the conversion removes it when it ends, published or not
    (:meth:`dmlbridge.writing.folder.OutputFolder.release_lock`); a killed one leaves it, held by no one, and the
-   next conversion or :func:`dmlbridge.writing.folder.clean` takes it and removes it. A lock is taken only when,
+   next conversion or :func:`dmlbridge.writing.cleanup.clean` takes it and removes it. A lock is taken only when,
    once locked, its name is still the file locked (the holder may have removed it meanwhile), so two conversions
    never both hold it. It is opened like every other output, and only when it is a regular file of one name that
    holds nothing but a holder's name: anything else at that name (a symlink, a FIFO, a device, a folder, a hard
@@ -32,7 +32,7 @@ The protocol (``PREFIX`` is the output prefix, ``ID`` a random conversion id, ``
    returns (Ctrl-C is held back until they are). Freeing a large file waits for the disk on a filesystem mounted
    with ``discard``; the call pays it, not the disk space between conversions. A file that cannot be removed is
    not a failure of the conversion, which is published: :meth:`publish` returns it, ``convert_model`` warns
-   (``CleanupWarning``) and :func:`dmlbridge.writing.folder.clean` removes it later. Then the lock is released
+   (``CleanupWarning``) and :func:`dmlbridge.writing.cleanup.clean` removes it later. Then the lock is released
    and removed.
 
 Every file is created once, relative to the output directory opened at the start, and everything after
@@ -72,7 +72,7 @@ from dmlbridge.errors import DestinationError
 from dmlbridge.system.locks import mark_busy, unmark_busy
 from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
-from dmlbridge.writing.folder import TEMP_SUFFIX, OutputFolder, Removals, umask_mode
+from dmlbridge.writing.folder import LEFTOVERS, TEMP_SUFFIX, OutputFolder, Removals, umask_mode
 
 __all__ = ["Publication", "buffer_name", "write_all"]
 
@@ -82,7 +82,6 @@ _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_BINARY = getattr(os, "O_BINARY", 0)
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _CREATE = os.O_RDWR | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
-_EVERY_LEFTOVER = ("buffer", "temporary", "retired")
 _WINDOWS = sys.platform == "win32"
 # Windows: how long the commit rename is tried again while another process has PREFIX.json open without
 # FILE_SHARE_DELETE (a reader of dmlbridge never does; another program may, for a moment)
@@ -193,7 +192,7 @@ class Publication:
         if self.fsync and folder.dir_fd is not None:
             with contextlib.suppress(OSError):
                 os.fsync(folder.dir_fd)
-        return folder.remove_leftovers(_EVERY_LEFTOVER, set(self._created))
+        return folder.remove_leftovers(LEFTOVERS, set(self._created))
 
     def _commit(self, temp: str) -> None:
         """Rename the temporary manifest onto PREFIX.json (step 5). On Windows a rename onto a file another program

@@ -16,6 +16,7 @@ from builders import model_of
 from command_line import one_line_error, run
 from models import buffer_path, output_names, outputs
 from onnx import TensorProto, numpy_helper
+from system_calls import short_name, symlinks_work
 
 import dmlbridge
 from dmlbridge import plan_model
@@ -648,6 +649,31 @@ def test_bindings_output_that_cannot_be_written_names_the_file_not_a_temporary_o
     assert f"cannot write -o/--output {str(converted.parent / 'w.bindings')!r}: Permission denied" in line, line
     assert f"the folder {str(converted.parent)!r} must be writable" in line and ".tmp" not in line, line
     assert sorted(p.name for p in converted.parent.iterdir()) == before
+
+
+def test_bindings_output_that_is_an_input_is_refused_before_anything_changes(converted: Path) -> None:
+    """bindings -o naming, by any spelling or link, the manifest it reads or a buffer file that manifest lists (the
+    same name, another path to it, a hard link, a symbolic link, and on Windows the name in other letters and its
+    short name): one line naming -o/--output and the file, exit 2, and every file as it was."""
+    folder = converted.parent
+    buffer = buffer_path(folder / "w")
+    outputs = [converted, buffer, folder / "." / converted.name]
+    if hasattr(os, "link"):
+        os.link(converted, folder / "hard.json")
+        outputs.append(folder / "hard.json")
+    if symlinks_work():  # (Wine makes none)
+        os.symlink(buffer, folder / "link.bin")
+        outputs.append(folder / "link.bin")
+    if sys.platform == "win32":  # (NTFS names a file in any letter case, and by its 8.3 short name)
+        outputs.append(folder / converted.name.upper())
+        outputs.extend(Path(name) for name in {short_name(converted), short_name(buffer)} - {None})
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    for output in outputs:
+        line = one_line_error(run("bindings", converted, "-o", output), "dmlbridge bindings: error: ",
+                              f"-o/--output {str(output)!r}")
+        assert "is the manifest" in line or "is the buffer file" in line, line
+        assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == files, output
+    assert run("bindings", converted, "-o", folder / "w.bindings").returncode == 0  # (another file: written)
 
 
 def test_demo_keep_names_a_folder(tmp_path: Path) -> None:

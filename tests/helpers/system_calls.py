@@ -1,12 +1,15 @@
 """The system calls under dmlbridge's file reads, as a test watches them, on every platform: each positioned read
 (``os.pread`` and ``os.preadv`` on POSIX; ``ReadFile`` at an offset, through ``dmlbridge.system.windows``, on
 Windows) recorded, with a hook run before it; whether this system can make symbolic links at all (Windows makes
-them only with a privilege, and Wine never); and whether open plans keep their removed files' names (Windows)."""
+them only with a privilege, and Wine never); whether open plans keep their removed files' names (Windows); and a
+file's 8.3 short name (Windows)."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -101,3 +104,15 @@ def let_go(*plans: Any) -> None:
     if PLANS_KEEP_NAMES:
         for plan in plans:
             plan.close()
+
+
+def short_name(path: os.PathLike[str] | str) -> str | None:
+    """The 8.3 short name of ``path`` (Windows' ``GetShortPathNameW``), or None when it has none but its own name
+    (a name that is 8.3 already, a volume that makes no short names) or this is not Windows."""
+    if sys.platform != "win32":
+        return None
+    buffer = ctypes.create_unicode_buffer(32768)
+    if not ctypes.windll.kernel32.GetShortPathNameW(os.fspath(path), buffer, len(buffer)):
+        return None
+    short = buffer.value
+    return None if os.path.basename(short) == os.path.basename(os.fspath(path)) else short

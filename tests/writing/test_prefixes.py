@@ -3,7 +3,8 @@
 A file at PREFIX.json that is not a manifest of dmlbridge is never replaced; a prefix whose last component is
 ``.`` or ``..``, or whose name is not UTF-8, is refused; the folder is resolved once, as the system resolves it
 when it opens the files (a symbolic link first, then ``..``), so ``load_plan`` reads what ``convert_model``
-wrote. Each case leaves every file as it was.
+wrote. A model whose file or external data is a file of the prefix that the conversion would remove (named like a
+buffer file, a temporary manifest or a retired file of it) is refused. Each case leaves every file as it was.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from builders import model_of
 from command_line import one_line_error, run
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from dmlbridge import DestinationError, InvalidArgumentError, convert_model, load_plan
 
@@ -101,3 +103,57 @@ def test_a_prefix_whose_name_is_not_utf_8_is_refused(tmp_path: Path) -> None:
     line = one_line_error(run("convert", tmp_path / "m.onnx", "-o", prefix, "--quiet"))
     assert "not UTF-8" in line
     assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
+
+
+def _model_of_data_in(folder: Path, location: str, values: np.ndarray) -> Path:
+    """``m.onnx`` in ``folder``, its one constant ``v`` the bytes of ``values`` at the start of the file
+    ``location`` beside it (written there unless it exists)."""
+    if not (folder / location).exists():
+        (folder / location).write_bytes(values.tobytes())
+    tensor = numpy_helper.from_array(values, "v")
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value=location)
+    tensor.external_data.add(key="length", value=str(values.nbytes))
+    onnx.save(model_of([tensor]), folder / "m.onnx")
+    return folder / "m.onnx"
+
+
+def test_a_model_whose_data_the_conversion_would_remove_is_refused_before_anything_is_created(
+    tmp_path: Path,
+) -> None:
+    """A model that keeps its weights in an earlier conversion's buffer file (``w.<id>.00000.bin``), converted
+    into ``w`` again: the conversion read the file, published, and removed it as the previous conversion's, and
+    the model had lost its data. So too a model whose data is a buffer file no manifest lists, a retired file or a
+    temporary manifest of the prefix, under any name of it (a hard link), and a model file named as one. Each is
+    refused before anything is created, naming out_prefix (-o/--output) and the file; into another prefix, the
+    model converts."""
+    first = convert_model(_model(), tmp_path / "w", progress=False)
+    first.close()
+    listed = Path(first.bin_path or "")
+    data = np.arange(4, dtype=np.float32)  # (the first bytes of the earlier conversion: its constant w)
+    cases = [listed.name, "w.0123456789abcdef.00007.bin", ".w.0123456789abcdef.00000.bin.dmlbridge-old"]
+    for location in cases:
+        model = _model_of_data_in(tmp_path, location, data)
+        before = _files(tmp_path)
+        with pytest.raises(InvalidArgumentError, match=rf"out_prefix '.*w' would remove '[^']*{location}'.*the "
+                                                       r"model's own file"):
+            convert_model(model, tmp_path / "w", progress=False)
+        line = one_line_error(run("convert", model, "-o", tmp_path / "w", "--quiet"))
+        assert f"-o/--output {str(tmp_path / 'w')!r} would remove" in line and location in line, line
+        assert _files(tmp_path) == before, location
+    if hasattr(os, "link"):  # (another name of the listed file: removing it would remove the data)
+        os.link(listed, tmp_path / "data.bin")
+        model = _model_of_data_in(tmp_path, "data.bin", data)
+        with pytest.raises(InvalidArgumentError, match=rf"would remove '[^']*{listed.name}'"):
+            convert_model(model, tmp_path / "w", progress=False)
+        os.unlink(tmp_path / "data.bin")
+    named = tmp_path / ".w.json.0123456789abcdef.dmlbridge-tmp"  # (the model file itself)
+    named.write_bytes(_model().SerializeToString())  # type: ignore[attr-defined]
+    with pytest.raises(InvalidArgumentError, match=r"would remove '[^']*dmlbridge-tmp'"):
+        convert_model(named, tmp_path / "w", progress=False)
+    assert named.read_bytes() == _model().SerializeToString()  # type: ignore[attr-defined]
+    model = _model_of_data_in(tmp_path, listed.name, data)
+    with convert_model(model, tmp_path / "v", progress=False) as plan:
+        assert plan.array("v").tolist() == [0, 1, 2, 3]
+    assert listed.read_bytes()[:16] == data.tobytes()
