@@ -156,7 +156,7 @@ def _head(manifest: Manifest) -> dict[str, Any]:
 def manifest_document(manifest: Manifest) -> dict[str, Any]:
     """The manifest as a dict (what ``json.loads`` of :func:`manifest_text` gives)."""
     doc = _head(manifest)
-    doc["entries"] = [entry.to_json() for entry in manifest.entries.values()]
+    doc["entries"] = [entry.to_json(manifest.format_version) for entry in manifest.entries.values()]
     return doc
 
 

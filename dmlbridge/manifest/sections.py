@@ -28,6 +28,7 @@ from dmlbridge.model.consumers import (
     PER_OPERATOR_VERSION,
     Consumer,
 )
+from dmlbridge.model.operators import layouts_of
 from dmlbridge.placement.consumer_descs import plan_consumers
 from dmlbridge.placement.entries import PlanEntry, entry_layout
 from dmlbridge.placement.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
@@ -206,6 +207,13 @@ def _operator_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
             raise ManifestError(f"{fields.at('axis')} {axis} is not an axis of its output_sizes")
     if layout is None and (dims is not None or sizes is not None):
         raise ManifestError(f"{what} has facts of a layout but no 'layout'")
+    known = layouts_of(consumer.op_type, consumer.input)
+    if known is not None and layout not in known:
+        raise ManifestError(f"{what} has layout {json.dumps(layout)}, which dmlbridge's operator table does not "
+                            f"give this input (it gives {sorted(map(json.dumps, known))})")
+    if layout in ("channel", "spatial") and (dims is None or dims < CHANNEL_DIMS):
+        raise ManifestError(f"{what} lacks the field 'dims' or has fewer than {CHANNEL_DIMS} (format 7 records the "
+                            "dimension count of a convolution's or normalization's node, 4 to 8)")
     return consumer._replace(dims=dims, output_sizes=sizes, reads_on="gpu", dml_operator=operator,
                              layout=cast(Any, layout), axis=axis, note=note)
 

@@ -141,10 +141,7 @@ def consumer_view(shape: tuple[int, ...], consumer: Consumer, min_dims: int,
     """
     rule = PER_OPERATOR_VERSION if version is None else version
     leading = _with_ones(shape or (1,), None, min_dims)
-    try:
-        want, note = _wanted(consumer, shape, min_dims, rule)
-    except LayoutError as exc:  # (declared sizes that contradict the constant: a broken model's)
-        want, note = None, f"{consumer.op_type} input {consumer.input}: {exc}: it keeps its ONNX layout"
+    want, note = _wanted(consumer, shape, min_dims, rule)
     if rule >= PER_OPERATOR_VERSION and consumer.note is not None and consumer.note.startswith("not laid out"):
         note = consumer.note
     if want is None or (want.sizes, want.strides) == leading:

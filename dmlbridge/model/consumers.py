@@ -118,10 +118,16 @@ class Consumer(NamedTuple):
         rule = input_rule("", self.op_type, None, self.input)
         return rule.layout if rule is not None and rule.reads_on == "gpu" and rule.since_format <= version else None
 
-    def to_json(self) -> dict[str, Any]:
-        """The manifest form: node, op_type, input, reads_on, and the other fields where they are set."""
-        fields: dict[str, Any] = {"node": self.node, "op_type": self.op_type, "input": self.input,
-                                  "reads_on": self.reads_on}
+    def to_json(self, version: int | None = None) -> dict[str, Any]:
+        """The manifest form in format ``version`` (None: the current one): node, op_type, input, reads_on, and the
+        other fields where they are set; before PER_OPERATOR_VERSION, node, op_type, input, and ``dims`` and (as
+        ``sizes``) ``output_sizes`` where they are set (as :func:`recorded` leaves them)."""
+        fields: dict[str, Any] = {"node": self.node, "op_type": self.op_type, "input": self.input}
+        if version is not None and version < PER_OPERATOR_VERSION:
+            fields.update({} if self.dims is None else {"dims": self.dims})
+            fields.update({} if self.output_sizes is None else {"sizes": list(self.output_sizes)})
+            return fields
+        fields["reads_on"] = self.reads_on
         for name in ("dml_operator", "layout", "dims", "axis", "note"):
             if getattr(self, name) is not None:
                 fields[name] = getattr(self, name)
@@ -343,7 +349,7 @@ def _axis_facts(node: Any, shapes: _Shapes) -> tuple[tuple[int, ...] | None, int
         return None, None
     axis = next((int(attr.i) for attr in node.attribute if _text(attr.name) == "axis"), 1)
     axis = axis + len(x) if axis < 0 else axis
-    return _fits(x), axis if 0 <= axis < len(x) else None
+    return _fits(x), axis if 0 <= axis < len(x) else None  # (a scale that fits neither: its ONNX layout, noted)
 
 
 def _int_attribute(node: Any, name: str) -> int:
@@ -426,7 +432,15 @@ def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], s
     if op_type in _MATMUL_A:
         dims, sizes = _matmul_b(node, constant, shapes)
         return dims, sizes, None
-    return None, _output_sizes(node, shapes), None
+    sizes = _output_sizes(node, shapes)
+    return None, sizes if sizes is not None and _broadcasts(constant, sizes) else None, None
+
+
+def _broadcasts(shape: tuple[int, ...], sizes: tuple[int, ...]) -> bool:
+    """Whether ``shape`` broadcasts to ``sizes`` (numpy's rule): a declared output that contradicts a constant is a
+    broken model's, and gives no sizes."""
+    pad = len(sizes) - len(shape)
+    return pad >= 0 and all(own in (1, size) for own, size in zip(shape, sizes[pad:], strict=True))
 
 
 def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int, opset: int | None,

@@ -47,7 +47,7 @@ from typing import Literal, NamedTuple
 
 __all__ = [
     "CONSUMER_LAYOUTS_VERSION", "ORT_VERSION", "OPERATORS", "PER_OPERATOR_VERSION", "InputRule", "Layout",
-    "OperatorRule", "ReadsOn", "input_rule", "operator_rule",
+    "OperatorRule", "ReadsOn", "input_rule", "layouts_of", "operator_rule",
 ]
 
 ORT_VERSION = "1.24.4"
@@ -259,6 +259,23 @@ def operator_rule(domain: str, op_type: str, opset: int | None) -> OperatorRule 
     if not rows:
         return None
     return next((rule for since, rule in rows if opset is None or since <= opset), None)
+
+
+def layouts_of(op_type: str, index: int) -> frozenset[Layout | None] | None:
+    """The layouts the table gives input ``index`` of ``op_type`` (another domain's as ``domain:Op``) at any opset
+    (None for one it binds as it is; the whole result None: an operator the table does not know), for a manifest
+    reader to check a recorded layout against.
+
+        >>> sorted(layouts_of("Conv", 2)), layouts_of("Custom:Op", 0)
+        (['channel'], None)
+    """
+    domain, _, op = op_type.rpartition(":")
+    rows = _BY_OPERATOR.get((domain, op))
+    if not rows:
+        return None
+    rules = [rule.inputs.get(index, rule.others) for _, rule in rows]
+    return frozenset(None if rule.layout in ("leading", "unknown") else rule.layout
+                     for rule in rules if rule is not None and rule.reads_on == "gpu")
 
 
 def input_rule(domain: str, op_type: str, opset: int | None, index: int) -> InputRule | None:

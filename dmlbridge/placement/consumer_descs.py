@@ -125,9 +125,9 @@ class PlanConsumer(NamedTuple):
         """What the model says of this consumer, as the manifest records it."""
         return Consumer(*self[:10])
 
-    def to_json(self) -> dict[str, Any]:
-        """The manifest form (the model's facts: the desc is derived from them)."""
-        return self.facts().to_json()
+    def to_json(self, version: int | None = None) -> dict[str, Any]:
+        """The manifest form in format ``version`` (the model's facts: the desc is derived from them)."""
+        return self.facts().to_json(version)
 
 
 def plan_consumers(

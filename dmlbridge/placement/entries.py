@@ -127,7 +127,7 @@ class ConvertedEntry(Protocol):
     def as_ctypes(self) -> DML_BUFFER_TENSOR_DESC: ...
     def as_ctypes_tensor_desc(self) -> DML_TENSOR_DESC: ...
     def as_ctypes_binding(self, resource: int) -> DML_BUFFER_BINDING: ...
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self, version: int | None = None) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -265,8 +265,8 @@ class PlanEntry:
             raise InvalidArgumentError(f"entry {self.key!r} was skipped ({self.skipped}); it has no bytes")
         return cast(ConvertedEntry, self)
 
-    def to_json(self) -> dict[str, Any]:
-        """The manifest form of this entry."""
+    def to_json(self, version: int | None = None) -> dict[str, Any]:
+        """The manifest form of this entry, in format ``version`` (None: the current one)."""
         return {
             "key": self.key,
             "origin": self.origin,
@@ -282,7 +282,7 @@ class PlanEntry:
             **({} if self.clamped is None else {"clamped": self.clamped}),
             **({} if self.padding == "leading" else {"padding": self.padding}),
             **({} if self.layout_note is None else {"layout_note": self.layout_note}),
-            **({"consumers": [consumer.to_json() for consumer in self.consumers]} if self.consumers else {}),
+            **({"consumers": [consumer.to_json(version) for consumer in self.consumers]} if self.consumers else {}),
         }
 
 
@@ -451,8 +451,8 @@ def place_constants(
     rule = PER_OPERATOR_VERSION if version is None else version
     # Only a constant some layout input reads can be laid out otherwise than with leading 1s: the others (all but
     # a few) are looked up by (type, shape) alone.
-    per_layout = {key for key, read_by in readers.items() if any(c.layout is not None or c.layout_rule(rule)
-                                                                  for c in read_by)}
+    per_layout = {key for key, read_by in readers.items()
+                  if any(c.layout is not None or c.note is not None or c.layout_rule(rule) for c in read_by)}
     alignment = options.alignment
     keys: list[str] = []
     origins: list[str] = []

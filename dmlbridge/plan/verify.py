@@ -205,8 +205,9 @@ def _find(
         if entry is None:
             found[index] = f"{constant.key!r} ({constant.origin}) is in the model but not in the plan"
             continue
-        if entry.consumers != read_by or entry.padding != fresh[index].fields["padding"]:
-            found[index] = (f"{constant.key!r}: the plan has consumers {_consumer_list(entry.consumers)} "
+        facts = tuple(consumer.facts() for consumer in entry.consumers)
+        if facts != read_by or entry.padding != fresh[index].fields["padding"]:
+            found[index] = (f"{constant.key!r}: the plan has consumers {_consumer_list(facts)} "
                             f"({entry.padding} padding), the model {_consumer_list(read_by)} "
                             f"({fresh[index].fields['padding']} padding)")
             continue
@@ -499,7 +500,8 @@ def _compare(
 
 def _consumer_list(consumers: tuple[Consumer, ...]) -> str:
     shown = ", ".join(f"{c.node} ({c.op_type} input {c.input}{'' if c.dims is None else f', {c.dims}-D'}"
-                      f"{'' if c.sizes is None else f', sizes {list(c.sizes)}'})" for c in consumers[:3])
+                      f"{'' if c.output_sizes is None else f', sizes {list(c.output_sizes)}'}"
+                      f"{'' if c.reads_on == 'gpu' else f', read on {c.reads_on}'})" for c in consumers[:3])
     return f"[{shown}{', ...' if len(consumers) > 3 else ''}]"
 
 

@@ -28,7 +28,7 @@ from builders import constant_nodes, loop_with_if, model_of, sparse
 from onnx import TensorProto, external_data_helper, helper, numpy_helper
 
 import dmlbridge
-from dmlbridge import Target
+from dmlbridge import Consumer, Target
 
 NAN = float("nan")
 
@@ -287,7 +287,7 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
     """Recompute every buffer, offset, desc and byte from the rules, with no help from dmlbridge's layout code."""
     doc = json.loads(Path(str(prefix) + ".json").read_text())
     files = [(Path(str(prefix)).parent / b["file"]).read_bytes() for b in doc["buffers"]]
-    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 6
+    assert doc["format"] == "dmlbridge-upload-plan" and doc["format_version"] == 7
     assert doc["max_buffer_bytes"] == max_buffer_bytes
     assert [b["size"] for b in doc["buffers"]] == [len(f) for f in files]
     assert all(len(f) <= max_buffer_bytes for f in files)
@@ -342,10 +342,61 @@ def check_independently(prefix: Path, expected: dict[str, np.ndarray], target: T
 
 
 PER_CHANNEL = {"Conv": {2}, "ConvTranspose": {2}, "BatchNormalization": {1, 2, 3, 4}, "InstanceNormalization": {1, 2}}
+FORMAT_6_INPUTS = {**PER_CHANNEL, **{op: {1, 2} for op in ("Conv", "ConvTranspose")}, "Gather": {0}, "Gemm": {2},
+                   "MatMul": {1}}  # the inputs whose layouts format 6 knew
+
+
+def as_format_6_entry(entry: dict[str, Any], min_dims: int) -> dict[str, Any]:
+    """An entry of format 7 as format 6 wrote it: its consumers with only ``node``, ``op_type`` and ``input``, and
+    the ``dims`` (or ``sizes``, which format 7 calls ``output_sizes``) of format 6's layout inputs; an entry that only
+    inputs of layouts new in format 7 lay out has format 6's leading layout, and one that a format-6 layout input reads
+    beside a consumer that wants nothing is "mixed" (format 6 took every consumer as binding it)."""
+    old = copy.deepcopy(entry)
+    if not any("reads_on" in c for c in entry.get("consumers", [])):
+        return old  # (format 6 already: no consumer, or none of format 7's fields)
+    consumers, new = [], False
+    for c in old.get("consumers", []):
+        six = c["input"] in FORMAT_6_INPUTS.get(c["op_type"], ()) and c["reads_on"] == "gpu"
+        new = new or (not six and c.get("layout") is not None)
+        kept = {k: c[k] for k in ("node", "op_type", "input")}
+        if six and "dims" in c:
+            kept["dims"] = c["dims"]
+        if six and "output_sizes" in c:
+            kept["sizes"] = c["output_sizes"]
+        consumers.append(kept)
+    if consumers:
+        old["consumers"] = consumers
+    laid_out = [c for c in entry.get("consumers", []) if c.get("layout") is not None
+                and c["input"] in FORMAT_6_INPUTS.get(c["op_type"], ())]
+    if laid_out and len(laid_out) < len(consumers) and old["desc"] is not None:
+        # format 6 read every consumer as binding the constant: one that wants nothing makes it "mixed"
+        assert len(laid_out) == 1, entry["key"]
+        shown = ", ".join(f"{c['op_type']} input {c['input']}: "
+                          f"{old.get('padding', 'leading') if c in laid_out else 'its ONNX layout'}"
+                          for c in entry["consumers"])
+        old["padding"] = "mixed"
+        old["layout_note"] = f"its consumers want different layouts ({shown}): it keeps its ONNX layout"
+        new = True
+    if new:
+        assert old.get("padding") == "mixed" or not any(c["input"] in FORMAT_6_INPUTS.get(c["op_type"], ())
+                                                        for c in consumers), entry["key"]
+        padding, note = old.pop("padding", None), old.pop("layout_note", None)
+        if padding == "mixed":
+            old["padding"], old["layout_note"] = padding, note
+        if old["desc"] is not None:
+            own = list(old["shape"]) or [1]
+            sizes = [1] * max(0, min_dims - len(own)) + own
+            strides = [2 * math.prod(sizes[k + 1 :]) for k in range(len(sizes))] \
+                if old["conversion"] == "emulate" else None
+            old["desc"].update(DimensionCount=len(sizes), Sizes=sizes, Strides=strides)
+    elif old.get("layout_note") and "consumers" in old:  # (format 6's notes: of its own layout inputs only)
+        old["layout_note"] = old["layout_note"].replace(
+            "; bind each consumer's own desc (consumers[i].as_ctypes())", "")
+    return old
 
 
 def as_older_entry(entry: dict[str, Any], min_dims: int, version: int) -> dict[str, Any]:
-    """An entry of the current format (6) as format ``version`` (5 to 1) wrote it, by that version's rule, worked
+    """An entry of the current format (7) as format ``version`` (5 to 1) wrote it, by that version's rule, worked
     out here from the entry's shape and consumers (the same bytes, offset and TotalTensorSizeInBytes: only Sizes,
     Strides, DimensionCount, padding and the consumers' fields differ):
 
@@ -356,7 +407,7 @@ def as_older_entry(entry: dict[str, Any], min_dims: int, version: int) -> dict[s
     - formats 4 and 3: no ``dims``, and a 1-D constant padded on the channel axis only when ``min_dims`` is 2 or
       more, to ``min_dims`` dimensions;
     - before format 3, every entry padded with leading 1s."""
-    old = copy.deepcopy(entry)
+    old = as_format_6_entry(entry, min_dims)
     old.pop("layout_note", None)
     consumers = [{k: v for k, v in c.items()
                   if k not in ("dims", "sizes") or (k == "dims" and version >= 5
@@ -389,10 +440,13 @@ def as_older_entry(entry: dict[str, Any], min_dims: int, version: int) -> dict[s
 
 
 def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
-    """A manifest ``doc`` (the current format) as format ``version`` (5, 4, 3, 2 or 1; one buffer before 4) wrote
-    it: entries laid out by that version's rule (:func:`as_older_entry`)."""
+    """A manifest ``doc`` (the current format) as format ``version`` (6, 5, 4, 3, 2 or 1; one buffer before 4)
+    wrote it: entries laid out by that version's rule (:func:`as_format_6_entry`, :func:`as_older_entry`)."""
     old = copy.deepcopy(doc)
     old["format_version"] = version
+    if version == 6:
+        old["entries"] = [as_format_6_entry(e, old["min_dims"]) for e in old["entries"]]
+        return old
     old["entries"] = [as_older_entry(e, old["min_dims"], version) for e in old["entries"]]
     if version == 5:
         return old
@@ -515,3 +569,15 @@ def retired_names(directory: Path) -> list[str]:
     previous conversion's; conversions and ``dmlbridge.clean`` remove them), by their names before retirement."""
     return sorted(name[1 : -len(".dmlbridge-old")] for name in os.listdir(directory)
                   if name.endswith(".dmlbridge-old"))
+
+
+def layout_facts(consumers: Any) -> tuple[Consumer, ...]:
+    """What format 6 recorded of each consumer (node, op type, input, ``dims`` and output sizes), as a
+    :class:`Consumer`: what the layout tests of format 6 compare (where each is read, and its operator and layout,
+    have tests of their own)."""
+    kept = []
+    for c in consumers:
+        facts = c if isinstance(c, Consumer) else c.facts()
+        six = facts.layout_rule(6) is not None
+        kept.append(Consumer(c.node, c.op_type, c.input, *((c.dims, c.output_sizes) if six else (None, None))))
+    return tuple(kept)

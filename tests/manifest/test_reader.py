@@ -64,7 +64,7 @@ _DELETE = object()
 
 MUTATIONS = {
     "format": _set("format", "onnx"),
-    "format_version": _set("format_version", 7),
+    "format_version": _set("format_version", 8),
     "format_version_1_fields": _set("format_version", 1),
     "format_version_str": _set("format_version", "1"),
     "format_version_bool": _set("format_version", True),

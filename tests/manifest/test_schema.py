@@ -34,14 +34,15 @@ def document(tmp_path: Path) -> dict[str, Any]:
 
 def test_the_schema_covers_every_version(manifest_validator: Any, fast_manifest_validator: Any,
                                         document: dict[str, Any]) -> None:
-    assert READABLE_VERSIONS == (1, 2, 3, 4, 5, 6) and MANIFEST_FORMAT_VERSION == 6
+    assert READABLE_VERSIONS == (1, 2, 3, 4, 5, 6, 7) and MANIFEST_FORMAT_VERSION == 7
     schema = manifest_schema()
     assert {schema["$defs"][f"version{v}"]["properties"]["format_version"]["const"] for v in READABLE_VERSIONS} \
         == set(READABLE_VERSIONS)
     assert document["entries"][2]["padding"] == "channel"  # the optional fields are exercised
-    assert document["entries"][2]["consumers"] == [{"node": "conv", "op_type": "Conv", "input": 2, "dims": 4}]
+    assert document["entries"][2]["consumers"] == [{"node": "conv", "op_type": "Conv", "input": 2, "reads_on": "gpu",
+                                                    "dml_operator": "CONVOLUTION", "layout": "channel", "dims": 4}]
     for version in READABLE_VERSIONS:
-        doc = document if version == 6 else older(document, version)
+        doc = document if version == 7 else older(document, version)
         manifest_validator.validate(doc)
         fast_manifest_validator.validate(doc)
     newer_entries = {**older(document, 4), "entries": document["entries"]}  # (dims: 5 on)
@@ -51,7 +52,7 @@ def test_the_schema_covers_every_version(manifest_validator: Any, fast_manifest_
 @pytest.mark.parametrize(
     ("path", "value"),
     [
-        (["format_version"], 7),
+        (["format_version"], 8),
         (["conversion_id"], "XYZ"),
         (["alignment"], 8),
         (["selection", "kinds"], ["initialiser"]),
@@ -88,7 +89,7 @@ def test_the_schema_covers_the_layouts_of_format_6(manifest_validator: Any, fast
     """Every layout and consumer field of format 6 follows the schema, and format 5's document does too; the
     schema refuses a padding, a note or sizes no format has, and format 6's fields in a format-5 document."""
     dmlbridge.convert_model(consumer_layout_model(), tmp_path / "m", progress=False)
-    document: dict[str, Any] = json.loads((tmp_path / "m.json").read_text())
+    document: dict[str, Any] = older(json.loads((tmp_path / "m.json").read_text()), 6)
     paddings = {entry.get("padding", "leading") for entry in document["entries"]}
     assert paddings == {"leading", "channel", "spatial", "rank", "broadcast", "mixed"}
     for doc in (document, older(document, 5)):
@@ -102,4 +103,25 @@ def test_the_schema_covers_the_layouts_of_format_6(manifest_validator: Any, fast
         doc["entries"][by_key[key]][field] = value
         assert not manifest_validator.is_valid(doc) and not fast_manifest_validator.is_valid(doc), (key, field)
     newer = {**older(document, 5), "entries": document["entries"]}  # (spatial, sizes and notes: 6 on)
+    assert not manifest_validator.is_valid(newer) and not fast_manifest_validator.is_valid(newer)
+
+
+def test_the_schema_covers_the_consumers_of_format_7(manifest_validator: Any, fast_manifest_validator: Any,
+                                                     tmp_path: Path) -> None:
+    """Where each consumer is read, its operator, layout and facts follow the schema; it refuses a place, a layout
+    or an operator name no format has, a consumer without ``reads_on``, and format 7's fields in format 6."""
+    dmlbridge.convert_model(consumer_layout_model(), tmp_path / "m", progress=False)
+    document: dict[str, Any] = json.loads((tmp_path / "m.json").read_text())
+    assert document["format_version"] == 7
+    assert manifest_validator.is_valid(document) and fast_manifest_validator.is_valid(document)
+    by_key = {entry["key"]: index for index, entry in enumerate(document["entries"])}
+    gc = {"node": "gemm", "op_type": "Gemm", "input": 2, "reads_on": "gpu", "dml_operator": "GEMM",
+          "layout": "broadcast", "output_sizes": [3, 5]}
+    for change in [{"reads_on": "tpu"}, {"layout": "sideways"}, {"dml_operator": "gemm"}, {"output_sizes": [3, 0]},
+                   {"axis": 8}, {"note": ""}, {"reads_on": None}]:
+        doc = copy.deepcopy(document)
+        consumer = {k: v for k, v in {**gc, **change}.items() if v is not None}
+        doc["entries"][by_key["GC"]]["consumers"] = [consumer]
+        assert not manifest_validator.is_valid(doc) and not fast_manifest_validator.is_valid(doc), change
+    newer = {**older(document, 6), "entries": document["entries"]}  # (reads_on and the rest: 7 on)
     assert not manifest_validator.is_valid(newer) and not fast_manifest_validator.is_valid(newer)

@@ -55,7 +55,7 @@ EXPECTED: dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None, int]] = 
     "GD3": ("rank", (1, 7, 2), None, 56),  # (constant indices [2, 2]: 3)
     "GD4": ("leading", (5, 2), None, 40),  # (indices and output undeclared)
     "GD5": ("leading", (5, 2), None, 40),  # (0-D indices: 1, less than the data's 2)
-    "GI3": ("leading", (2, 2), None, 32),  # (the indices themselves: INT64, no layout of their own)
+    "GI3": ("rank", (1, 2, 2), None, 32),  # (the indices themselves: at the output's rank too, 3)
     # MatMul: B at the output's batch sizes, then its own [K=6, N=5]
     "MB": ("broadcast", (2, 6, 5), (0, 5, 1), 120),  # (A [2, 4, 6])
     "MB4": ("broadcast", (2, 3, 6, 5), (0, 30, 5, 1), 360),  # (A [2, 3, 4, 6], B [3, 6, 5]: its 3 kept)
@@ -63,7 +63,7 @@ EXPECTED: dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None, int]] = 
     "MBU": ("rank", (1, 6, 5), None, 120),  # (A ['b', 4, 6]: the rank, not the batch)
     "MB2": ("leading", (6, 5), None, 120),  # (A [4, 6]: as it is)
     "MB5": ("leading", (6, 5), None, 120),  # (A of 5 dimensions: more than GEMM takes)
-    "WI": ("mixed", (2, 2, 3), None, 48),  # (a Conv's weight an Identity reads too)
+    "WI": ("spatial", (2, 2, 1, 3), None, 48),  # (a Conv's weight an Identity reads too: it binds nothing)
 }
 
 # the ones whose layout differs at min_dims 4, by hand (every other: its default one with leading 1s to 4)
@@ -78,6 +78,7 @@ EXPECTED_AT_4: dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None]] = 
     "GC1": ("leading", (1, 1, 1, 5), None),  # ([1, 5] with leading 1s is the leading layout itself)
     "GD2": ("leading", (1, 1, 10, 3), None),  # (rank 3 < 4: leading 1s are enough)
     "GD3": ("leading", (1, 1, 7, 2), None),
+    "GI3": ("leading", (1, 1, 2, 2), None),
     "MB": ("broadcast", (1, 2, 6, 5), (30, 0, 5, 1)),  # (span 1 * 0 + 5 * 5 + 4 * 1 + 1 = 30)
     "MB1": ("leading", (1, 1, 6, 5), None),
     "MBU": ("leading", (1, 1, 6, 5), None),
@@ -89,7 +90,6 @@ NOTES = {  # the entries that keep a layout no consumer wants, and what their no
     "GD4": "GATHER wants a Gather's data at the output's rank, which the model does not declare",
     "MBU": "where a batch size is more than 1, broadcast it at run time",
     "MB5": "GEMM takes at most 4 dimensions",
-    "WI": "its consumers want different layouts (Conv input 1: spatial, Identity input 0: its ONNX layout)",
 }
 
 
@@ -123,20 +123,24 @@ def test_every_consumer_case_gets_its_known_desc(tmp_path: Path, monkeypatch: py
 
 def test_the_consumers_record_what_the_model_declares() -> None:
     plan = dmlbridge.plan_model(consumer_layout_model())
-    consumers = {key: entry.consumers for key, entry in plan.entries.items()}
-    assert consumers["W1"] == (Consumer("conv1d", "Conv", 1, 4),)
-    assert consumers["W3"] == (Consumer("conv3d", "Conv", 1, 5),)
-    assert consumers["WT"] == (Consumer("deconv1d", "ConvTranspose", 1, 4),)
-    assert consumers["GC"] == (Consumer("gemm", "Gemm", 2, None, (3, 5)),)
-    assert consumers["GC3"] == (Consumer("gemm_ta", "Gemm", 2, None, (4, 2)),)
-    assert consumers["GCU"] == (Consumer("gemm_batch", "Gemm", 2),)  # (no M: nothing recorded)
-    assert consumers["GB"][0] == Consumer("gemm", "Gemm", 1)  # (B: no layout input)
-    assert consumers["GD2"] == (Consumer("gather2", "Gather", 0, 3),)
-    assert consumers["GD4"] == (Consumer("gather_unknown", "Gather", 0),)
-    assert consumers["GI3"] == (Consumer("gather_const", "Gather", 1),)
-    assert consumers["MB4"] == (Consumer("matmul4", "MatMul", 1, None, (2, 3, 6, 5)),)
-    assert consumers["MBU"] == (Consumer("matmul_batch", "MatMul", 1, 3),)
-    assert consumers["WI"] == (Consumer("conv_shared", "Conv", 1, 4), Consumer("identity", "Identity", 0))
+    consumers = {key: tuple(c.facts() for c in entry.consumers) for key, entry in plan.entries.items()}
+    conv, gemm, gather, matmul = "CONVOLUTION", "GEMM", "GATHER", "GEMM"
+    assert consumers["W1"] == (Consumer("conv1d", "Conv", 1, 4, None, "gpu", conv, "spatial"),)
+    assert consumers["W3"] == (Consumer("conv3d", "Conv", 1, 5, None, "gpu", conv, "spatial"),)
+    assert consumers["WT"] == (Consumer("deconv1d", "ConvTranspose", 1, 4, None, "gpu", conv, "spatial"),)
+    assert consumers["GC"] == (Consumer("gemm", "Gemm", 2, None, (3, 5), "gpu", gemm, "broadcast"),)
+    assert consumers["GC3"] == (Consumer("gemm_ta", "Gemm", 2, None, (4, 2), "gpu", gemm, "broadcast"),)
+    assert consumers["GCU"] == (Consumer("gemm_batch", "Gemm", 2, None, None, "gpu", gemm, "broadcast"),)
+    assert consumers["GB"][0] == Consumer("gemm", "Gemm", 1, None, None, "gpu", gemm)  # (B: its own layout)
+    assert consumers["GD2"] == (Consumer("gather2", "Gather", 0, 3, None, "gpu", gather, "rank"),)
+    assert consumers["GD4"] == (Consumer("gather_unknown", "Gather", 0, None, None, "gpu", gather, "rank"),)
+    assert consumers["GI3"] == (Consumer("gather_const", "Gather", 1, 3, None, "gpu", gather, "rank"),)
+    assert consumers["MB4"] == (Consumer("matmul4", "MatMul", 1, None, (2, 3, 6, 5), "gpu", matmul, "broadcast"),)
+    assert consumers["MBU"] == (Consumer("matmul_batch", "MatMul", 1, 3, None, "gpu", matmul, "broadcast"),)
+    assert consumers["WI"] == (Consumer("conv_shared", "Conv", 1, 4, None, "gpu", conv, "spatial"),
+                               Consumer("identity", "Identity", 0, reads_on="none",
+                                        note="ONNX Runtime folds an Identity of a constant away"))
+    assert plan.entries["WI"].reads_on == "gpu"
 
 
 def test_the_bytes_are_the_onnx_values_and_the_arrays_come_back_in_their_onnx_shape(tmp_path: Path) -> None:
@@ -217,6 +221,15 @@ def written(tmp_path: Path) -> tuple[Path, dict[str, Any], onnx.ModelProto]:
     return tmp_path / "w.json", json.loads((tmp_path / "w.json").read_text()), model
 
 
+@pytest.fixture
+def written6(written: tuple[Path, dict[str, Any], onnx.ModelProto]) -> tuple[Path, dict[str, Any], onnx.ModelProto]:
+    """The same conversion as format 6 wrote it (what the previous release wrote), in place of the manifest."""
+    manifest, doc, model = written
+    old = older(doc, 6)
+    manifest.write_text(json.dumps(old))
+    return manifest, old, model
+
+
 def _entry(doc: dict[str, Any], key: str) -> dict[str, Any]:
     entry: dict[str, Any] = next(e for e in doc["entries"] if e["key"] == key)
     return entry
@@ -225,15 +238,20 @@ def _entry(doc: dict[str, Any], key: str) -> dict[str, Any]:
 def test_the_manifest_records_the_layout_and_the_consumer_it_was_made_for(
         written: tuple[Path, dict[str, Any], onnx.ModelProto]) -> None:
     _, doc, _ = written
-    assert doc["format_version"] == 6
+    assert doc["format_version"] == 7
     gc = _entry(doc, "GC")
     assert gc["padding"] == "broadcast" and gc["shape"] == [5]  # (the ONNX shape, whatever the layout)
     assert gc["desc"] == {"DataType": 1, "Flags": 0, "DimensionCount": 2, "Sizes": [3, 5], "Strides": [0, 1],
                           "TotalTensorSizeInBytes": 20, "GuaranteedBaseOffsetAlignment": 256}
-    assert gc["consumers"] == [{"node": "gemm", "op_type": "Gemm", "input": 2, "sizes": [3, 5]}]
+    assert gc["consumers"] == [{"node": "gemm", "op_type": "Gemm", "input": 2, "reads_on": "gpu",
+                                "dml_operator": "GEMM", "layout": "broadcast", "output_sizes": [3, 5]}]
     w1 = _entry(doc, "W1")
     assert w1["padding"] == "spatial" and w1["consumers"] == [{"node": "conv1d", "op_type": "Conv", "input": 1,
-                                                               "dims": 4}]
+                                                               "reads_on": "gpu", "dml_operator": "CONVOLUTION",
+                                                               "layout": "spatial", "dims": 4}]
+    assert _entry(doc, "WI")["consumers"][1] == {"node": "identity", "op_type": "Identity", "input": 0,
+                                                 "reads_on": "none",
+                                                 "note": "ONNX Runtime folds an Identity of a constant away"}
     assert "layout_note" not in gc and "layout_note" in _entry(doc, "GCU")
     assert _entry(doc, "GD2")["consumers"][0]["dims"] == 3 and "padding" not in _entry(doc, "GB")
 
@@ -266,9 +284,9 @@ def test_the_manifest_records_the_layout_and_the_consumer_it_was_made_for(
          r"has 'sizes', which this input does not record"),
     ],
 )
-def test_a_tampered_layout_is_refused(written: tuple[Path, dict[str, Any], onnx.ModelProto], key: str,
-                                      change: dict[str, Any], message: str) -> None:
-    manifest, doc, _ = written
+def test_a_tampered_format_6_layout_is_refused(written6: tuple[Path, dict[str, Any], onnx.ModelProto], key: str,
+                                               change: dict[str, Any], message: str) -> None:
+    manifest, doc, _ = written6
     changed = json.loads(json.dumps(doc))
     entry = _entry(changed, key)
     for name, value in change.items():
@@ -284,9 +302,9 @@ def test_a_tampered_layout_is_refused(written: tuple[Path, dict[str, Any], onnx.
 
 
 def test_a_consistent_layout_the_model_does_not_give_is_a_mismatch(
-        written: tuple[Path, dict[str, Any], onnx.ModelProto]) -> None:
+        written6: tuple[Path, dict[str, Any], onnx.ModelProto]) -> None:
     """C at [4, 5] with the sizes recorded to match: a manifest the reader takes, which the model contradicts."""
-    manifest, doc, model = written
+    manifest, doc, model = written6
     changed = json.loads(json.dumps(doc))
     entry = _entry(changed, "GC")
     entry["consumers"][0]["sizes"] = [4, 5]
@@ -304,7 +322,7 @@ def test_a_format_5_manifest_is_read_and_verified_by_its_own_rule(
         written: tuple[Path, dict[str, Any], onnx.ModelProto]) -> None:
     """What the previous release wrote for the same model (format 5: every weight, C, B and data in its ONNX
     layout, dims on per-channel inputs only) loads and verifies, on the command line too; the current layouts
-    claiming format 5 are refused, and format 5's claiming format 6."""
+    claiming format 5 are refused, format 5's claiming format 6, and format 7's claiming format 6."""
     manifest, doc, model = written
     old = older(doc, 5)
     w1, gc = _entry(old, "W1"), _entry(old, "GC")
@@ -314,15 +332,16 @@ def test_a_format_5_manifest_is_read_and_verified_by_its_own_rule(
     manifest.write_text(json.dumps(old))
     plan = dmlbridge.load_plan(manifest)
     assert plan.format_version == 5 and plan.entries["W1"].sizes == (6, 2, 3) and plan.entries["GC"].sizes == (5,)
-    assert plan.entries["GC"].consumers == (Consumer("gemm", "Gemm", 2),)
+    assert tuple(c.facts() for c in plan.entries["GC"].consumers) == (Consumer("gemm", "Gemm", 2),)
     assert plan.manifest() == old  # (a plan keeps its format version: its entries follow that version's rules)
     plan.verify(model)
     assert np.array_equal(plan.array("GC"), _values(model)["GC"])
     verified = run("verify", manifest, manifest.parent / "m.onnx")
     assert verified.returncode == 0, verified.stderr
     for claim, message in [
-        ({**doc, "format_version": 5}, r"\('W1'\)\.consumers\[0\] \(Conv input 1\) has 'dims', which only a "
-                                       r"per-channel input has"),
+        ({**older(doc, 6), "format_version": 5}, r"\('W1'\)\.consumers\[0\] \(Conv input 1\) has 'dims', which "
+                                                 r"only a per-channel input has"),
+        ({**doc, "format_version": 6}, r"\('W1'\)\.consumers\[0\] has unknown field\(s\) 'reads_on'"),
         ({**old, "format_version": 6}, r"\('W1'\)\.consumers\[0\] \(Conv input 1\) lacks the field 'dims'"),
     ]:
         manifest.write_text(json.dumps(claim))
@@ -374,8 +393,13 @@ def test_empty_constants_and_hostile_declarations_get_no_layout() -> None:
     graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
                                                    for n in ("Y", "Z", "W")], [c, b, big])
     plan = dmlbridge.plan_model(helper.make_model(graph))
-    assert plan.entries["C"].skipped and plan.entries["C"].consumers == (Consumer("empty_c", "Gemm", 2),)
-    assert plan.entries["B"].skipped and plan.entries["B"].consumers == (Consumer("empty_b", "MatMul", 1),)
+    gemm = {"reads_on": "gpu", "dml_operator": "GEMM", "layout": "broadcast"}
+    assert plan.entries["C"].skipped and \
+        tuple(c.facts() for c in plan.entries["C"].consumers) == (Consumer("empty_c", "Gemm", 2, **gemm),)
+    assert plan.entries["B"].skipped and \
+        tuple(c.facts() for c in plan.entries["B"].consumers) == (Consumer("empty_b", "MatMul", 1, **gemm),)
+    assert plan.entries["C"].consumers[0].desc() is None  # (a skipped entry binds nothing)
     huge = plan.entries["big"]
-    assert (huge.sizes, huge.padding, huge.consumers) == ((5,), "leading", (Consumer("huge", "Gemm", 2),))
+    assert (huge.sizes, huge.padding, tuple(c.facts() for c in huge.consumers)) == \
+        ((5,), "leading", (Consumer("huge", "Gemm", 2, **gemm),))
     assert "does not declare" in (huge.layout_note or "")

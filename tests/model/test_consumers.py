@@ -16,7 +16,7 @@ import onnx
 import pytest
 from builders import model_of
 from command_line import run
-from models import older, per_channel_model
+from models import layout_facts, older, per_channel_model
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
@@ -85,7 +85,7 @@ EXPECTED = {  # (dims: the per-channel inputs' nodes are 4-D: conv_w is [C, C, 1
 def test_consumers_follow_onnx_scoping() -> None:
     """Worked out by hand: outer names seen from subgraphs, a subgraph's initializer shadowing the outer one, a
     function seeing only its own, a node of another domain marked with it."""
-    assert find_consumers(conv_model()) == EXPECTED
+    assert {key: layout_facts(read_by) for key, read_by in find_consumers(conv_model()).items()} == EXPECTED
 
 
 PADDED = {  # the sizes at min_dims 4, worked out by hand
@@ -110,7 +110,7 @@ def test_per_channel_inputs_get_the_channel_axis(tmp_path: Path, monkeypatch: py
         entry = plan.entries[key]
         assert entry.sizes == sizes and entry.strides is None, key
         assert entry.padding == PADDING.get(key, "leading"), key
-        assert entry.consumers == EXPECTED[key]
+        assert layout_facts(entry.consumers) == EXPECTED[key]
         start = {"bn_scale": 1, "bn_var": 1, "in_scale": 1, "branch/then_branch/bn_var": 9}.get(key, 0)
         assert plan.array(key).tobytes() == (np.arange(C, dtype=np.float32) + start).tobytes(), key
     five = dmlbridge.plan_model(model, min_dims=5)
@@ -126,7 +126,8 @@ def test_per_channel_inputs_get_the_channel_axis(tmp_path: Path, monkeypatch: py
     doc = json.loads((tmp_path / "w.json").read_text())
     bn_b = next(e for e in doc["entries"] if e["key"] == "bn_b")
     assert bn_b["padding"] == "channel" and bn_b["desc"]["Sizes"] == [1, C, 1, 1]
-    assert bn_b["consumers"] == [{"node": "bn", "op_type": "BatchNormalization", "input": 2, "dims": 4}]
+    assert bn_b["consumers"] == [{"node": "bn", "op_type": "BatchNormalization", "input": 2, "reads_on": "gpu",
+                                  "dml_operator": "BATCH_NORMALIZATION", "layout": "channel", "dims": 4}]
 
 
 def test_channel_padding_in_the_manifest_is_checked(tmp_path: Path) -> None:
@@ -135,16 +136,24 @@ def test_channel_padding_in_the_manifest_is_checked(tmp_path: Path) -> None:
     manifest = tmp_path / "w.json"
     doc = json.loads(manifest.read_text())
     index = next(i for i, e in enumerate(doc["entries"]) if e["key"] == "bn_b")
+    bn = {"node": "bn", "op_type": "BatchNormalization", "input": 2, "reads_on": "gpu",
+          "dml_operator": "BATCH_NORMALIZATION", "layout": "channel"}
     for change, message in [
         ({"padding": "leading"}, r"padding is \"leading\", but a 1-D constant with these consumers at min_dims 4 "
-                                 r"is padded \"channel\" \(format 6\)"),
+                                 r"is padded \"channel\" \(format 7\)"),
         ({"consumers": []}, "padding is \"channel\", but"),
         ({"consumers": [{"node": "bn", "op_type": "BatchNormalization"}]}, "lacks the field"),
-        ({"consumers": [{"node": "bn", "op_type": "BatchNormalization", "input": 2}]}, "lacks the field 'dims'"),
-        ({"consumers": [{"node": "bn", "op_type": "BatchNormalization", "input": 2, "dims": 3}]}, r"outside 4\.\.8"),
-        ({"consumers": [{"node": "bn", "op_type": "BatchNormalization", "input": 2, "dims": 5}]},
+        ({"consumers": [{"node": "bn", "op_type": "BatchNormalization", "input": 2}]}, "lacks the field.* 'reads_on'"),
+        ({"consumers": [bn]}, "lacks the field 'dims'"),
+        ({"consumers": [{**bn, "dims": 3}]}, "lacks the field 'dims' or has fewer than 4"),
+        ({"consumers": [{**bn, "dims": 9}]}, r"outside 1\.\.8"),
+        ({"consumers": [{**bn, "dims": 5}]},
          r"DimensionCount is 4, but FLOAT \[3\] as FLOAT32 \(native, min_dims 4, channel padding\) needs 5"),
-        ({"consumers": [{"node": "bn", "op_type": "Add", "input": 2, "dims": 4}]}, "which this input does not record"),
+        ({"consumers": [{**bn, "op_type": "Add", "dims": 4}]}, "which dmlbridge's operator table does not give"),
+        ({"consumers": [{**bn, "reads_on": "cpu", "dims": 4}]}, "is read on cpu and has 'dml_operator'"),
+        ({"consumers": [{**bn, "reads_on": "tpu", "dims": 4}]}, "reads_on is \"tpu\", not one of gpu, cpu, none"),
+        ({"consumers": [{**bn, "layout": "diagonal", "dims": 4}]}, "layout is \"diagonal\", not one of"),
+        ({"consumers": [{**bn, "dml_operator": "batch norm", "dims": 4}]}, "not a DML_OPERATOR_TYPE name"),
         ({"desc": {**doc["entries"][index]["desc"], "Sizes": [1, 1, 1, C]}}, "Sizes is"),
     ]:
         changed = json.loads(json.dumps(doc))
@@ -153,7 +162,8 @@ def test_channel_padding_in_the_manifest_is_checked(tmp_path: Path) -> None:
         with pytest.raises(ManifestError, match=message):
             dmlbridge.load_plan(manifest)
     changed = json.loads(json.dumps(doc))  # consistent, but not what the model says: verify tells
-    changed["entries"][index]["consumers"] = [{"node": "other", "op_type": "Conv", "input": 2, "dims": 4}]
+    changed["entries"][index]["consumers"] = [{**bn, "node": "other", "op_type": "Conv", "dml_operator": "CONVOLUTION",
+                                               "dims": 4}]
     manifest.write_text(json.dumps(changed))
     with pytest.raises(ManifestError, match="'bn_b': the plan has consumers \\[other \\(Conv input 2, 4-D\\)\\]"):
         dmlbridge.load_plan(manifest).verify(model)
@@ -197,7 +207,7 @@ def test_a_node_without_an_op_type_gives_a_readable_manifest(tmp_path: Path) -> 
     w = numpy_helper.from_array(np.ones(3, np.float32), "w")
     model = model_of([w], [helper.make_node("", ["w"], ["y"], name="n")])
     dmlbridge.convert_model(model, tmp_path / "w", progress=False)
-    assert dmlbridge.load_plan(tmp_path / "w.json").entries["w"].consumers == (Consumer("n", "?", 0),)
+    assert layout_facts(dmlbridge.load_plan(tmp_path / "w.json").entries["w"].consumers) == (Consumer("n", "?", 0),)
 
 
 # --- the node's dimension count, whatever min_dims is ---------------------------------------------------------
@@ -221,20 +231,21 @@ def test_per_channel_constants_get_their_nodes_dimensions_at_the_default_min_dim
         stored = values[key].tobytes()
         assert entry.total_tensor_size_in_bytes == -(-len(stored) // 4) * 4, key  # (whole 4-byte words)
         assert plan.read(key).tobytes() == stored + bytes(-len(stored) % 4), key
-    assert plan.entries["b2"].consumers == (Consumer("conv2d", "Conv", 2, 4),)
-    assert plan.entries["b3"].consumers == (Consumer("conv3d", "Conv", 2, 5),)
-    assert plan.entries["b1"].consumers == (Consumer("conv1d", "Conv", 2, 4),)
-    assert plan.entries["bt"].consumers == (Consumer("deconv", "ConvTranspose", 2, 4),)
-    assert plan.entries["bn5_var"].consumers == (Consumer("bn5", "BatchNormalization", 4, 5),)
-    assert plan.entries["in_b"].consumers == (Consumer("in", "InstanceNormalization", 2, 5),)
+    assert layout_facts(plan.entries["b2"].consumers) == (Consumer("conv2d", "Conv", 2, 4),)
+    assert layout_facts(plan.entries["b3"].consumers) == (Consumer("conv3d", "Conv", 2, 5),)
+    assert layout_facts(plan.entries["b1"].consumers) == (Consumer("conv1d", "Conv", 2, 4),)
+    assert layout_facts(plan.entries["bt"].consumers) == (Consumer("deconv", "ConvTranspose", 2, 4),)
+    assert layout_facts(plan.entries["bn5_var"].consumers) == (Consumer("bn5", "BatchNormalization", 4, 5),)
+    assert layout_facts(plan.entries["in_b"].consumers) == (Consumer("in", "InstanceNormalization", 2, 5),)
     assert plan.entries["w2"].sizes == (4, 3, 3, 3)
-    assert plan.entries["w2"].consumers == (Consumer("conv2d", "Conv", 1, 4),)
+    assert layout_facts(plan.entries["w2"].consumers) == (Consumer("conv2d", "Conv", 1, 4),)
     doc = json.loads((tmp_path / "w.json").read_text())
     b3 = next(e for e in doc["entries"] if e["key"] == "b3")
     assert b3["padding"] == "channel" and b3["desc"]["Sizes"] == [1, 2, 1, 1, 1] and b3["desc"]["DimensionCount"] == 5
-    assert b3["consumers"] == [{"node": "conv3d", "op_type": "Conv", "input": 2, "dims": 5}]
+    assert b3["consumers"] == [{"node": "conv3d", "op_type": "Conv", "input": 2, "reads_on": "gpu",
+                                "dml_operator": "CONVOLUTION", "layout": "channel", "dims": 5}]
     loaded = dmlbridge.load_plan(tmp_path / "w.json")
-    assert loaded == plan and loaded.format_version == 6
+    assert loaded == plan and loaded.format_version == 7
     loaded.verify(tmp_path / "m.onnx")
     below = dmlbridge.plan_model(model, target=Target("2.0"))  # (min_dims 4 there: the same sizes)
     assert {key: below.entries[key].sizes for key in sizes} == sizes
@@ -273,8 +284,8 @@ def test_consumers_that_disagree_keep_leading_ones() -> None:
     to min_dims (none at the default); two per-channel inputs of one count: "channel"."""
     model = _shared_model()
     plan = dmlbridge.plan_model(model)
-    assert plan.entries["both"].consumers == (Consumer("c4", "Conv", 2, 4), Consumer("c5", "Conv", 2, 5))
-    assert plan.entries["added"].consumers == (Consumer("c4b", "Conv", 2, 4), Consumer("add", "Add", 1))
+    assert layout_facts(plan.entries["both"].consumers) == (Consumer("c4", "Conv", 2, 4), Consumer("c5", "Conv", 2, 5))
+    assert layout_facts(plan.entries["added"].consumers) == (Consumer("c4b", "Conv", 2, 4), Consumer("add", "Add", 1))
     expected = {  # min_dims: (both, added, twice)
         None: ((C,), (C,), (1, C, 1, 1)),
         4: ((1, 1, 1, C), (1, 1, 1, C), (1, C, 1, 1)),
@@ -285,8 +296,8 @@ def test_consumers_that_disagree_keep_leading_ones() -> None:
         assert tuple(plan.entries[key].sizes for key in ("both", "added", "twice")) == want, min_dims
         both = "channel" if min_dims == 5 else "mixed"
         assert [plan.entries[key].padding for key in ("both", "added", "twice")] == [both, "mixed", "channel"]
-        assert plan.entries["added"].layout_note == ("its consumers want different layouts (Conv input 2: channel, "
-                                                     "Add input 1: its ONNX layout): it keeps its ONNX layout")
+        assert plan.entries["added"].layout_note.startswith("its consumers want different layouts (Conv input 2: "
+                                                            "channel, Add input 1: ")
 
 
 def test_a_conv_whose_weight_is_not_a_constant_takes_its_rank_from_what_the_model_declares() -> None:
@@ -325,7 +336,7 @@ def test_a_conv_whose_weight_is_not_a_constant_takes_its_rank_from_what_the_mode
     expected = {"b_none": (1, C, 1, 1), "b_w": (1, C, 1, 1, 1), "b_x": (1, C, 1, 1, 1), "b_y": (1, C, 1, 1, 1),
                 "b_outer": (1, C, 1, 1, 1), "b_huge": (1, C, 1, 1)}
     assert {key: plan.entries[key].sizes for key in expected} == expected
-    assert plan.entries["b_outer"].consumers == (Consumer("branch/else_branch/inner", "Conv", 2, 5),
+    assert layout_facts(plan.entries["b_outer"].consumers) == (Consumer("branch/else_branch/inner", "Conv", 2, 5),
                                                  Consumer("branch/then_branch/inner", "Conv", 2, 5))
 
 
@@ -372,7 +383,7 @@ def test_a_format_4_manifest_is_read_and_verified_by_its_own_rule(tmp_path: Path
     assert entries["b3"]["consumers"] == [{"node": "conv3d", "op_type": "Conv", "input": 2}]
     manifest.write_text(json.dumps(old))
     plan = dmlbridge.load_plan(manifest)
-    assert plan.format_version == 4 and plan.entries["b3"].consumers == (Consumer("conv3d", "Conv", 2),)
+    assert plan.format_version == 4 and layout_facts(plan.entries["b3"].consumers) == (Consumer("conv3d", "Conv", 2),)
     assert plan.entries["b3"].sizes == ((2,) if min_dims is None else (1, 2, 1, 1))
     assert plan.manifest() == old  # (a plan keeps its format version: its entries follow that version's rules)
     plan.verify(model)
@@ -382,14 +393,16 @@ def test_a_format_4_manifest_is_read_and_verified_by_its_own_rule(tmp_path: Path
         ({**old, "format_version": 5}, r"entries\[\d+\] \('b2'\)\.consumers\[0\] \(Conv input 2\) is a per-channel "
                                        r"input and lacks the field 'dims'"),
         (_with_dims(old, doc), r"\('\w+'\)\.(padding is \"leading\"|desc\.DimensionCount is 4), but"),
-        ({**doc, "format_version": 4}, r"\('w2'\)\.consumers\[0\] has unknown field\(s\) 'dims'"),
+        ({**doc, "format_version": 4}, r"\('w2'\)\.consumers\[0\] has unknown field\(s\) 'reads_on', "
+                                       r"'dml_operator', 'layout', 'dims'"),
     ]:
         manifest.write_text(json.dumps(claim))
         with pytest.raises(ManifestError, match=message):
             dmlbridge.load_plan(manifest)
     current = {**doc, "format_version": 4,
-               "entries": [{**e, **({"consumers": [{k: v for k, v in c.items() if k != "dims"} for c in e["consumers"]]}
-                                    if "consumers" in e else {})} for e in doc["entries"]]}
+               "entries": [{**e, **({"consumers": [{k: c[k] for k in ("node", "op_type", "input")}
+                                                   for c in e["consumers"]]} if "consumers" in e else {})}
+                           for e in doc["entries"]]}
     manifest.write_text(json.dumps(current))  # the current layout, claiming the previous format
     refused = r"\('\w+'\)\.(padding is \"(channel|spatial)\"|desc\.DimensionCount is \d), but"
     with pytest.raises(ManifestError, match=refused):
