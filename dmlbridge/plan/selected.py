@@ -1,7 +1,7 @@
 """The constants a plan covers: a model's constants, the ones its quantized weights derive, and the selection.
 
 Planning (``plan_model``, ``convert_model``) and verification take the same steps in the same order, here: find
-each constant's consumers, describe the quantized nodes (which may derive constants the image needs, appended
+each constant's consumers (with the shapes ONNX shape inference gives, ``dmlbridge.model.shapes``), describe the quantized nodes (which may derive constants the image needs, appended
 after the model's own), then keep what the selection selects (less the sources of described quantized weights
 when ``drop_quantized_sources``).
 
@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.consumers import Consumer, find_consumers
+from dmlbridge.model.shapes import inferred
 from dmlbridge.placement.selection import Selection
 from dmlbridge.quantized.nodes import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.quantized.records import QuantizedSpec
@@ -44,6 +45,15 @@ class SelectedConstants(NamedTuple):
     derived: list[ModelConstant]
 
 
+_SIZED = frozenset({"broadcast", "rank", "axis"})  # the layouts whose facts come from the shapes between nodes
+
+
+def _lacks_shapes(consumers: dict[str, tuple[Consumer, ...]]) -> bool:
+    """Whether a consumer's layout lacks a fact the model's declared shapes did not give (shape inference may)."""
+    return any(c.layout in _SIZED and c.dims is None and c.output_sizes is None
+               for read_by in consumers.values() for c in read_by)
+
+
 def select_constants(
     proto: Any, found: list[ModelConstant], target: Target, selection: Selection,
     with_tensor: Callable[[int], ModelConstant] | None = None,
@@ -52,6 +62,9 @@ def select_constants(
     scan's way to read a found constant's tensor, for the quantized nodes' derived constants)."""
     nodes: dict[str, Any] = {}
     consumers = find_consumers(proto, found, nodes, QUANTIZED_NODES)  # (the selection reads none)
+    if _lacks_shapes(consumers):  # (found again in a copy of the graphs that shape inference gave more shapes)
+        nodes.clear()
+        consumers = find_consumers(inferred(proto), found, nodes, QUANTIZED_NODES)
     specs, derived = find_quantized(found, consumers, nodes, target, with_tensor)
     constants = [*found, *derived] if derived else found
     if selection.everything:

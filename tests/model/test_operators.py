@@ -1,0 +1,200 @@
+"""The operator table and what it gives each consumer: where ONNX Runtime's DirectML provider reads each input, the
+DirectML operator that binds it, and each consumer's own desc over the entry's bytes, worked out here by hand from
+DirectML's rules (docs/directml-facts.md, "The operator table"): an element-wise operand at the output's sizes with
+strides of 0, Gather's indices and a normalization's scale with leading 1s, a per-axis scale on its axis, every RNN
+input at 4 dimensions (sequence_lens as UINT32, none flagged OWNED_BY_DML); the inputs read on the CPU bind nothing;
+shapes the model does not declare come from ONNX shape inference; the manifest gives it all back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dmlbridge
+from dmlbridge import InvalidArgumentError, LayoutError
+from dmlbridge.model.operators import OPERATORS, input_rule, operator_rule
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def _model(nodes: list[Any], inputs: dict[str, tuple[int, list[Any] | None]], constants: dict[str, np.ndarray],
+           opset: int = 17, domains: tuple[str, ...] = ()) -> onnx.ModelProto:
+    outputs = [helper.make_tensor_value_info(out, F32, None) for node in nodes for out in node.output]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+                              outputs, [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    opsets = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, 1) for d in domains)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def test_the_table_follows_the_opset_of_the_nodes_domain() -> None:
+    assert input_rule("", "Clip", 6, 1) is None  # (Clip 6 takes min and max as attributes)
+    assert input_rule("", "Clip", 11, 1).reads_on == "cpu"  # type: ignore[union-attr]
+    assert input_rule("", "Squeeze", 11, 1) is None and input_rule("", "Squeeze", 13, 1).reads_on == "cpu"  # type: ignore[union-attr]
+    assert input_rule("ai.onnx", "Resize", 10, 1).reads_on == "cpu"  # type: ignore[union-attr]
+    assert input_rule("", "Resize", 11, 3).reads_on == "cpu"  # type: ignore[union-attr]
+    assert operator_rule("", "Add", 6) is None and operator_rule("", "Add", 14) is operator_rule("", "Add", 7)
+    assert all(key[1] and key[2] >= 1 for key in OPERATORS)
+
+
+def test_inputs_read_on_the_cpu_bind_nothing(tmp_path: Path) -> None:
+    """A Reshape's shape, a Slice's starts and ends, a Clip's min and max (opset 13): "cpu", no desc, and binding
+    one is refused naming plan.array; an Identity's input and a Shape's: "none"."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("Slice", ["r", "starts", "ends"], ["s"], name="slice"),
+             helper.make_node("Clip", ["s", "lo", "hi"], ["c"], name="clip"),
+             helper.make_node("Identity", ["w"], ["i"], name="id"),
+             helper.make_node("Shape", ["w"], ["sh"], name="shape_of")]
+    constants = {"shape": np.array([3, 2], np.int64), "starts": np.array([0], np.int64),
+                 "ends": np.array([2**63 - 1], np.int64), "lo": np.array(0, np.float32),
+                 "hi": np.array(6, np.float32), "w": np.ones(4, np.float32)}
+    model = _model(nodes, {"x": (F32, [2, 3])}, constants, opset=13)
+    plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False)
+    for key in ("shape", "starts", "ends", "lo", "hi"):
+        entry = plan.entries[key]
+        assert entry.reads_on == "cpu", key
+        (consumer,) = entry.consumers
+        assert (consumer.reads_on, consumer.dml_operator, consumer.desc(), consumer.sizes) == ("cpu", None, None, None)
+        with pytest.raises(InvalidArgumentError, match=rf"plan\.array\('{key}'\)"):
+            consumer.as_ctypes()
+    assert plan.entries["w"].reads_on == "none"
+    assert [c.reads_on for c in plan.entries["w"].consumers] == ["none", "none"]
+    loaded = dmlbridge.load_plan(tmp_path / "w.json")
+    assert loaded == plan and loaded.entries["ends"].reads_on == "cpu"
+    assert loaded.entries["ends"].consumers == plan.entries["ends"].consumers
+
+
+def test_an_element_wise_constant_gets_the_output_sizes_shape_inference_gives() -> None:
+    """No value between the nodes is declared: onnx's shape inference gives the Add's output [2, 4, 3, 3] from the
+    Conv's rule; the bias [4, 1, 1] is bound there with strides of 0, 36 bytes of its own 16."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv"),
+             helper.make_node("Add", ["y", "b"], ["z"], name="add")]
+    model = _model(nodes, {"x": (F32, [2, 3, 5, 5])},
+                   {"w": np.ones((4, 3, 3, 3), np.float32), "b": np.arange(4, dtype=np.float32).reshape(4, 1, 1)})
+    assert not model.graph.value_info
+    entry = dmlbridge.plan_model(model).entries["b"]
+    (add,) = entry.consumers
+    assert (add.dml_operator, add.layout, add.output_sizes) == ("ELEMENT_WISE_ADD", "broadcast", (2, 4, 3, 3))
+    assert (add.sizes, add.strides, add.desc()["TotalTensorSizeInBytes"]) == ((2, 4, 3, 3), (0, 1, 0, 0), 16)
+    assert (entry.padding, entry.sizes, entry.strides) == ("broadcast", (2, 4, 3, 3), (0, 1, 0, 0))
+    four = dmlbridge.plan_model(model, min_dims=5).entries["b"].consumers[0]
+    assert (four.sizes, four.strides) == ((1, 2, 4, 3, 3), (4, 0, 1, 0, 0))  # (a new leading dimension: the span)
+
+
+def test_sizes_no_one_gives_are_a_note_and_a_refusal_to_bind() -> None:
+    """The batch is free and nothing fixes it: the Mul's constant keeps its ONNX layout, says what to do, and its
+    consumer's desc refuses to be bound as if it were the output's."""
+    model = _model([helper.make_node("Mul", ["x", "k"], ["y"], name="mul")], {"x": (F32, ["batch", 3])},
+                   {"k": np.ones(3, np.float32)})
+    entry = dmlbridge.plan_model(model).entries["k"]
+    (mul,) = entry.consumers
+    assert mul.output_sizes is None and mul.sizes == (3,) and "broadcast it at run time" in (mul.layout_note or "")
+    assert entry.padding == "leading" and entry.layout_note == mul.layout_note
+    with pytest.raises(LayoutError, match="ELEMENT_WISE_MULTIPLY wants it at the output's sizes"):
+        mul.as_ctypes()
+
+
+def test_one_constant_read_by_two_operators_binds_at_each_ones_desc() -> None:
+    nodes = [helper.make_node("Mul", ["p", "k"], ["p2"], name="mul"),
+             helper.make_node("Add", ["q", "k"], ["q2"], name="add")]
+    model = _model(nodes, {"p": (F32, [3, 2]), "q": (F32, [2, 2, 2])}, {"k": np.array([2, 3], np.float32)})
+    entry = dmlbridge.plan_model(model).entries["k"]
+    mul, add = entry.consumers
+    assert (mul.sizes, mul.strides, add.sizes, add.strides) == ((3, 2), (0, 1), (2, 2, 2), (0, 0, 1))
+    assert entry.padding == "mixed" and (entry.sizes, entry.strides) == ((2,), None)
+    assert "bind each consumer's own desc" in (entry.layout_note or "")
+    for consumer in (mul, add):  # (the same bytes, offset, type and size: only Sizes and Strides differ)
+        desc = consumer.as_ctypes()
+        assert (desc.DataType, desc.TotalTensorSizeInBytes, desc.DimensionCount) == \
+            (1, 8, len(consumer.sizes or ()))
+
+
+def test_gather_indices_and_a_normalizations_scale_get_leading_ones() -> None:
+    nodes = [helper.make_node("Gather", ["data", "idx"], ["g"], name="gather", axis=1),
+             helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["n"], name="ln", axis=-1)]
+    model = _model(nodes, {"data": (F32, [5, 3, 4]), "x": (F32, [2, 3, 8])},
+                   {"idx": np.array([2, 0, 1], np.int64), "scale": np.ones(8, np.float32),
+                    "bias": np.zeros(8, np.float32)})
+    plan = dmlbridge.plan_model(model)
+    (gather,) = plan.entries["idx"].consumers
+    assert (gather.dml_operator, gather.dims, gather.sizes) == ("GATHER", 3, (1, 1, 3))
+    for key in ("scale", "bias"):
+        (ln,) = plan.entries[key].consumers
+        assert (ln.dml_operator, ln.dims, ln.sizes, ln.strides) == ("MEAN_VARIANCE_NORMALIZATION1", 3, (1, 1, 8), None)
+
+
+def test_a_per_axis_scale_lies_on_its_axis() -> None:
+    node = helper.make_node("DequantizeLinear", ["x", "scale", "zero"], ["y"], name="dq", axis=0)
+    model = _model([node], {"x": (TensorProto.INT8, [4, 6])},
+                   {"scale": np.ones(4, np.float32), "zero": np.zeros(4, np.int8)}, opset=13)
+    plan = dmlbridge.plan_model(model)
+    for key in ("scale", "zero"):
+        (dq,) = plan.entries[key].consumers
+        assert (dq.dml_operator, dq.axis, dq.sizes, dq.strides) == ("ELEMENT_WISE_DEQUANTIZE_LINEAR", 0, (4, 6), (1, 0))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_every_input_of_a_recurrent_network_is_four_dimensional(op: str, tmp_path: Path) -> None:
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    dirs, hidden, size, batch = 2, 5, 4, 3
+    constants = {"w": np.ones((dirs, gates * hidden, size), np.float32),
+                 "r": np.ones((dirs, gates * hidden, hidden), np.float32),
+                 "b": np.ones((dirs, 2 * gates * hidden), np.float32), "lengths": np.full(batch, 2, np.int32),
+                 "h0": np.zeros((dirs, batch, hidden), np.float32)}
+    node = helper.make_node(op, ["x", "w", "r", "b", "lengths", "h0"], ["y"], name="rnn", hidden_size=hidden,
+                            direction="bidirectional")
+    plan = dmlbridge.convert_model(_model([node], {"x": (F32, [2, batch, size])}, constants), tmp_path / "w",
+                                   flags="owned-by-dml", progress=False)
+    sizes = {key: plan.entries[key].consumers[0].sizes for key in constants}
+    assert sizes == {"w": (1, dirs, gates * hidden, size), "r": (1, dirs, gates * hidden, hidden),
+                     "b": (1, 1, dirs, 2 * gates * hidden), "lengths": (1, 1, 1, batch), "h0": (1, dirs, batch, hidden)}
+    descs = {key: plan.entries[key].consumers[0].desc() for key in constants}
+    assert descs["lengths"]["DataType"] == dmlbridge.DmlDataType.UINT32 == 3  # (bound unsigned; stored INT32)
+    assert plan.entries["lengths"].dml_type == dmlbridge.DmlDataType.INT32
+    assert {desc["Flags"] for desc in descs.values()} == {0} and plan.entries["w"].flags == 1
+
+
+def test_operators_the_provider_does_not_run_or_dmlbridge_does_not_know() -> None:
+    nodes = [helper.make_node("DynamicQuantizeLSTM", ["x", "w"], ["y"], name="dq_lstm", domain="com.microsoft"),
+             helper.make_node("Custom", ["x", "v"], ["z"], name="custom", domain="com.example"),
+             helper.make_node("GatherND", ["u", "nd"], ["t"], name="gather_nd")]
+    model = _model(nodes, {"x": (F32, [1, 2]), "u": (F32, [2, 2])},
+                   {"w": np.ones(4, np.int8), "v": np.ones(2, np.float32), "nd": np.zeros((1, 2), np.int64)},
+                   domains=("com.microsoft", "com.example"))
+    plan = dmlbridge.plan_model(model)
+    assert plan.entries["w"].reads_on == "cpu" and plan.entries["v"].reads_on == "cpu"
+    assert "no kernel" in (plan.entries["v"].consumers[0].note or "")
+    nd = plan.entries["nd"]
+    assert nd.reads_on == "gpu" and "not laid out" in (nd.layout_note or "")
+
+
+def test_a_model_onnx_inference_refuses_still_plans() -> None:
+    """An Add whose constant does not broadcast to its input: onnx's inference fails on the model, and the plan
+    is made all the same, the constant in its ONNX layout with its note."""
+    nodes = [helper.make_node("Add", ["x", "k"], ["y"], name="add"),
+             helper.make_node("Mul", ["y", "m"], ["z"], name="mul")]
+    model = _model(nodes, {"x": (F32, [2, 3])}, {"k": np.ones(4, np.float32), "m": np.ones(3, np.float32)})
+    with pytest.raises(onnx.shape_inference.InferenceError):
+        onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    plan = dmlbridge.plan_model(model)
+    (add,) = plan.entries["k"].consumers
+    assert (add.reads_on, add.output_sizes, add.sizes) == ("gpu", None, (4,))
+    assert "does not declare" in (add.layout_note or "")
+
+
+def test_a_format_7_manifest_gives_back_every_consumer_and_its_desc(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Gather", ["data", "idx"], ["g"], name="gather", axis=0),
+             helper.make_node("Add", ["g", "k"], ["y"], name="add"),
+             helper.make_node("Reshape", ["y", "shape"], ["r"], name="reshape")]
+    model = _model(nodes, {"data": (F32, [5, 4])},
+                   {"idx": np.array([[1, 2]], np.int64), "k": np.ones(4, np.float32), "shape": np.array([-1], np.int64)})
+    plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False)
+    loaded = dmlbridge.load_plan(tmp_path / "w.json")
+    for key in plan.entries:
+        assert loaded.entries[key].consumers == plan.entries[key].consumers, key
+    assert loaded.entries["k"].consumers[0].sizes == (1, 2, 4)
+    loaded.verify(model)
