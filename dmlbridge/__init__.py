@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # (what _HOMES loads at the first use of a name: the type che
     from dmlbridge.manifest.format import MANIFEST_FORMAT_VERSION, BufferFile, manifest_schema
     from dmlbridge.model.consumers import Consumer
     from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, TensorInfo, tensor_info, tensor_to_array
+    from dmlbridge.placement.consumer_descs import PlanConsumer
     from dmlbridge.placement.entries import ConvertedEntry, PlanEntry
     from dmlbridge.placement.options import DEFAULT_MAX_BUFFER_BYTES, max_buffer_bytes_for
     from dmlbridge.placement.selection import CONSTANT_KINDS
@@ -106,6 +107,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "PlanEntry",
     "ConvertedEntry",
     "Consumer",
+    "PlanConsumer",
     "BufferFile",
     "Binding",
     "binding_list",
@@ -145,6 +147,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "dmlbridge.manifest.format": ("MANIFEST_FORMAT_VERSION", "BufferFile", "manifest_schema"),
     "dmlbridge.model.consumers": ("Consumer",),
     "dmlbridge.onnx.tensor_proto": ("DEFAULT_MAX_TENSOR_BYTES", "TensorInfo", "tensor_info", "tensor_to_array"),
+    "dmlbridge.placement.consumer_descs": ("PlanConsumer",),
     "dmlbridge.placement.entries": ("ConvertedEntry", "PlanEntry"),
     "dmlbridge.placement.options": ("DEFAULT_MAX_BUFFER_BYTES", "max_buffer_bytes_for"),
     "dmlbridge.placement.selection": ("CONSTANT_KINDS",),

@@ -209,6 +209,20 @@ class UploadedPlan(_Uploaded):
         part = self._part(key)
         return part.buffer, part.offset, part.buffer_desc
 
+    def buffer_tensor_desc(self, key: Any, *, consumer: int | None = None) -> DML_BUFFER_TENSOR_DESC:
+        """The ``DML_BUFFER_TENSOR_DESC`` ``key`` is bound with; ``consumer``: the index of one of the entry's
+        consumers (``plan.entries[key].consumers``), whose own desc (its operator's Sizes and Strides over the same
+        bytes) is given instead (InvalidArgumentError for one read on the CPU, LayoutError where its sizes are
+        not known: see ``PlanConsumer.as_ctypes``)."""
+        if consumer is None:
+            return super().buffer_tensor_desc(key)
+        self._where(key)
+        consumers = self.plan.entries[key].consumers
+        if isinstance(consumer, bool) or not isinstance(consumer, int) or not 0 <= consumer < len(consumers):
+            raise InvalidArgumentError(f"consumer is the index of one of entry {key!r}'s {len(consumers)} consumers; "
+                                       f"got {consumer!r}")
+        return consumers[consumer].as_ctypes()
+
     def _part(self, key: Any) -> QuantizedPart:
         if not (isinstance(key, tuple) and len(key) == 3 and all(isinstance(k, str) for k in key)):
             raise InvalidArgumentError(f"a key is an entry's key (a str) or a quantized part as (record, form, role), "

@@ -1,29 +1,33 @@
-"""The layout a constant's consumers want: the sizes and strides its desc gives its bytes.
+"""The layout a constant's consumers want: the sizes and strides each consumer's desc gives its bytes, and the one
+the entry's own desc gives them.
 
-A constant's bytes are its ONNX values in C order, whatever its layout; only its desc's Sizes and Strides change
+A constant's bytes are its ONNX values in C order, whatever its layout; only a desc's Sizes and Strides change
 (``TotalTensorSizeInBytes`` with them: never). By default the sizes are the ONNX shape with leading 1s up to
-``min_dims`` (*leading*). Some DirectML operators want an input in a layout of their node's
-(docs/directml-facts.md), so a consumer that is such an input (``consumers.LAYOUT_INPUTS``) *wants* a layout:
+``min_dims`` (*leading*). Some DirectML operators want an input in a layout of their node's (the operator table,
+``dmlbridge.model.operators``; docs/directml-facts.md), so a consumer of such an input *wants* a layout:
 
 - *channel*: a 1-D per-channel constant on axis 1, ``[1, C, 1, ...]`` of its node's dimension count (a
   convolution's bias, a normalization's scale, bias, mean and variance);
 - *spatial*: a convolution's weight at the convolution's dimension count, 1s inserted before its spatial axes
   (a 1-D convolution's ``[M, C/g, k]`` is ``[M, C/g, 1, k]``, run as a 2-D one);
-- *rank*: leading 1s up to the node's dimension count (a Gather's data beside indices of more than one
-  dimension; a MatMul's B where the model gives the output's rank but not its batch sizes);
+- *rank*: leading 1s up to the node's dimension count (a Gather's data and indices; a normalization's scale and
+  bias; a MatMul's B where the model gives the output's rank but not its batch sizes);
 - *broadcast*: the sizes the node's output gives, with strides of 0 where the constant's dimension is 1 or
-  missing (a Gemm's C at the output's ``[M, N]``, a MatMul's B at the output's batch sizes).
+  missing (an element-wise operand, a Gemm's C at the output's ``[M, N]``, a MatMul's B at the batch sizes);
+- *axis*: a (de)quantization's per-axis scale or zero point at its input's sizes, stride 1 on its axis only;
+- *rnn*: exactly 4 dimensions, leading 1s (every input of LSTM, GRU and RNN).
 
-Each at least ``min_dims`` dimensions. A consumer wants nothing where its layout is the leading one. A constant
-whose consumers want one layout gets it; one whose consumers want different ones (one wanting nothing counts)
-keeps the leading layout, *mixed*. Where a consumer would want a layout the model does not declare enough for
-(a Gemm whose M is not declared, say), the entry keeps what it has and its ``note`` says why and what to do at run
-time. Manifests before format 6 followed an older rule (:func:`padding_of`): ``version`` applies it.
+Each but *rnn* at least ``min_dims`` dimensions. A consumer wants nothing where its layout is the leading one
+(:func:`consumer_view` gives each its own). An entry whose consumers that bind it want one layout gets it; one
+whose consumers want different ones keeps the leading layout, *mixed* (each consumer still has its own desc).
+Where a consumer would want a layout the model does not declare enough for (a Gemm whose M is not declared, say),
+it keeps what it has and its ``note`` says why and what to do at run time. Manifests before format 7 followed
+older rules: ``version`` applies them (before format 6, :func:`padding_of`).
 
     >>> from dmlbridge.model.consumers import Consumer
-    >>> choose_layout((8,), (Consumer("conv", "Conv", 2, 4),), 1)
+    >>> choose_layout((8,), (Consumer("conv", "Conv", 2, 4, None, "gpu", "CONVOLUTION", "channel"),), 1)
     ConsumerLayout(padding='channel', sizes=(1, 8, 1, 1), strides=None, note=None)
-    >>> choose_layout((4,), (Consumer("fc", "Gemm", 2, None, (3, 4)),), 1)
+    >>> choose_layout((4,), (Consumer("fc", "Gemm", 2, None, (3, 4), "gpu", "GEMM", "broadcast"),), 1)
     ConsumerLayout(padding='broadcast', sizes=(3, 4), strides=(0, 1), note=None)
 """
 
@@ -83,7 +87,7 @@ class ConsumerLayout(NamedTuple):
 
     Example:
         >>> from dmlbridge.model.consumers import Consumer
-        >>> choose_layout((5, 3), (Consumer("emb", "Gather", 0, 3),), 1).sizes
+        >>> choose_layout((5, 3), (Consumer("emb", "Gather", 0, 3, None, "gpu", "GATHER", "rank"),), 1).sizes
         (1, 5, 3)
     """
 

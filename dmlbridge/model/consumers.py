@@ -30,7 +30,7 @@ consumer's desc. Manifests before format 7 recorded only the facts of format 6's
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from dmlbridge.model.constants import ModelConstant, find_constants
 from dmlbridge.model.operators import (

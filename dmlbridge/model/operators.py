@@ -46,8 +46,17 @@ from collections.abc import Iterable
 from typing import Literal, NamedTuple
 
 __all__ = [
-    "CONSUMER_LAYOUTS_VERSION", "ORT_VERSION", "OPERATORS", "PER_OPERATOR_VERSION", "InputRule", "Layout",
-    "OperatorRule", "ReadsOn", "input_rule", "layouts_of", "operator_rule",
+    "CONSUMER_LAYOUTS_VERSION",
+    "OPERATORS",
+    "ORT_VERSION",
+    "PER_OPERATOR_VERSION",
+    "InputRule",
+    "Layout",
+    "OperatorRule",
+    "ReadsOn",
+    "input_rule",
+    "layouts_of",
+    "operator_rule",
 ]
 
 ORT_VERSION = "1.24.4"
@@ -67,11 +76,12 @@ Layout = Literal["leading", "channel", "spatial", "rank", "broadcast", "axis", "
 class InputRule(NamedTuple):
     """How one input of an operator is read: ``reads_on`` (see the module docstring), the DirectML operator that
     binds it and the ``layout`` its desc wants, ``unsigned``: bound as the unsigned type of its width (ONNX
-    Runtime's ``ForceUnsignedDataType``: an RNN's sequence_lens), and the manifest format that first laid it out.
+    Runtime's ``ForceUnsignedDataType``: an RNN's sequence_lens), the manifest format that first laid it out, and
+    ``takes_owned``: whether the operator takes it flagged DML_TENSOR_FLAG_OWNED_BY_DML.
 
     Example:
         >>> input_rule("", "LSTM", 14, 4)
-        InputRule(reads_on='gpu', dml_operator='LSTM', layout='rnn', unsigned=True, since_format=7, takes_owned=True)
+        InputRule(reads_on='gpu', dml_operator='LSTM', layout='rnn', unsigned=True, since_format=7, takes_owned=False)
     """
 
     reads_on: ReadsOn
@@ -266,16 +276,17 @@ def layouts_of(op_type: str, index: int) -> frozenset[Layout | None] | None:
     (None for one it binds as it is; the whole result None: an operator the table does not know), for a manifest
     reader to check a recorded layout against.
 
-        >>> sorted(layouts_of("Conv", 2)), layouts_of("Custom:Op", 0)
-        (['channel'], None)
+        >>> layouts_of("Conv", 2) == {None, "channel"}, layouts_of("Custom:Op", 0)
+        (True, None)
     """
     domain, _, op = op_type.rpartition(":")
     rows = _BY_OPERATOR.get((domain, op))
     if not rows:
         return None
     rules = [rule.inputs.get(index, rule.others) for _, rule in rows]
-    return frozenset(None if rule.layout in ("leading", "unknown") else rule.layout
-                     for rule in rules if rule is not None and rule.reads_on == "gpu")
+    # (None always: an opset before the table's first row for the operator binds it in its ONNX layout)
+    return frozenset({None} | {None if rule.layout in ("leading", "unknown") else rule.layout
+                               for rule in rules if rule is not None and rule.reads_on == "gpu"})
 
 
 def input_rule(domain: str, op_type: str, opset: int | None, index: int) -> InputRule | None:

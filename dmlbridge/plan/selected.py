@@ -1,7 +1,8 @@
 """The constants a plan covers: a model's constants, the ones its quantized weights derive, and the selection.
 
 Planning (``plan_model``, ``convert_model``) and verification take the same steps in the same order, here: find
-each constant's consumers (with the shapes ONNX shape inference gives, ``dmlbridge.model.shapes``), describe the quantized nodes (which may derive constants the image needs, appended
+each constant's consumers (with the shapes ONNX shape inference gives, ``dmlbridge.model.shapes``), describe the
+quantized nodes (which may derive constants the image needs, appended
 after the model's own), then keep what the selection selects (less the sources of described quantized weights
 when ``drop_quantized_sources``).
 

@@ -53,8 +53,18 @@ from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType
 from dmlbridge.types.target import Target
 
 __all__ = [
-    "part_keys","QUANTIZED_OPS", "DequantizeOperator", "Granularity", "PartSpec", "QuantizedPart", "QuantizedSpec",
-           "QuantizedWeight", "check_zero_scales", "dequantize_operator", "quantized_views"]
+    "QUANTIZED_OPS",
+    "DequantizeOperator",
+    "Granularity",
+    "PartSpec",
+    "QuantizedPart",
+    "QuantizedSpec",
+    "QuantizedWeight",
+    "check_zero_scales",
+    "dequantize_operator",
+    "part_keys",
+    "quantized_views",
+]
 
 Granularity = Literal["tensor", "axis", "block"]
 QUANTIZED_OPS = {

@@ -90,6 +90,11 @@ def test_where_and_prelu_take_their_constants_at_the_output_sizes(device: dmlbri
     with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
         want = run.expected["y"]
         assert run.plan.entries["slope"].consumers[0].strides == (0, 1, 0)
+        desc = run.uploaded.buffer_tensor_desc("slope", consumer=0)  # (the upload gives each consumer's desc too)
+        assert (list(desc.Sizes[: desc.DimensionCount]), list(desc.Strides[: desc.DimensionCount])) == \
+            ([2, 3, 4], [0, 1, 0])
+        with pytest.raises(dmlbridge.InvalidArgumentError, match="consumer is the index"):
+            run.uploaded.buffer_tensor_desc("slope", consumer=1)
         results = []
         for at in (None, "pad"):
             run.reset()

@@ -191,7 +191,8 @@ def test_a_format_7_manifest_gives_back_every_consumer_and_its_desc(tmp_path: Pa
              helper.make_node("Add", ["g", "k"], ["y"], name="add"),
              helper.make_node("Reshape", ["y", "shape"], ["r"], name="reshape")]
     model = _model(nodes, {"data": (F32, [5, 4])},
-                   {"idx": np.array([[1, 2]], np.int64), "k": np.ones(4, np.float32), "shape": np.array([-1], np.int64)})
+                   {"idx": np.array([[1, 2]], np.int64), "k": np.ones(4, np.float32),
+                    "shape": np.array([-1], np.int64)})
     plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False)
     loaded = dmlbridge.load_plan(tmp_path / "w.json")
     for key in plan.entries:

@@ -229,8 +229,8 @@ def test_every_table_of_the_manifest_spec_is_the_schemas() -> None:
     """Each table of docs/manifest.md lists exactly the fields the schema has for it, of the current version,
     and marks required exactly the ones the schema requires."""
     top = _fields(_schema_def(f"version{dmlbridge.MANIFEST_FORMAT_VERSION}"))
-    entry = _fields(_schema_def("entryV6"))
-    consumers = _items(_schema_def("entryV6Fields"), "consumers")
+    entry = _fields(_schema_def("entryV7"))
+    consumers = _items(_schema_def("entryV7Fields"), "consumers")
     tables = {
         "The top level": top,
         "`source`": _fields(_schema_def("sourceV2")),
@@ -246,8 +246,8 @@ def test_every_table_of_the_manifest_spec_is_the_schemas() -> None:
     for heading, (every, required) in tables.items():
         assert _spec_table(heading) == (every, required), heading
     assert len(re.findall(r"^### ", MANIFEST_SPEC, re.M)) == len(tables)  # no table the test does not check
-    assert _schema_def("version6")["properties"]["entries"]["items"] == {"$ref": "#/$defs/entryV6"}  # type: ignore[index]
-    assert _schema_def("version6")["properties"]["selection"] == {"$ref": "#/$defs/selectionV4"}  # type: ignore[index]
+    assert _schema_def("version7")["properties"]["entries"]["items"] == {"$ref": "#/$defs/entryV7"}  # type: ignore[index]
+    assert _schema_def("version7")["properties"]["selection"] == {"$ref": "#/$defs/selectionV4"}  # type: ignore[index]
 
 
 def test_the_manifest_specs_example_is_a_manifest_the_reader_accepts() -> None:
