@@ -7,6 +7,7 @@ shapes the model does not declare come from ONNX shape inference; the manifest g
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,22 @@ def test_a_format_7_manifest_gives_back_every_consumer_and_its_desc(tmp_path: Pa
         assert loaded.entries[key].consumers == plan.entries[key].consumers, key
     assert loaded.entries["k"].consumers[0].sizes == (1, 2, 4)
     loaded.verify(model)
+
+
+def test_a_real_models_constants_are_told_apart_by_where_they_are_read() -> None:
+    """The CRNN the test extra's captcha-whisperer ships (24 Conv, 80 Gemm, LSTM gates as Add and Mul): every
+    constant only Unsqueeze, Split, Slice, Reshape or ConstantOfShape reads (axes, splits, starts, shapes) is read
+    on the CPU, and only those; the Gemm, Conv and Gather inputs are bound."""
+    spec = importlib.util.find_spec("captcha_whisperer")  # (without importing it: only its model file is read)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("captcha-whisperer (the test extra's real model) is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "models" / "captcha_crnn.onnx"
+    plan = dmlbridge.plan_model(path)
+    on_cpu = {"Unsqueeze", "Split", "Slice", "Reshape", "ConstantOfShape"}
+    for key, entry in plan.entries.items():
+        places = {c.op_type: c.reads_on for c in entry.consumers}
+        assert (entry.reads_on == "cpu") == (bool(places) and set(places) <= on_cpu), (key, places)
+        for op, place in places.items():
+            assert place == ("cpu" if op in on_cpu else "none" if op == "Identity" else "gpu"), (key, op)
+    counts = {place: sum(e.reads_on == place for e in plan.entries.values()) for place in ("gpu", "cpu", "none")}
+    assert counts == {"gpu": 107, "cpu": 93, "none": 0}
