@@ -24,6 +24,8 @@ _FLAGS = [
      lambda m: f"--{m.group(1).replace('_', '-')}"),
     (re.compile(r"^(alignment|include|exclude|kinds) (must|names|holds)"), lambda m: f"--{m.group(1)} {m.group(2)}"),
     (re.compile(r"(?<![\w-])min_bytes\b"), lambda m: "--min-bytes"),
+    (re.compile(r"(?<![\w-])input_shapes\b"), lambda m: "--input-shape"),
+    (re.compile(r"(?<![\w-])dim_params\b"), lambda m: "--dim-param"),
     (re.compile(r"\(None: (\d+)\)"), lambda m: f"(the default: {m.group(1)})"),
     (re.compile(r"(?<![\w-])out_prefix\b"), lambda m: "-o/--output"),
     (re.compile(r"(?<![\w-])bin_path="), lambda m: "a format-1 manifest's .bin (the Python API's bin_path=)"),

@@ -70,6 +70,13 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help="split the image into buffer files of at most BYTES, never splitting a tensor (a "
                         "multiple of --alignment, at most 0xFFFF0000; default 2GiB, what Direct3D 12 guarantees on a "
                         "GPU with 8GiB or more: a quarter of the VRAM, at least 128MiB, on smaller ones)")
+    sizes = parser.add_argument_group("free sizes (the manifest records them)")
+    sizes.add_argument("--input-shape", action="append", type=_input_shape, metavar="NAME=D1,D2,...",
+                       help="a graph input's whole shape, for the sizes the model leaves free (repeatable; e.g. "
+                       "x=1,3,224,224): they decide the descs of constants an element-wise node reads")
+    sizes.add_argument("--dim-param", action="append", type=_dim_param, metavar="NAME=N",
+                       help="the size of a dim_param wherever the model's graph inputs, outputs and value_info name "
+                       "it (repeatable; e.g. batch=1)")
     choose = parser.add_argument_group("choosing constants (the manifest records the choice)")
     choose.add_argument("--include", action="append", metavar="GLOB",
                         help="only constants whose key matches GLOB (repeatable; shell-style, e.g. 'layers.*')")
@@ -82,6 +89,25 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     choose.add_argument("--drop-quantized-sources", action="store_true",
                         help="leave out quantized weights' packed bytes when derived entries carry their values "
                         "(e.g. 4-bit weights made 8-bit below feature level 6.3)")
+
+
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, equals, sizes = text.partition("=")
+    try:
+        shape = tuple(int(size) for size in sizes.split(","))
+    except ValueError:
+        shape = ()
+    if not name or not equals or not shape:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=D1,D2,... (a graph input and its sizes, e.g. "
+                                         "x=1,3,224,224)")
+    return name, shape
+
+
+def _dim_param(text: str) -> tuple[str, int]:
+    name, equals, size = text.partition("=")
+    if not name or not equals or not size.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=N (a dim_param and its size, e.g. batch=1)")
+    return name, int(size)
 
 
 # --flags: the DML_TENSOR_FLAGS value of each choice

@@ -48,7 +48,8 @@ from dmlbridge.manifest.sections import (
     sha256_field,
     target_from_json,
 )
-from dmlbridge.model.consumers import Consumer
+from dmlbridge.model.consumers import PER_OPERATOR_VERSION, Consumer
+from dmlbridge.model.shapes import NO_SHAPES, GivenShapes
 from dmlbridge.placement.entries import PlanEntries, PlanEntry
 from dmlbridge.placement.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
@@ -111,6 +112,9 @@ class Manifest:
     """The largest buffer file the conversion could write (format 4; None before: one buffer of any size)."""
     quantized_records: dict[str, QuantizedWeight] = field(default_factory=dict)
     """The quantized weights, by node key (format 4; none before); ``UploadPlan.quantized`` gives them."""
+    shapes: GivenShapes = NO_SHAPES
+    """The sizes the conversion was given for the model's free dimensions (``input_shapes``, ``dim_params``;
+    format 7: none before)."""
 
     @property
     def bin_sha256(self) -> str | None:
@@ -150,6 +154,8 @@ def _head(manifest: Manifest) -> dict[str, Any]:
         ],
         "selection": manifest.selection.describe(),
         "quantized": [record.to_json() for record in manifest.quantized_records.values()],
+        # (Left out when none were given: the manifests of models with no free sizes stay as they were.)
+        **({} if manifest.shapes == NO_SHAPES else {"shapes": manifest.shapes.to_json()}),
     }
 
 
@@ -377,7 +383,8 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
         top = Fields(document, where, ("format", "format_version", "dmlbridge_version", "conversion_id", "source",
                                          "target", "alignment", "min_dims", "total_size", "buffers", "entries")
                       + (("selection",) if version >= 3 else ())
-                      + (("max_buffer_bytes", "quantized") if version >= 4 else ()))
+                      + (("max_buffer_bytes", "quantized") if version >= 4 else ()),
+                      ("shapes",) if version >= PER_OPERATOR_VERSION else ())
     if top.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
     dmlbridge_version = top.string("dmlbridge_version")
@@ -415,6 +422,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
                                      max_buffer_bytes)
     selection = (EVERY_CONSTANT if version < 3 else
                  selection_from_json(top.get("selection"), top.at("selection"), version))
+    shapes = NO_SHAPES if "shapes" not in top.value else _shapes_from_json(top.get("shapes"), top.at("shapes"))
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
         raise ManifestError(f"{top.at('entries')} must be an array, got {kind_of(raw_entries)}")
@@ -434,7 +442,16 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
         entries[key] = replace(entries[key], record_part=True)
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
-                    selection, max_buffer_bytes, quantized)
+                    selection, max_buffer_bytes, quantized, shapes)
+
+
+def _shapes_from_json(value: Any, where: str) -> GivenShapes:
+    """A format-7 manifest's ``shapes``: the sizes the conversion was given, as ``GivenShapes.check`` takes them."""
+    fields = Fields(value, where, ("input_shapes", "dim_params"))
+    try:
+        return GivenShapes.check(fields.get("input_shapes"), fields.get("dim_params"))
+    except InvalidArgumentError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
 
 
 def read_manifest_file(path: str, limit: int) -> bytes:

@@ -10,6 +10,11 @@ and external data is never read. So its memory grows with the model's nodes, not
 non-strictly: where onnx's inference refuses a node (or the whole model), the shapes it could not give are simply
 not there, and the consumers keep their notes; that is never an error.
 
+Sizes the model leaves free (a batch, a sequence length) the caller may give (:class:`GivenShapes`), as ONNX
+Runtime's free-dimension overrides do: a graph input's whole shape (``input_shapes``), or every dimension of a
+``dim_param`` name (``dim_params``). They are set on the copy's graph inputs before inference; a name that is no
+graph input or dim_param, or a size that contradicts one the model declares, is an error naming it.
+
     >>> import numpy as np
     >>> from onnx import helper, numpy_helper
     >>> x = helper.make_tensor_value_info("x", 1, [2, 3])
@@ -23,12 +28,70 @@ not there, and the consumers keep their notes; that is never an error.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
-__all__ = ["PROPAGATED_ELEMENTS", "inferred"]
+from dmlbridge.errors import InvalidArgumentError
+
+__all__ = ["NO_SHAPES", "PROPAGATED_ELEMENTS", "GivenShapes", "inferred"]
+
+_MOST_SIZE = 2**32 - 1  # a DirectML size's most
+_MOST_NAMES = 1 << 12  # (the most graph inputs or dim_params given: far more than any model has)
+
+
+class GivenShapes(NamedTuple):
+    """Sizes the caller gives a model's free dimensions: ``input_shapes``, (graph input, its whole shape) pairs,
+    and ``dim_params``, (dim_param name, its size) pairs, each sorted by name.
+
+    Example:
+        >>> GivenShapes.check({"x": (1, 3, 224, 224)}, {"batch": 1}).to_json()
+        {'input_shapes': {'x': [1, 3, 224, 224]}, 'dim_params': {'batch': 1}}
+    """
+
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    dim_params: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def check(cls, input_shapes: Any = None, dim_params: Any = None) -> GivenShapes:
+        """The shapes, each checked (InvalidArgumentError names the keyword): a mapping of graph input names to
+        sequences of sizes 1 to 2^32 - 1, and one of dim_param names to such a size; None: none."""
+        shapes = []
+        for name, value in _named("input_shapes", input_shapes):
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) > 64:
+                raise InvalidArgumentError(f"input_shapes[{name!r}] must be a sequence of sizes, got {value!r}")
+            shapes.append((name, tuple(_size(f"input_shapes[{name!r}]", size) for size in value)))
+        params = [(name, _size(f"dim_params[{name!r}]", value)) for name, value in _named("dim_params", dim_params)]
+        return cls(tuple(sorted(shapes)), tuple(sorted(params)))
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest form: ``input_shapes`` and ``dim_params`` as objects."""
+        return {"input_shapes": {name: list(sizes) for name, sizes in self.input_shapes},
+                "dim_params": dict(self.dim_params)}
+
+
+NO_SHAPES = GivenShapes()
+"""No size given: the model's own shapes, and what inference gives."""
+
+
+def _named(keyword: str, value: Any) -> list[tuple[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, Mapping) or len(value) > _MOST_NAMES:
+        raise InvalidArgumentError(f"{keyword} must be a mapping of names to sizes (a dict), got "
+                                   f"{type(value).__name__}")
+    for name in value:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"{keyword} must be keyed by non-empty names (str), got {name!r}")
+    return list(value.items())
+
+
+def _size(where: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MOST_SIZE:
+        raise InvalidArgumentError(f"{where} must be sizes from 1 to 2^32 - 1 (whole numbers), got {value!r}")
+    return value
 
 PROPAGATED_ELEMENTS = 64
 """The most elements of an integer constant whose values the copy keeps (a shape, axes, pads: what data
@@ -37,15 +100,18 @@ propagation reads); a larger constant keeps its type and dims only."""
 _INTEGERS = frozenset({TensorProto.INT64, TensorProto.INT32})
 
 
-def inferred(model: ModelProto) -> ModelProto:
+def inferred(model: ModelProto, given: GivenShapes = NO_SHAPES) -> ModelProto:
     """A copy of ``model``'s graphs, functions and opsets without its constants' data (see the module docstring),
-    with the shapes ONNX shape inference gives added to each graph's value_info; the copy without them where onnx
-    refuses the model."""
+    ``given``'s sizes set on its graph inputs, with the shapes ONNX shape inference gives added to each graph's
+    value_info; the copy without them where onnx refuses the model. InvalidArgumentError where ``given`` names no
+    graph input or dim_param, or contradicts the model."""
     copy = ModelProto()
     copy.ir_version = model.ir_version
     copy.opset_import.extend(model.opset_import)
     copy.functions.extend(model.functions)  # (functions hold no initializers; their Constant nodes are small)
     copy.graph.CopyFrom(_stripped(model.graph))
+    if given != NO_SHAPES:
+        _give(copy.graph, given)
     try:
         return onnx.shape_inference.infer_shapes(copy, check_type=False, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, ValueError):
@@ -116,3 +182,37 @@ def _sparse_header(sparse: Any) -> Any:
     copy.indices.data_type = TensorProto.INT64
     copy.indices.dims.extend([0])
     return copy
+
+
+def _give(graph: GraphProto, given: GivenShapes) -> None:
+    """Set ``given``'s sizes on ``graph``'s inputs (and a dim_param's on its outputs and value_info too)."""
+    inputs = {value.name: value for value in graph.input}
+    for name, sizes in given.input_shapes:
+        value = inputs.get(name)
+        if value is None:
+            shown = ", ".join(repr(n) for n in list(inputs)[:8]) + (", ..." if len(inputs) > 8 else "")
+            raise InvalidArgumentError(f"input_shapes names {name!r}, which is no graph input of the model (its "
+                                       f"inputs: {shown or 'none'})")
+        tensor = value.type.tensor_type
+        if tensor.HasField("shape") and len(tensor.shape.dim) != len(sizes):
+            raise InvalidArgumentError(f"input_shapes gives {name!r} {len(sizes)} dimensions, but the model declares "
+                                       f"{len(tensor.shape.dim)}")
+        declared = list(tensor.shape.dim) if tensor.HasField("shape") else []
+        for k, dim in enumerate(declared):
+            if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != sizes[k]:
+                raise InvalidArgumentError(f"input_shapes gives {name!r} dimension {k} as {sizes[k]}, but the model "
+                                           f"declares {dim.dim_value}")
+        tensor.shape.ClearField("dim")
+        for size in sizes:
+            tensor.shape.dim.add().dim_value = size
+    found: set[str] = set()
+    for values in (graph.input, graph.output, graph.value_info):
+        for value in values:
+            for dim in value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else ():
+                if dim.HasField("dim_param") and dim.dim_param in dict(given.dim_params):
+                    found.add(dim.dim_param)
+                    dim.dim_value = dict(given.dim_params)[dim.dim_param]
+    missing = [name for name, _ in given.dim_params if name not in found]
+    if missing:
+        raise InvalidArgumentError(f"dim_params names {missing[0]!r}, which is no dim_param of the model's graph "
+                                   "inputs, outputs or value_info")

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.model.census import DEFAULT_MAX_CONSTANTS, DEFAULT_MAX_NODES, check_max_constants, check_max_nodes
+from dmlbridge.model.shapes import NO_SHAPES, GivenShapes
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
 from dmlbridge.system.workers import check_workers
@@ -214,11 +215,13 @@ class PlanOptions(NamedTuple):
     min_dims: int
     flags: int = 0
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES
+    shapes: GivenShapes = NO_SHAPES
+    """Sizes given to the model's free dimensions (``input_shapes``, ``dim_params``), for its consumers' descs."""
 
     @classmethod
     def check(
         cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = None, flags: Any = 0,
-        max_buffer_bytes: Any = DEFAULT_MAX_BUFFER_BYTES,
+        max_buffer_bytes: Any = DEFAULT_MAX_BUFFER_BYTES, input_shapes: Any = None, dim_params: Any = None,
     ) -> PlanOptions:
         """The options, each checked (InvalidArgumentError names the keyword)."""
         if not isinstance(target, Target):
@@ -235,7 +238,7 @@ class PlanOptions(NamedTuple):
                 f"{alignment!r}; 256 suits most uses"
             )
         return cls(target, alignment, target.check_min_dims(min_dims), check_flags(flags),
-                   check_max_buffer_bytes(max_buffer_bytes, alignment))
+                   check_max_buffer_bytes(max_buffer_bytes, alignment), GivenShapes.check(input_shapes, dim_params))
 
 
 class ConvertOptions(NamedTuple):

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from dmlbridge.model.constants import ModelConstant
 from dmlbridge.model.consumers import Consumer, find_consumers
-from dmlbridge.model.shapes import inferred
+from dmlbridge.model.shapes import NO_SHAPES, GivenShapes, inferred
 from dmlbridge.placement.selection import Selection
 from dmlbridge.quantized.nodes import QUANTIZED_NODES, find_quantized, replaced_sources
 from dmlbridge.quantized.records import QuantizedSpec
@@ -57,15 +57,17 @@ def _lacks_shapes(consumers: dict[str, tuple[Consumer, ...]]) -> bool:
 
 def select_constants(
     proto: Any, found: list[ModelConstant], target: Target, selection: Selection,
-    with_tensor: Callable[[int], ModelConstant] | None = None,
+    with_tensor: Callable[[int], ModelConstant] | None = None, shapes: GivenShapes = NO_SHAPES,
 ) -> SelectedConstants:
     """The selected constants of the model ``proto`` whose constants are ``found`` (``with_tensor``: the byte
-    scan's way to read a found constant's tensor, for the quantized nodes' derived constants)."""
+    scan's way to read a found constant's tensor, for the quantized nodes' derived constants; ``shapes``: sizes
+    the caller gave the model's free dimensions)."""
     nodes: dict[str, Any] = {}
     consumers = find_consumers(proto, found, nodes, QUANTIZED_NODES)  # (the selection reads none)
-    if _lacks_shapes(consumers):  # (found again in a copy of the graphs that shape inference gave more shapes)
+    # (found again in a copy of the graphs that shape inference gave more shapes, the sizes given set on it)
+    if shapes != NO_SHAPES or _lacks_shapes(consumers):
         nodes.clear()
-        consumers = find_consumers(inferred(proto), found, nodes, QUANTIZED_NODES)
+        consumers = find_consumers(inferred(proto, shapes), found, nodes, QUANTIZED_NODES)
     specs, derived = find_quantized(found, consumers, nodes, target, with_tensor)
     constants = [*found, *derived] if derived else found
     if selection.everything:

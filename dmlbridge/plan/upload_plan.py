@@ -353,6 +353,8 @@ def plan_model(
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES,
     max_constants: int | None = DEFAULT_MAX_CONSTANTS,
     max_nodes: int | None = DEFAULT_MAX_NODES,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    dim_params: Mapping[str, int] | None = None,
 ) -> UploadPlan:
     """The plan :func:`convert_model` would write, computed from the model's protobuf alone (no value is decoded
     and no external file opened, so value errors such as an INT64 too large to narrow are not found here).
@@ -361,7 +363,8 @@ def plan_model(
     ``include``, ``exclude``, ``kinds`` and ``min_bytes`` choose the constants, and ``max_buffer_bytes`` splits
     them into buffers, as for ``convert_model``: ``buffer_sizes`` tells how many buffers a limit gives and each
     one's size, before anything is written. ``max_constants`` and ``max_nodes`` refuse a model of more constants or
-    nodes, as for ``convert_model``.
+    nodes, as for ``convert_model``; ``input_shapes`` and ``dim_params`` give sizes the model leaves free, as for
+    ``convert_model``.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -371,7 +374,7 @@ def plan_model(
         >>> plan.entries["w"].sizes
         (1, 1, 2, 3)
     """
-    options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes)
+    options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes, input_shapes, dim_params)
     strict = check_flag("strict", strict)
     selection = Selection.check(include, exclude, kinds, min_bytes, drop_quantized_sources)
     return plan_with_notes(model, options, selection, strict, base_dir,
@@ -436,7 +439,7 @@ def plan_loaded(
     skipped is an error."""
     found, scan = model_constants(loaded)
     constants, keep, consumers, specs, derived = select_constants(
-        loaded.proto, found, options.target, selection, None if scan is None else scan.with_tensor)
+        loaded.proto, found, options.target, selection, None if scan is None else scan.with_tensor, options.shapes)
     if scan is not None and derived:
         scan = scan.extended(derived)
     if scan is not None and keep is not None:
@@ -448,7 +451,7 @@ def plan_loaded(
     entries = placement.entries.with_parts(part_keys(records.values()))
     plan = UploadPlan(entries, options.target, options.alignment, options.min_dims, placement.total,
                       loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection,
-                      max_buffer_bytes=options.max_buffer_bytes, quantized_records=records)
+                      max_buffer_bytes=options.max_buffer_bytes, quantized_records=records, shapes=options.shapes)
     return ModelAndPlan(constants, scan, placement, plan)
 
 

@@ -37,6 +37,7 @@ from dmlbridge.manifest.sections import OPERATOR_VERSION
 from dmlbridge.model.constants import ModelConstant, find_constants
 from dmlbridge.model.consumers import Consumer, recorded
 from dmlbridge.model.onnx_file import checked_path_only, external_data_reader, need_reader, read_model
+from dmlbridge.model.shapes import GivenShapes
 from dmlbridge.model.slices import ConstantSlices, decode_bytes, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.placement.entries import Pair, PlanEntry, place_constants
@@ -104,6 +105,8 @@ class WrittenPlan(Protocol):
     @property
     def selection(self) -> Selection: ...
     @property
+    def shapes(self) -> GivenShapes: ...
+    @property
     def quantized_records(self) -> dict[str, QuantizedWeight]: ...
     @property
     def format_version(self) -> int: ...
@@ -146,7 +149,7 @@ def find_mismatches(
                     max_nodes=check_max_nodes(max_nodes)) as loaded:
         reader = external_data_reader(loaded, external_data_root)
         constants, _, consumers, specs, _ = select_constants(
-            loaded.proto, find_constants(loaded.proto), plan.target, plan.selection)
+            loaded.proto, find_constants(loaded.proto), plan.target, plan.selection, None, plan.shapes)
         need_reader(constants, reader)
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")

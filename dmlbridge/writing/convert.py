@@ -20,7 +20,7 @@ import re
 import stat
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -81,6 +81,8 @@ def convert_model(
     workers: int | None = None,
     max_constants: int | None = DEFAULT_MAX_CONSTANTS,
     max_nodes: int | None = DEFAULT_MAX_NODES,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    dim_params: Mapping[str, int] | None = None,
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into DirectML upload buffers: the buffer files
     ``out_prefix.<conversion id>.00000.bin``, ``.00001.bin``, ... (one when the model fits in ``max_buffer_bytes``)
@@ -164,6 +166,13 @@ def convert_model(
             (``--max-nodes``; None: any number), counted in every graph, subgraph and function: protobuf's parsed
             model takes about 360 bytes a node. The default, 524,288, keeps a conversion within 1 GiB beside the
             most constants; real models hold up to some tens of thousands.
+        input_shapes: sizes the model leaves free, by graph input: ``{"x": (1, 3, 224, 224)}``
+            (``--input-shape x=1,3,224,224``), as ONNX Runtime's free-dimension overrides give them; they decide
+            the output sizes of the nodes that read constants (an element-wise operand's desc: see
+            docs/mapping.md), recorded in the manifest. A name that is no graph input, a count of dimensions other
+            than the model's or a size that contradicts one it declares is an InvalidArgumentError naming it.
+        dim_params: sizes by dim_param name, in every graph input, output and value_info: ``{"batch": 1}``
+            (``--dim-param batch=1``); a name no shape has is an InvalidArgumentError.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -181,7 +190,7 @@ def convert_model(
         >>> plan.close()  # (its files let go: on Windows an open file may not be removable)
         >>> shutil.rmtree(folder)
     """
-    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes)
+    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes, input_shapes, dim_params)
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
@@ -215,6 +224,8 @@ def check_conversion(
     workers: int | None = None,
     max_constants: int | None = DEFAULT_MAX_CONSTANTS,
     max_nodes: int | None = DEFAULT_MAX_NODES,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    dim_params: Mapping[str, int] | None = None,
 ) -> UploadPlan:
     """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
     value decoded and converted (external data read, values that must narrow checked), each error the one
@@ -232,7 +243,7 @@ def check_conversion(
         ...
         dmlbridge.ValueRangeError: constant 'big' (initializer): value 1099511627776 at index [0] ...saturate...
     """
-    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes)
+    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes, input_shapes, dim_params)
     options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,
                                    checksum=False, max_tensor_bytes=max_tensor_bytes, fsync=False,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,

@@ -8,12 +8,14 @@ shapes the model does not declare come from ONNX shape inference; the manifest g
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
+from command_line import run
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
@@ -219,3 +221,57 @@ def test_a_real_models_constants_are_told_apart_by_where_they_are_read() -> None
             assert place == ("cpu" if op in on_cpu else "none" if op == "Identity" else "gpu"), (key, op)
     counts = {place: sum(e.reads_on == place for e in plan.entries.values()) for place in ("gpu", "cpu", "none")}
     assert counts == {"gpu": 107, "cpu": 93, "none": 0}
+
+
+def _free_batch_model() -> onnx.ModelProto:
+    nodes = [helper.make_node("Mul", ["x", "k"], ["y"], name="mul"),
+             helper.make_node("Add", ["y", "b"], ["z"], name="add")]
+    return _model(nodes, {"x": (F32, ["batch", 3, 2])},
+                  {"k": np.arange(2, dtype=np.float32), "b": np.ones((3, 1), np.float32)})
+
+
+def test_free_sizes_given_decide_the_descs_and_are_recorded(tmp_path: Path) -> None:
+    """A batch the model leaves free: no desc until it is given, by dim_param or by the input's whole shape (as
+    ONNX Runtime's free-dimension overrides give it); the manifest records it, and verification uses it."""
+    model = _free_batch_model()
+    assert dmlbridge.plan_model(model).entries["k"].consumers[0].output_sizes is None
+    for given in ({"dim_params": {"batch": 2}}, {"input_shapes": {"x": (2, 3, 2)}}):
+        plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False, **given)  # type: ignore[arg-type]
+        mul, add = plan.entries["k"].consumers[0], plan.entries["b"].consumers[0]
+        assert (mul.sizes, mul.strides, add.sizes, add.strides) == ((2, 3, 2), (0, 0, 1), (2, 3, 2), (0, 1, 0))
+        loaded = dmlbridge.load_plan(tmp_path / "w.json")
+        assert loaded.shapes == plan.shapes != dmlbridge.plan_model(model).shapes
+        assert loaded.entries["k"].consumers == plan.entries["k"].consumers
+        loaded.verify(model)
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"  # (the caller's model as it was)
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"input_shapes": {"y": (1, 3, 2)}}, r"input_shapes names 'y', which is no graph input of the model \(its "
+                                         r"inputs: 'x'\)"),
+    ({"input_shapes": {"x": (1, 3)}}, r"input_shapes gives 'x' 2 dimensions, but the model declares 3"),
+    ({"input_shapes": {"x": (1, 4, 2)}}, r"input_shapes gives 'x' dimension 1 as 4, but the model declares 3"),
+    ({"dim_params": {"sequence": 4}}, r"dim_params names 'sequence', which is no dim_param"),
+    ({"dim_params": {"batch": 0}}, r"dim_params\['batch'\] must be sizes from 1 to 2\^32 - 1"),
+    ({"dim_params": [("batch", 1)]}, r"dim_params must be a mapping of names to sizes"),
+    ({"input_shapes": {"x": "1,3,2"}}, r"input_shapes\['x'\] must be a sequence of sizes"),
+])
+def test_free_sizes_that_do_not_fit_the_model_are_refused(given: dict[str, Any], message: str,
+                                                           tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        dmlbridge.convert_model(_free_batch_model(), tmp_path / "w", progress=False, **given)
+    assert list(tmp_path.iterdir()) == []  # (refused before anything is created)
+
+
+def test_free_sizes_on_the_command_line(tmp_path: Path) -> None:
+    onnx.save(_free_batch_model(), tmp_path / "m.onnx")
+    done = run("convert", tmp_path / "m.onnx", "-o", tmp_path / "w", "--dim-param", "batch=2", "--quiet")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "w.json").read_text())
+    assert doc["shapes"] == {"input_shapes": {}, "dim_params": {"batch": 2}}
+    assert next(e for e in doc["entries"] if e["key"] == "k")["consumers"][0]["output_sizes"] == [2, 3, 2]
+    done = run("convert", tmp_path / "m.onnx", "-o", tmp_path / "v", "--input-shape", "x=2,4,2")
+    assert done.returncode == 2 and "--input-shape gives 'x' dimension 1 as 4" in done.stderr, done.stderr
+    done = run("inspect", tmp_path / "m.onnx", "--input-shape", "x=2,3")
+    assert done.returncode == 2 and "--input-shape gives 'x' 2 dimensions" in done.stderr, done.stderr
+    assert run("verify", tmp_path / "w.json", tmp_path / "m.onnx").returncode == 0
