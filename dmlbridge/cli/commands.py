@@ -22,7 +22,7 @@ from typing import Any
 from dmlbridge.cli.demo import run_demo
 from dmlbridge.cli.messages import in_flags, one_line
 from dmlbridge.cli.parser import FLAG_VALUES, build_parser
-from dmlbridge.cli.report import MIN_WIDTH, format_plan, format_table, human_size
+from dmlbridge.cli.report import MIN_WIDTH, format_plan, format_table, human_size, reads_on_totals
 from dmlbridge.errors import (
     CleanupWarning,
     DestinationError,
@@ -104,6 +104,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             "tensor_bytes": sum(e.total_tensor_size_in_bytes for e in converted),
             "total_size": plan.total_size,
             "buffer_sizes": list(plan.buffer_sizes),
+            "reads_on": reads_on_totals(plan),
         }
         print(json.dumps(document, indent=1))
     else:

@@ -30,7 +30,7 @@ from dmlbridge.plan.upload_plan import UploadPlan
 from dmlbridge.quantized.records import QuantizedPart, QuantizedWeight
 from dmlbridge.types.mapping import MappingRow
 
-__all__ = ["MARK", "MIN_WIDTH", "format_plan", "format_table", "human_size", "wrap_text"]
+__all__ = ["MARK", "MIN_WIDTH", "format_plan", "format_table", "human_size", "reads_on_totals", "wrap_text"]
 
 MARK = "…"  # where a key, a shape or a free text was cut
 MIN_WIDTH = 40  # narrower widths are taken as this one
@@ -84,6 +84,26 @@ def wrap_text(text: str, width: int | None) -> str:
     return "\n".join(_wrap(text, None if width is None else max(width, MIN_WIDTH)))
 
 
+def reads_on_totals(plan: UploadPlan) -> dict[str, dict[str, int]]:
+    """Per place a plan's converted entries are read (``PlanEntry.reads_on``): how many, and their bytes.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> shape = numpy_helper.from_array(np.array([2, 3], np.int64), "shape")
+        >>> node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+        >>> totals = reads_on_totals(dmlbridge.plan_model(helper.make_model(helper.make_graph([node], "g", [], [],
+        ...                                                                                     [shape]))))
+        >>> totals["cpu"], totals["gpu"]
+        ({'constants': 1, 'bytes': 16}, {'constants': 0, 'bytes': 0})
+    """
+    totals = {place: {"constants": 0, "bytes": 0} for place in ("gpu", "cpu", "none")}
+    for entry in plan.converted:
+        totals[entry.reads_on]["constants"] += 1
+        totals[entry.reads_on]["bytes"] += entry.total_tensor_size_in_bytes
+    return totals
+
+
 def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, str] | None = None) -> str:
     """An upload plan as an aligned text table (one row per constant) followed by a totals line.
 
@@ -126,6 +146,11 @@ def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, 
         text.append(f"buffer {index}{name}: {human_size(size)}, {counted(count, 'tensor')}")
     for q in plan.quantized_records.values():
         text.append(_quantized_line(q, plan))
+    places = reads_on_totals(plan)
+    if places["cpu"]["constants"]:  # (where ONNX Runtime reads them, when some are not uploaded to be bound)
+        text.append("read on the GPU: {}; on the CPU (as attributes): {}; by nothing: {}".format(
+            *(f"{counted(places[p]['constants'], 'constant')} ({human_size(places[p]['bytes'])})"
+              for p in ("gpu", "cpu", "none"))))
     data = sum(e.total_tensor_size_in_bytes for e in converted)
     apiece = " each" if len(sizes) > 1 else ""
     limit = "" if plan.max_buffer_bytes is None else f" (at most {human_size(plan.max_buffer_bytes)}{apiece})"

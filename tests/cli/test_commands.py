@@ -40,7 +40,7 @@ def test_inspect_text(sample: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].split()[:4] == ["key", "origin", "ONNX", "shape"]
     rows = {line.split()[0]: line for line in lines[1:]
-            if line and not line.startswith(("skipped", "41 ", "buffer ", "quantized "))}
+            if line and not line.startswith(("skipped", "41 ", "buffer ", "quantized ", "read on "))}
     assert "branch/then_branch/then_bias" in rows and "scale" in rows and "weight" in rows
     assert rows["w_int2"].split()[-5:-2] == ["INT4", "widen", "0"]  # (DML, conversion, buffer)
     assert lines[-5].startswith("buffer 0: ") and lines[-5].endswith(", 40 tensors")
@@ -61,7 +61,11 @@ def test_inspect_json_is_the_plan(sample: Path) -> None:
     assert doc["totals"] == {"constants": 44, "converted": 43, "skipped": 1,
                              "tensor_bytes": sum(e["desc"]["TotalTensorSizeInBytes"] for e in doc["entries"]
                                                  if e["desc"]),
-                             "total_size": doc["total_size"], "buffer_sizes": [doc["total_size"]]}
+                             "total_size": doc["total_size"], "buffer_sizes": [doc["total_size"]],
+                             "reads_on": doc["totals"]["reads_on"]}
+    places = doc["totals"]["reads_on"]  # (where each converted constant is read, as its consumers say)
+    assert sum(p["constants"] for p in places.values()) == 43 and set(places) == {"gpu", "cpu", "none"}
+    assert sum(p["bytes"] for p in places.values()) == doc["totals"]["tensor_bytes"]
     from dmlbridge.types.target import Target
 
     expected = plan_model(sample, target=Target(feature_level="6.2"), min_dims=4, alignment=64).manifest()

@@ -275,3 +275,18 @@ def test_free_sizes_on_the_command_line(tmp_path: Path) -> None:
     done = run("inspect", tmp_path / "m.onnx", "--input-shape", "x=2,3")
     assert done.returncode == 2 and "--input-shape gives 'x' 2 dimensions" in done.stderr, done.stderr
     assert run("verify", tmp_path / "w.json", tmp_path / "m.onnx").returncode == 0
+
+
+def test_inspect_tells_where_the_constants_are_read(tmp_path: Path) -> None:
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("Add", ["r", "k"], ["y"], name="add")]
+    onnx.save(_model(nodes, {"x": (F32, [2, 3])}, {"shape": np.array([3, 2], np.int64), "k": np.ones(2, np.float32)}),
+              tmp_path / "m.onnx")
+    text = run("inspect", tmp_path / "m.onnx", "--wide")
+    assert text.returncode == 0, text.stderr
+    assert "read on the GPU: 1 constant (8 bytes); on the CPU (as attributes): 1 constant (16 bytes); by nothing: 0 " \
+           "constants (0 bytes)" in text.stdout.splitlines()
+    doc = json.loads(run("inspect", tmp_path / "m.onnx", "--json").stdout)
+    assert doc["totals"]["reads_on"] == {"gpu": {"constants": 1, "bytes": 8}, "cpu": {"constants": 1, "bytes": 16},
+                                         "none": {"constants": 0, "bytes": 0}}
+    assert [c["reads_on"] for e in doc["entries"] for c in e["consumers"]] == ["cpu", "gpu"]
