@@ -1,5 +1,5 @@
-"""The graph structs and operator descs of ``dmlbridge.gpu`` and the ones the consumer suite builds, held to
-DirectML.h by the Windows compiler itself: a C++ file of ``static_assert``s (every struct's size and every field's
+"""The graph structs and operator descs of ``dmlbridge.gpu`` (the ones the consumer suite builds among them), held
+to DirectML.h by the Windows compiler itself: a C++ file of ``static_assert``s (every struct's size and every field's
 offset, every DML_OPERATOR_TYPE number, every value of the enums operator descs take) compiled by mingw-w64 against
 the header (CI's, which builds native/), so a field out of place or an operator number miscounted fails here,
 before any GPU run. And every DirectML operator the operator table names has its number and its desc struct."""
@@ -11,7 +11,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import dml_operators
 import pytest
 
 import dmlbridge.gpu
@@ -84,13 +83,6 @@ def source() -> str:
             lines += _asserts(name, value)
         else:
             lines.append(f"static_assert({name} == {value}, \"{name}\");")
-    for operator, struct in dml_operators.STRUCTS.items():
-        lines += _asserts(f"DML_{operator}_OPERATOR_DESC", struct)
-    for operator, number in dml_operators.OPERATOR_TYPES.items():
-        lines.append(f"static_assert(DML_OPERATOR_{operator} == {number}, \"DML_OPERATOR_{operator}\");")
-    for name in ("CONVOLUTION_MODE_CROSS_CORRELATION", "CONVOLUTION_DIRECTION_FORWARD", "MATRIX_TRANSFORM_NONE",
-                 "MATRIX_TRANSFORM_TRANSPOSE", "QUANTIZATION_TYPE_SCALE_ZERO_POINT"):
-        lines.append(f"static_assert(DML_{name} == {getattr(dml_operators, name)}, \"DML_{name}\");")
     return "\n".join(lines) + "\n"
 
 
@@ -103,7 +95,7 @@ def test_graph_structs_and_operator_descs_are_directml_hs(tmp_path: Path) -> Non
     done = subprocess.run([compiler, "-std=c++17", "-fsyntax-only", f"-I{INCLUDE}", str(path)],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert source().count("static_assert") > 600
+    assert source().count("static_assert") > 500
     # (Counting the enum's names gives DEQUANTIZE 175: DML_OPERATOR_SCATTER is an alias, not a number of its own.)
     assert "DML_OPERATOR_DEQUANTIZE == 174" in source()
     assert "DML_OPERATOR_SCATTER == 94" in source() and "DML_OPERATOR_SCATTER_ELEMENTS == 94" in source()
