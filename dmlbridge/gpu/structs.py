@@ -2,7 +2,7 @@
 DirectML.h declare them for 64-bit Windows (docs/directml-facts.md has the sizes and where they were checked).
 
 Only what dmlbridge itself fills in is here; the operator descs a program builds (``DML_GEMM_OPERATOR_DESC``, ...)
-are its own, pointed at by :class:`DML_OPERATOR_DESC`.
+are in ``operator_structs`` and ``element_wise_structs``, pointed at by :class:`DML_OPERATOR_DESC`.
 
     >>> ctypes.sizeof(D3D12_RESOURCE_DESC), ctypes.sizeof(D3D12_RESOURCE_BARRIER), ctypes.sizeof(DML_BINDING_PROPERTIES)
     (56, 32, 24)
@@ -171,7 +171,8 @@ class DML_FEATURE_DATA_FEATURE_LEVELS(ctypes.Structure):  # noqa: N801
 
 class DML_OPERATOR_DESC(ctypes.Structure):  # noqa: N801
     """``DML_OPERATOR_DESC`` (DirectML.h): an operator's type (``DML_OPERATOR_TYPE``) and a pointer to its own desc
-    struct (``DML_ELEMENT_WISE_IDENTITY_OPERATOR_DESC``, ...), which the caller keeps alive.
+    struct (``DML_ELEMENT_WISE_ADD_OPERATOR_DESC``, ...); the ones ``operator_desc()`` returns keep that struct alive
+    (``.struct``), and one made here leaves it to the caller.
 
     Example:
         >>> import ctypes, dmlbridge.gpu
@@ -181,6 +182,8 @@ class DML_OPERATOR_DESC(ctypes.Structure):  # noqa: N801
     """
 
     _fields_ = [("Type", ctypes.c_int32), ("Desc", ctypes.c_void_p)]
+
+    struct: ctypes.Structure
 
 
 class DML_BINDING_PROPERTIES(ctypes.Structure):  # noqa: N801

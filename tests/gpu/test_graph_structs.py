@@ -1,7 +1,8 @@
-"""The graph structs of ``dmlbridge.gpu`` and the operator descs the consumer suite builds, held to DirectML.h by the
-Windows compiler itself: a C++ file of ``static_assert``s (every struct's size and every field's offset, every
-operator's DML_OPERATOR_TYPE number) compiled by mingw-w64 against the header (CI's, which builds native/), so a
-field out of place or an operator number miscounted fails here, before any GPU run."""
+"""The graph structs and operator descs of ``dmlbridge.gpu`` (the ones the consumer suite builds among them), held
+to DirectML.h by the Windows compiler itself: a C++ file of ``static_assert``s (every struct's size and every field's
+offset, every DML_OPERATOR_TYPE number, every value of the enums operator descs take) compiled by mingw-w64 against
+the header (CI's, which builds native/), so a field out of place or an operator number miscounted fails here,
+before any GPU run. And every DirectML operator the operator table names has its number and its desc struct."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import dml_operators
 import pytest
 
-from dmlbridge.gpu import graph_structs
+import dmlbridge.gpu
+from dmlbridge.gpu import element_wise_structs, graph_structs, operator_structs, operator_types
+from dmlbridge.gpu.operator_structs import OperatorStruct
+from dmlbridge.gpu.operator_types import DmlOperatorType
+from dmlbridge.model.operators import OPERATORS
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "tools" / "directml" / "include"
@@ -36,21 +40,49 @@ def _asserts(c_name: str, struct: type[ctypes.Structure]) -> list[str]:
     return lines
 
 
+ENUM_PREFIXES = {  # each enum of operator_types, and the prefix of its members' names in DirectML.h
+    "DmlOperatorType": "DML_OPERATOR_", "DmlConvolutionMode": "DML_CONVOLUTION_MODE_",
+    "DmlConvolutionDirection": "DML_CONVOLUTION_DIRECTION_", "DmlMatrixTransform": "DML_MATRIX_TRANSFORM_",
+    "DmlRecurrentNetworkDirection": "DML_RECURRENT_NETWORK_DIRECTION_",
+    "DmlQuantizationType": "DML_QUANTIZATION_TYPE_",
+    "DmlMultiheadAttentionMaskType": "DML_MULTIHEAD_ATTENTION_MASK_TYPE_",
+}
+ATTRIBUTE_CHOSEN = {"ELEMENT_WISE_MODULUS_TRUNCATE", "ELEMENT_WISE_BIT_SHIFT_RIGHT"}
+"""The operators a node's attribute picks in place of its row's (a Mod's ``fmod``, a BitShift's ``direction``)."""
+
+
+def public_structs() -> dict[str, type[ctypes.Structure | ctypes.Union]]:
+    """Every struct and union of the operator-desc modules, by name (their base, which has no fields, aside)."""
+    found = {}
+    for module in (operator_structs, element_wise_structs):
+        for name in module.__all__:
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, (ctypes.Structure, ctypes.Union)) and \
+                    "_fields_" in vars(value):
+                found[name] = value
+    return found
+
+
+def table_operators() -> set[str]:
+    """Every DirectML operator the operator table binds constants to."""
+    rules = [rule for row in OPERATORS.values() for rule in [*row.inputs.values(), row.others]]
+    return {rule.dml_operator for rule in rules if rule and rule.dml_operator} | ATTRIBUTE_CHOSEN
+
+
 def source() -> str:
     lines = [PROLOGUE]
+    for name, struct in public_structs().items():
+        lines += _asserts(name, struct)
+    for name in operator_types.__all__:
+        prefix = ENUM_PREFIXES[name]
+        for member, value in getattr(operator_types, name).__members__.items():  # (aliases too)
+            lines.append(f"static_assert({prefix}{member} == {int(value)}, \"{prefix}{member}\");")
     for name in graph_structs.__all__:
         value = getattr(graph_structs, name)
         if isinstance(value, type):
             lines += _asserts(name, value)
         else:
             lines.append(f"static_assert({name} == {value}, \"{name}\");")
-    for operator, struct in dml_operators.STRUCTS.items():
-        lines += _asserts(f"DML_{operator}_OPERATOR_DESC", struct)
-    for operator, number in dml_operators.OPERATOR_TYPES.items():
-        lines.append(f"static_assert(DML_OPERATOR_{operator} == {number}, \"DML_OPERATOR_{operator}\");")
-    for name in ("CONVOLUTION_MODE_CROSS_CORRELATION", "CONVOLUTION_DIRECTION_FORWARD", "MATRIX_TRANSFORM_NONE",
-                 "MATRIX_TRANSFORM_TRANSPOSE", "QUANTIZATION_TYPE_SCALE_ZERO_POINT"):
-        lines.append(f"static_assert(DML_{name} == {getattr(dml_operators, name)}, \"DML_{name}\");")
     return "\n".join(lines) + "\n"
 
 
@@ -63,7 +95,28 @@ def test_graph_structs_and_operator_descs_are_directml_hs(tmp_path: Path) -> Non
     done = subprocess.run([compiler, "-std=c++17", "-fsyntax-only", f"-I{INCLUDE}", str(path)],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert source().count("static_assert") > 100
+    assert source().count("static_assert") > 500
     # (Counting the enum's names gives DEQUANTIZE 175: DML_OPERATOR_SCATTER is an alias, not a number of its own.)
     assert "DML_OPERATOR_DEQUANTIZE == 174" in source()
+    assert "DML_OPERATOR_SCATTER == 94" in source() and "DML_OPERATOR_SCATTER_ELEMENTS == 94" in source()
+    assert "offsetof(DML_MULTIHEAD_ATTENTION_OPERATOR_DESC, MaskType)" in source()
+
+
+def test_every_operator_of_the_table_has_its_number_and_its_struct() -> None:
+    operators = table_operators()
+    assert {"ELEMENT_WISE_ADD", "GEMM", "LSTM", "MULTIHEAD_ATTENTION", "JOIN"} <= operators
+    assert operators <= set(DmlOperatorType.__members__)
+    structs = {struct.OPERATOR_TYPE.name: name for name, struct in public_structs().items()
+               if issubclass(struct, OperatorStruct)}
+    assert all(structs[operator] == f"DML_{operator}_OPERATOR_DESC" for operator in operators), \
+        operators - set(structs)
+
+
+def test_every_operator_struct_is_named_for_its_operator_and_exported() -> None:
+    structs = public_structs()
+    assert len(structs) == 50  # 48 operator descs, DML_SCALE_BIAS and DML_SCALAR_UNION
+    for name, struct in structs.items():
+        assert name in dmlbridge.gpu.__all__ and struct.__module__ == "dmlbridge.gpu"
+        if issubclass(struct, OperatorStruct):
+            assert name == f"DML_{struct.OPERATOR_TYPE.name}_OPERATOR_DESC"
 

@@ -1,6 +1,6 @@
-"""The DirectML operator descs the consumer suite builds (tests/gpu/test_consumer_operators.py), as ctypes laid out as
-DirectML.h declares them (tests/gpu/test_graph_structs.py checks every size, offset and operator number against the
-header with the Windows compiler), and :class:`Operator`, which keeps a desc and everything it points at alive.
+"""The DirectML operators the consumer suite builds (tests/gpu/test_consumer_operators.py), from ``dmlbridge.gpu``'s
+desc structs (tests/gpu/test_graph_structs.py checks every size, offset and operator number against the header with
+the Windows compiler), and :class:`Operator`, which keeps a desc and everything it points at alive.
 
 A tensor is given as a ``DML_TENSOR_DESC`` (an entry's or a prepared tensor's ``as_ctypes_tensor_desc()``), or
 None for an optional tensor left out.
@@ -15,113 +15,21 @@ from typing import Any
 import dmlbridge
 import dmlbridge.gpu
 
-OPERATOR_TYPES = {  # DML_OPERATOR_TYPE (DirectML.h)
-    "ELEMENT_WISE_IDENTITY": 1,
-    "ELEMENT_WISE_ADD": 4,
-    "ELEMENT_WISE_MULTIPLY": 24,
-    "ELEMENT_WISE_DEQUANTIZE_LINEAR": 34,
-    "CONVOLUTION": 53,
-    "GEMM": 54,
-    "GATHER": 67,
-    "BATCH_NORMALIZATION": 72,
-    "DEQUANTIZE": 174,
-    "ELEMENT_WISE_DIVIDE": 10,
-    "ELEMENT_WISE_MAX": 21,
-    "ELEMENT_WISE_SUBTRACT": 30,
-    "ACTIVATION_PARAMETERIZED_RELU": 42,
-    "ACTIVATION_SIGMOID": 47,
-    "ACTIVATION_TANH": 51,
-    "GRU": 78,
-    "ELEMENT_WISE_IF": 88,
-    "MEAN_VARIANCE_NORMALIZATION1": 115,
+STRUCTS: dict[str, type[dmlbridge.gpu.OperatorStruct]] = {
+    name: getattr(dmlbridge.gpu, f"DML_{name}_OPERATOR_DESC") for name in (
+        "CONVOLUTION", "GEMM", "GATHER", "BATCH_NORMALIZATION", "ELEMENT_WISE_ADD", "ELEMENT_WISE_MULTIPLY",
+        "DEQUANTIZE", "ELEMENT_WISE_DEQUANTIZE_LINEAR", "ELEMENT_WISE_SUBTRACT", "ELEMENT_WISE_DIVIDE",
+        "ELEMENT_WISE_MAX", "ELEMENT_WISE_IF", "ACTIVATION_PARAMETERIZED_RELU", "ACTIVATION_SIGMOID", "ACTIVATION_TANH",
+        "MEAN_VARIANCE_NORMALIZATION1", "GRU",
+    )
 }
-CONVOLUTION_MODE_CROSS_CORRELATION = 1  # DML_CONVOLUTION_MODE (ONNX's Conv)
-CONVOLUTION_DIRECTION_FORWARD = 0
-MATRIX_TRANSFORM_NONE, MATRIX_TRANSFORM_TRANSPOSE = 0, 1
-QUANTIZATION_TYPE_SCALE_ZERO_POINT = 2
-
-_P = ctypes.c_void_p
-_U = ctypes.c_uint32
-
-
-class DML_CONVOLUTION_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("InputTensor", _P), ("FilterTensor", _P), ("BiasTensor", _P), ("OutputTensor", _P),
-                ("Mode", ctypes.c_int32), ("Direction", ctypes.c_int32), ("DimensionCount", _U),
-                ("Strides", _P), ("Dilations", _P), ("StartPadding", _P), ("EndPadding", _P),
-                ("OutputPadding", _P), ("GroupCount", _U), ("FusedActivation", _P)]
-
-
-class DML_GEMM_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("ATensor", _P), ("BTensor", _P), ("CTensor", _P), ("OutputTensor", _P),
-                ("TransA", ctypes.c_int32), ("TransB", ctypes.c_int32), ("Alpha", ctypes.c_float),
-                ("Beta", ctypes.c_float), ("FusedActivation", _P)]
-
-
-class DML_GATHER_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("InputTensor", _P), ("IndicesTensor", _P), ("OutputTensor", _P), ("Axis", _U),
-                ("IndexDimensions", _U)]
-
-
-class DML_BATCH_NORMALIZATION_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("InputTensor", _P), ("MeanTensor", _P), ("VarianceTensor", _P), ("ScaleTensor", _P),
-                ("BiasTensor", _P), ("OutputTensor", _P), ("Spatial", ctypes.c_int32), ("Epsilon", ctypes.c_float),
-                ("FusedActivation", _P)]
-
-
-class DML_ELEMENT_WISE_ADD_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - (MULTIPLY's is the same)
-    _fields_ = [("ATensor", _P), ("BTensor", _P), ("OutputTensor", _P)]
-
-
-class DML_DEQUANTIZE_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("InputTensor", _P), ("QuantizationType", ctypes.c_int32), ("QuantizationTensorCount", _U),
-                ("QuantizationTensors", _P), ("OutputTensor", _P)]
-
-
-class DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("InputTensor", _P), ("ScaleTensor", _P), ("ZeroPointTensor", _P), ("OutputTensor", _P)]
-
-
-class DML_ELEMENT_WISE_IF_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("ConditionTensor", _P), ("ATensor", _P), ("BTensor", _P), ("OutputTensor", _P)]
-
-
-class DML_ACTIVATION_PARAMETERIZED_RELU_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("InputTensor", _P), ("SlopeTensor", _P), ("OutputTensor", _P)]
-
-
-class DML_ACTIVATION_SIGMOID_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - (TANH's is the same)
-    _fields_ = [("InputTensor", _P), ("OutputTensor", _P)]
-
-
-class DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("InputTensor", _P), ("ScaleTensor", _P), ("BiasTensor", _P), ("OutputTensor", _P),
-                ("AxisCount", _U), ("Axes", _P), ("NormalizeVariance", ctypes.c_int32), ("Epsilon", ctypes.c_float),
-                ("FusedActivation", _P)]
-
-
-class DML_GRU_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
-    _fields_ = [("InputTensor", _P), ("WeightTensor", _P), ("RecurrenceTensor", _P), ("BiasTensor", _P),
-                ("HiddenInitTensor", _P), ("SequenceLengthsTensor", _P), ("OutputSequenceTensor", _P),
-                ("OutputSingleTensor", _P), ("ActivationDescCount", _U), ("ActivationDescs", _P),
-                ("Direction", ctypes.c_int32), ("LinearBeforeReset", ctypes.c_int32)]
-
-
-STRUCTS: dict[str, type[ctypes.Structure]] = {
-    "CONVOLUTION": DML_CONVOLUTION_OPERATOR_DESC, "GEMM": DML_GEMM_OPERATOR_DESC,
-    "GATHER": DML_GATHER_OPERATOR_DESC, "BATCH_NORMALIZATION": DML_BATCH_NORMALIZATION_OPERATOR_DESC,
-    "ELEMENT_WISE_ADD": DML_ELEMENT_WISE_ADD_OPERATOR_DESC, "ELEMENT_WISE_MULTIPLY": DML_ELEMENT_WISE_ADD_OPERATOR_DESC,
-    "DEQUANTIZE": DML_DEQUANTIZE_OPERATOR_DESC,
-    "ELEMENT_WISE_DEQUANTIZE_LINEAR": DML_ELEMENT_WISE_DEQUANTIZE_LINEAR_OPERATOR_DESC,
-    "ELEMENT_WISE_SUBTRACT": DML_ELEMENT_WISE_ADD_OPERATOR_DESC,
-    "ELEMENT_WISE_DIVIDE": DML_ELEMENT_WISE_ADD_OPERATOR_DESC,
-    "ELEMENT_WISE_MAX": DML_ELEMENT_WISE_ADD_OPERATOR_DESC, "ELEMENT_WISE_IF": DML_ELEMENT_WISE_IF_OPERATOR_DESC,
-    "ACTIVATION_PARAMETERIZED_RELU": DML_ACTIVATION_PARAMETERIZED_RELU_OPERATOR_DESC,
-    "ACTIVATION_SIGMOID": DML_ACTIVATION_SIGMOID_OPERATOR_DESC, "ACTIVATION_TANH": DML_ACTIVATION_SIGMOID_OPERATOR_DESC,
-    "MEAN_VARIANCE_NORMALIZATION1": DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC,
-    "GRU": DML_GRU_OPERATOR_DESC,
-}
-"""The desc struct of each operator (the C name is ``DML_<key>_OPERATOR_DESC``; the binary element-wise ones share
-ADD's, TANH shares SIGMOID's)."""
+"""The desc struct of each operator the suite builds (``dmlbridge.gpu``'s ``DML_<key>_OPERATOR_DESC``)."""
+OPERATOR_TYPES = {name: int(dmlbridge.gpu.DmlOperatorType[name]) for name in ["ELEMENT_WISE_IDENTITY", *STRUCTS]}
+CONVOLUTION_MODE_CROSS_CORRELATION = dmlbridge.gpu.DmlConvolutionMode.CROSS_CORRELATION  # (ONNX's Conv)
+CONVOLUTION_DIRECTION_FORWARD = dmlbridge.gpu.DmlConvolutionDirection.FORWARD
+MATRIX_TRANSFORM_NONE, MATRIX_TRANSFORM_TRANSPOSE = (dmlbridge.gpu.DmlMatrixTransform.NONE,
+                                                     dmlbridge.gpu.DmlMatrixTransform.TRANSPOSE)
+QUANTIZATION_TYPE_SCALE_ZERO_POINT = dmlbridge.gpu.DmlQuantizationType.SCALE_ZERO_POINT
 
 
 class Operator:
@@ -207,7 +115,9 @@ def if_(condition: Any, a: Any, b: Any, y: Any) -> Operator:
     return Operator("ELEMENT_WISE_IF", ConditionTensor=condition, ATensor=a, BTensor=b, OutputTensor=y)
 
 
-RNN_DIRECTIONS = {"forward": 0, "reverse": 1, "bidirectional": 2}  # DML_RECURRENT_NETWORK_DIRECTION
+RNN_DIRECTIONS = {"forward": dmlbridge.gpu.DmlRecurrentNetworkDirection.FORWARD,
+                  "reverse": dmlbridge.gpu.DmlRecurrentNetworkDirection.BACKWARD,
+                  "bidirectional": dmlbridge.gpu.DmlRecurrentNetworkDirection.BIDIRECTIONAL}
 
 
 def gru(x: Any, w: Any, r: Any, b: Any, h0: Any, lengths: Any, y: Any, y_h: Any, *, direction: str,
