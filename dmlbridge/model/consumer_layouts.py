@@ -41,6 +41,7 @@ from dmlbridge.model.consumers import (
     CHANNEL_DIMS,
     CONSUMER_DIMS_VERSION,
     CONSUMER_LAYOUTS_VERSION,
+    MATRIX_PRODUCTS,
     PER_OPERATOR_VERSION,
     Consumer,
 )
@@ -181,7 +182,7 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
         return None, None
     if consumer.op_type == "Gemm" and len(shape) <= 2:
         return (None, _NOTES["gemm"]) if sizes is None else (_broadcast(shape, sizes, min_dims), None)
-    if consumer.op_type in ("MatMul", "MatMulInteger", "QLinearMatMul") and len(shape) >= 2:
+    if consumer.op_type in MATRIX_PRODUCTS and len(shape) >= 2:
         rank = len(sizes) if sizes is not None else consumer.dims
         if rank is not None and rank > GEMM_MOST_DIMS:
             return None, _NOTES["matmul folded"]
@@ -190,8 +191,8 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
         if consumer.dims is not None:
             return _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims), _NOTES["matmul batch"]
         return None, _NOTES["matmul"]
-    if consumer.op_type in ("Gemm", "MatMul", "MatMulInteger", "QLinearMatMul"):
-        return None, None
+    if consumer.op_type == "Gemm" or consumer.op_type in MATRIX_PRODUCTS:
+        return None, None  # (a C or B of a shape GEMM reads as it is)
     if sizes is None:
         return None, _NOTES["broadcast"].format(operator=consumer.dml_operator)
     return _broadcast(shape, sizes, min_dims), None

@@ -30,7 +30,7 @@ consumer's desc. Manifests before format 7 recorded only the facts of format 6's
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from dmlbridge.model.constants import ModelConstant, find_constants
 from dmlbridge.model.operators import (
@@ -43,7 +43,8 @@ from dmlbridge.model.operators import (
 )
 
 __all__ = [
-    "CHANNEL_DIMS", "CONSUMER_DIMS_VERSION", "CONSUMER_LAYOUTS_VERSION", "MOST_CHANNEL_DIMS", "PER_OPERATOR_VERSION",
+    "CHANNEL_DIMS", "CONSUMER_DIMS_VERSION", "CONSUMER_LAYOUTS_VERSION", "MATRIX_PRODUCTS", "MOST_CHANNEL_DIMS",
+    "PER_OPERATOR_VERSION",
     "Consumer", "find_consumers", "node_dims", "recorded",
 ]
 
@@ -62,6 +63,9 @@ _RANK_SOURCES: dict[str, tuple[tuple[str, int], ...]] = {  # where a node's rank
     "ConvInteger": (("input", 1), ("input", 0), ("output", 0)),
     "QLinearConv": (("input", 3), ("input", 0), ("output", 0)),
 }  # (any other node: its input X, then its output Y)
+
+MATRIX_PRODUCTS = frozenset({"MatMul", "MatMulInteger", "QLinearMatMul"})
+"""The op types whose B GEMM-like operators read at the output's batch sizes (the rule of a MatMul's B)."""
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -326,7 +330,7 @@ def _output_sizes(node: Any, shapes: _Shapes) -> tuple[int, ...] | None:
         shape = shapes.of(node.input, position)
         if shape is None or None in shape:
             return None
-        found.append(tuple(int(size) for size in shape if size is not None))
+        found.append(cast(tuple[int, ...], shape))
     if not found:
         return None
     rank = max(len(shape) for shape in found)
@@ -407,21 +411,18 @@ def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | Non
     return (None, sizes) if sizes is not None else (rank, None)
 
 
-_MATMUL_A = {"MatMul": 0, "MatMulInteger": 0, "QLinearMatMul": 0}  # where a matrix product's A is
-
-
 def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
            rank: list[int | None]) -> tuple[int | None, tuple[int, ...] | None, int | None]:
     """(dims, output_sizes, axis) of a consumer whose input wants ``layout`` (see :class:`Consumer`); ``rank``
     holds the node's rank once an input of a convolution or normalization has found it."""
     if layout == "rank" and op_type == "Gather":
         return _gather_dims(node, shapes), None, None
-    if not rank:
-        rank.append(_rank_of(node, op_type, shapes))
-    if layout in ("channel", "spatial") or (layout == "rank" and op_type in _RANK_SOURCES):
-        return node_dims(rank[0]), None, None
-    if layout == "rank":  # (a normalization's scale and bias: leading 1s to its input's rank)
-        return rank[0], None, None
+    if layout in ("channel", "spatial", "rank"):
+        if not rank:
+            rank.append(_rank_of(node, op_type, shapes))
+        if layout != "rank" or op_type in _RANK_SOURCES:
+            return node_dims(rank[0]), None, None
+        return rank[0], None, None  # (a normalization's scale and bias: leading 1s to its input's rank)
     if layout == "axis":
         sizes, axis = _axis_facts(node, shapes)
         return None, sizes, axis if len(constant) == 1 else None
@@ -429,7 +430,7 @@ def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], s
         return None, None, None
     if op_type == "Gemm":
         return None, _gemm_c_sizes(node, constant, shapes), None
-    if op_type in _MATMUL_A:
+    if op_type in MATRIX_PRODUCTS:
         dims, sizes = _matmul_b(node, constant, shapes)
         return dims, sizes, None
     sizes = _output_sizes(node, shapes)

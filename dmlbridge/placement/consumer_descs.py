@@ -149,25 +149,10 @@ def plan_consumers(
             except LayoutError as exc:
                 note = f"{consumer.op_type} input {consumer.input}: {exc}"
             else:
-                desc = buffer_desc._replace(data_type=_bound_type(consumer, dml), sizes=sizes, strides=strides,
-                                            flags=buffer_desc.flags if _takes_owned(consumer) else 0)
+                rule = input_rule("", consumer.op_type, None, consumer.input) if consumer.layout else None
+                desc = buffer_desc._replace(
+                    data_type=_UNSIGNED.get(dml, dml) if rule is not None and rule.unsigned else dml,
+                    sizes=sizes, strides=strides,
+                    flags=0 if rule is not None and not rule.takes_owned else buffer_desc.flags)
         made.append(PlanConsumer(*consumer, desc, note, key))
     return tuple(made)
-
-
-def _takes_owned(consumer: Consumer) -> bool:
-    """Whether the operator takes the entry flagged OWNED_BY_DML (an RNN's inputs it does not: their descs have
-    Flags 0, and they are bound when the operator runs)."""
-    if consumer.layout is None:
-        return True
-    rule = input_rule("", consumer.op_type, None, consumer.input)
-    return rule is None or rule.takes_owned
-
-
-def _bound_type(consumer: Consumer, dml: DmlDataType) -> DmlDataType:
-    """The type an operator binds the entry at: its own, or the unsigned type of its width where ONNX Runtime's
-    provider forces it (an RNN's sequence_lens)."""
-    if consumer.layout is None:
-        return dml
-    rule = input_rule("", consumer.op_type, None, consumer.input)
-    return _UNSIGNED.get(dml, dml) if rule is not None and rule.unsigned else dml
