@@ -154,6 +154,13 @@ def test_channel_padding_in_the_manifest_is_checked(tmp_path: Path) -> None:
         ({"consumers": [{**bn, "reads_on": "tpu", "dims": 4}]}, "reads_on is \"tpu\", not one of gpu, cpu, none"),
         ({"consumers": [{**bn, "layout": "diagonal", "dims": 4}]}, "layout is \"diagonal\", not one of"),
         ({"consumers": [{**bn, "dml_operator": "batch norm", "dims": 4}]}, "not a DML_OPERATOR_TYPE name"),
+        ({"consumers": [{**bn, "dims": 4, "note": ""}]}, "note must be a sentence of 1 to 1024 characters"),
+        ({"consumers": [{**bn, "dims": 4, "output_sizes": [3, 0]}]}, r"outside 1\.\."),
+        ({"consumers": [{**bn, "dims": 4, "output_sizes": [2**20] * 3}]}, r"output_sizes must be 1 to 8 sizes"),
+        ({"consumers": [{**bn, "dims": 4, "output_sizes": [3], "axis": 1}]}, "axis 1 is not an axis of its "
+                                                                               "output_sizes"),
+        ({"consumers": [{k: v for k, v in bn.items() if k != "layout"} | {"dims": 4}]},
+         "has facts of a layout but no 'layout'"),
         ({"desc": {**doc["entries"][index]["desc"], "Sizes": [1, 1, 1, C]}}, "Sizes is"),
     ]:
         changed = json.loads(json.dumps(doc))

@@ -277,6 +277,27 @@ def test_free_sizes_on_the_command_line(tmp_path: Path) -> None:
     assert run("verify", tmp_path / "w.json", tmp_path / "m.onnx").returncode == 0
 
 
+@pytest.mark.parametrize(("shapes", "message"), [
+    ({"input_shapes": {"x": [2, 0, 2]}, "dim_params": {}}, r"shapes: input_shapes\['x'\] must be sizes from 1"),
+    ({"input_shapes": {}}, r"shapes lacks the field\(s\) 'dim_params'"),
+    ({"input_shapes": {}, "dim_params": {"batch": True}}, r"shapes: dim_params\['batch'\] must be sizes"),
+])
+def test_a_tampered_shapes_field_is_refused(shapes: dict[str, Any], message: str, tmp_path: Path) -> None:
+    dmlbridge.convert_model(_free_batch_model(), tmp_path / "w", progress=False, dim_params={"batch": 2})
+    doc = json.loads((tmp_path / "w.json").read_text())
+    (tmp_path / "w.json").write_text(json.dumps({**doc, "shapes": shapes}))
+    with pytest.raises(dmlbridge.ManifestError, match=message):
+        dmlbridge.load_plan(tmp_path / "w.json")
+
+
+def test_free_sizes_of_no_form_are_a_usage_error(tmp_path: Path) -> None:
+    onnx.save(_free_batch_model(), tmp_path / "m.onnx")
+    for flag, value in (("--dim-param", "batch"), ("--dim-param", "batch=two"), ("--input-shape", "x=2,y")):
+        done = run("convert", tmp_path / "m.onnx", "-o", tmp_path / "w", flag, value)
+        assert done.returncode == 2 and f"argument {flag}: {value!r} is not NAME=" in done.stderr, done.stderr
+    assert not list(tmp_path.glob("w*"))
+
+
 def test_inspect_tells_where_the_constants_are_read(tmp_path: Path) -> None:
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
              helper.make_node("Add", ["r", "k"], ["y"], name="add")]
