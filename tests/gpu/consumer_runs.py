@@ -12,7 +12,7 @@ DirectML operators through the manifest's descs as they are; and the comparisons
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,14 @@ class ConsumerTally:
     refusals: int = 0  # descs DirectML's validation is shown to refuse
     mismatches: int = 0
     controls: int = 0  # runs bound at a wrong offset on purpose, each of which must mismatch
+    # Each consumer's own desc (PlanEntry.consumers[i]), as the suite binds them:
+    constants: set[str] = field(default_factory=set)  # the entries bound through a consumer's desc
+    taken: int = 0  # consumer descs in operators DirectML created, compiled and ran (wrong-offset controls aside)
+    equal: int = 0  # ... whose outputs then equalled ONNX Runtime's
+    refused: int = 0  # consumer descs in operators DirectML refused (CreateOperator)
+    compile_limited: int = 0  # ... in operators this runtime cannot compile (CompileOperator E_FAIL)
+    cpu_read: int = 0  # constants checked to be read on the CPU: bound by no desc
+    pending: int = 0  # consumer descs of the last operator run, until its outputs are compared
 
     def failed(self, bad: bool) -> None:
         self.mismatches += bad
@@ -56,6 +64,10 @@ def consumer_summary(terminalreporter: Any) -> None:
             f"GPU consumers: {done.operators} operators and {done.graphs} graphs run, {done.outputs} outputs "
             f"compared with ONNX Runtime, {done.refusals} refusals checked, {done.controls} wrong-offset controls "
             f"run; {done.mismatches} mismatches")
+    if done.constants or done.cpu_read:
+        terminalreporter.write_line(
+            f"GPU consumer descs: {len(done.constants)} constants, {done.taken} taken, {done.equal} equal, "
+            f"{done.refused} refused, {done.compile_limited} compile-limited, {done.cpu_read} CPU-read")
 
 
 def onnx_runtime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -98,7 +110,12 @@ def within(got: np.ndarray, want: np.ndarray, how: str, *, k: int = 0, size: np.
         ok = bool(np.allclose(got, want, rtol=1e-5, atol=1e-5))
     if control:
         CONSUMERS.controls += 1
+        CONSUMERS.pending = 0
         return ok
+    CONSUMERS.taken += CONSUMERS.pending  # (the consumer descs of the run these outputs came from)
+    if ok:
+        CONSUMERS.equal += CONSUMERS.pending
+    CONSUMERS.pending = 0
     CONSUMERS.outputs += 1
     CONSUMERS.failed(not ok)
     return ok
@@ -130,6 +147,7 @@ class ConsumerRun:
         else:
             self.plan, self.uploaded = converted
         self.bindings: list[Any] = []
+        self.consumers = 0  # consumer descs among the inputs asked for
         self.owned: list[int] = []
         self.outputs: list[tuple[tuple[int, ...], np.dtype[Any], int]] = []
         self._uploads: list[Any] = []
@@ -175,6 +193,8 @@ class ConsumerRun:
             other = self.uploaded.binding(at)
             assert other.Offset < binding.Offset, (at, key)
             binding = type(binding)(binding.Buffer, other.Offset, binding.SizeInBytes)
+        CONSUMERS.constants.add(key)
+        self.consumers += 1
         return self._input(desc, binding, desc.buffer_desc.Flags == OWNED_BY_DML)
 
     def weight_seen_as(self, key: str, desc: dmlbridge.BufferTensorDesc) -> Any:
@@ -216,8 +236,16 @@ class ConsumerRun:
 
     def run(self, operator: Any) -> list[np.ndarray]:
         """Run one operator on the inputs asked for; its outputs, decoded at their sizes."""
-        results = dmlbridge.gpu.run_operator(self.device, operator.desc, self.bindings,
-                                             [size for _, _, size in self.outputs], owned_by_dml=self.owned)
+        try:
+            results = dmlbridge.gpu.run_operator(self.device, operator.desc, self.bindings,
+                                                 [size for _, _, size in self.outputs], owned_by_dml=self.owned)
+        except dmlbridge.ComError as exc:
+            if "CompileOperator" in str(exc):
+                CONSUMERS.compile_limited += self.consumers
+            elif "CreateOperator" in str(exc):
+                CONSUMERS.refused += self.consumers
+            raise
+        CONSUMERS.pending = self.consumers
         TALLY.operators += 1
         CONSUMERS.operators += 1
         return self._decoded(results)
@@ -234,6 +262,7 @@ class ConsumerRun:
     def reset(self) -> None:
         """Forget the inputs and outputs asked for (the next operator on the same upload)."""
         self.bindings, self.owned, self.outputs = [], [], []
+        self.consumers = 0
 
 
 def sizes_of(desc: Any) -> tuple[int, ...]:

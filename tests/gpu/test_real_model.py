@@ -20,7 +20,7 @@ import dml_operators as ops
 import numpy as np
 import onnx
 import pytest
-from consumer_runs import ConsumerRun, magnitude, within
+from consumer_runs import CONSUMERS, ConsumerRun, magnitude, within
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
@@ -128,3 +128,20 @@ def test_every_gemm_layer_of_a_real_model(device: dmlbridge.gpu.Device, crnn: An
             assert within(got, want, "sum", k=k + 1, size=magnitude(layer, feeds)[node.output[0]]), \
                 (index, node.name)
     assert len(gemms) == 80 and broadcast == 60
+
+
+def test_a_real_models_cpu_read_constants_bind_nothing(device: dmlbridge.gpu.Device, crnn: Any) -> None:
+    """The constants the CRNN's Unsqueeze, Split, Slice, Reshape and ConstantOfShape nodes read (axes, splits,
+    starts, shapes) are read on the CPU: no consumer of theirs has a desc, and the upload refuses to give one,
+    naming plan.array where their values are."""
+    _, plan, uploaded = crnn
+    on_cpu = [key for key, entry in plan.entries.items() if entry.reads_on == "cpu"]
+    for key in on_cpu:
+        entry = plan.entries[key]
+        assert {c.op_type for c in entry.consumers} <= {"Unsqueeze", "Split", "Slice", "Reshape", "ConstantOfShape"}
+        assert all(c.reads_on == "cpu" and c.desc() is None for c in entry.consumers), key
+        with pytest.raises(dmlbridge.InvalidArgumentError, match=rf"plan\.array\('{key}'\)"):
+            uploaded.buffer_tensor_desc(key, consumer=0)
+        assert plan.array(key).size >= 1
+        CONSUMERS.cpu_read += 1
+    assert len(on_cpu) == 93
