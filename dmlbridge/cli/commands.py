@@ -70,9 +70,10 @@ def _selection_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _shapes_from(args: argparse.Namespace) -> dict[str, Any]:
-    """``input_shapes`` and ``dim_params`` from --input-shape and --dim-param (a name given twice: the last)."""
+    """``input_shapes``, ``dim_params`` and ``upload`` from --input-shape, --dim-param (a name given twice: the
+    last) and --upload."""
     return {"input_shapes": None if not args.input_shape else dict(args.input_shape),
-            "dim_params": None if not args.dim_param else dict(args.dim_param)}
+            "dim_params": None if not args.dim_param else dict(args.dim_param), "upload": args.upload}
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -104,6 +105,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             "tensor_bytes": sum(e.total_tensor_size_in_bytes for e in converted),
             "total_size": plan.total_size,
             "buffer_sizes": list(plan.buffer_sizes),
+            "upload_size": plan.upload_size,
             "reads_on": reads_on_totals(plan),
         }
         print(json.dumps(document, indent=1))

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from dmlbridge.cli.early import VERSION_LINE
 from dmlbridge.cli.report import MIN_WIDTH
 from dmlbridge.errors import DmlBridgeError
+from dmlbridge.placement.cpu_read import UPLOADS
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_CONSTANTS,
@@ -70,6 +71,10 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
                         help="split the image into buffer files of at most BYTES, never splitting a tensor (a "
                         "multiple of --alignment, at most 0xFFFF0000; default 2GiB, what Direct3D 12 guarantees on a "
                         "GPU with 8GiB or more: a quarter of the VRAM, at least 128MiB, on smaller ones)")
+    parser.add_argument("--upload", choices=UPLOADS, default="bound",
+                        help="what the upload buffers hold: bound (default) leaves the constants ONNX Runtime's "
+                        "DirectML provider reads on the CPU (a Reshape's shape, a Slice's ends) to buffer files of "
+                        "their own, marked not uploaded; all uploads every constant")
     sizes = parser.add_argument_group("free sizes (the manifest records them)")
     sizes.add_argument("--input-shape", action="append", type=_input_shape, metavar="NAME=D1,D2,...",
                        help="a graph input's whole shape, for the sizes the model leaves free (repeatable; e.g. "

@@ -141,16 +141,18 @@ def format_plan(plan: UploadPlan, width: int | None = None, notes: Mapping[str, 
     counts = [0] * len(sizes)
     for each in converted:
         counts[each.buffer] += 1
+    uploaded = plan.upload_buffer_count
     for index, (size, count) in enumerate(zip(sizes, counts, strict=True)):
         name = f" {plan.buffers[index].path}" if plan.buffers else ""
-        text.append(f"buffer {index}{name}: {human_size(size)}, {counted(count, 'tensor')}")
+        apart = "" if index < uploaded else " (read on the CPU: not uploaded)"
+        text.append(f"buffer {index}{name}: {human_size(size)}, {counted(count, 'tensor')}{apart}")
     for q in plan.quantized_records.values():
         text.append(_quantized_line(q, plan))
     places = reads_on_totals(plan)
     if places["cpu"]["constants"]:  # (where ONNX Runtime reads them, when some are not uploaded to be bound)
         text.append("read on the GPU: {}; on the CPU (as attributes): {}; by nothing: {}".format(
             *(f"{counted(places[p]['constants'], 'constant')} ({human_size(places[p]['bytes'])})"
-              for p in ("gpu", "cpu", "none"))))
+              for p in ("gpu", "cpu", "none"))) + f"; uploaded: {human_size(plan.upload_size)} (upload={plan.upload})")
     data = sum(e.total_tensor_size_in_bytes for e in converted)
     apiece = " each" if len(sizes) > 1 else ""
     limit = "" if plan.max_buffer_bytes is None else f" (at most {human_size(plan.max_buffer_bytes)}{apiece})"

@@ -166,7 +166,9 @@ class _Uploaded:
 
 class UploadedPlan(_Uploaded):
     """A written plan in GPU memory: one default-heap buffer per buffer file (``resource(i)`` for
-    ``plan.buffers[i]``), each entry and quantized part bound where the plan says.
+    ``plan.buffers[i]``), each entry and quantized part bound where the plan says. The buffer files of the
+    constants read on the CPU (``plan.buffers[i].uploaded`` False, after the others) are not uploaded, and their
+    entries have no binding: ``plan.array(key)`` gives their values.
 
     A ``key`` is an entry's key (``"weight"``) or a quantized part, as ``(record, form, role)``:
     ``("qmatmul", "blocked", "weight")``, form ``"blocked"`` (``QuantizedWeight.blocked_form()``) or ``"split"``
@@ -189,7 +191,9 @@ class UploadedPlan(_Uploaded):
         super().__init__(device, owns_device, staging_bytes)
         self.plan = plan
         try:
-            self._fill([buffer.size for buffer in plan.buffers], self._file_filler, "uploading buffer file")
+            # (the buffers of the constants read on the CPU, after the others, are not uploaded: upload="bound")
+            self._fill([buffer.size for buffer in plan.buffers[: plan.upload_buffer_count]], self._file_filler,
+                       "uploading buffer file")
         except BaseException:
             self.close()
             raise
@@ -205,6 +209,11 @@ class UploadedPlan(_Uploaded):
                 why = "no such entry" if entry is None else f"it was skipped ({entry.skipped})"
                 raise InvalidArgumentError(f"the plan has no binding for {key!r}: {why}")
             assert entry.offset is not None
+            if (entry.buffer or 0) >= self.plan.upload_buffer_count:
+                raise InvalidArgumentError(
+                    f"entry {key!r} is read on the CPU (its reads_on is 'cpu'), so it was not uploaded "
+                    f"(upload='bound'); read its values with plan.array({key!r}) and pass them to the operator as "
+                    "the attribute they are")
             return entry.buffer or 0, entry.offset, entry.buffer_desc
         part = self._part(key)
         return part.buffer, part.offset, part.buffer_desc

@@ -41,15 +41,18 @@ from dmlbridge.manifest.sections import (
     BufferFile,
     buffers_from_json,
     check_buffers_filled,
+    check_cpu_read_apart,
     entry_from_json,
     external_from_json,
     quantized_from_json,
     selection_from_json,
     sha256_field,
     target_from_json,
+    uploaded_buffers,
 )
 from dmlbridge.model.consumers import PER_OPERATOR_VERSION, Consumer
 from dmlbridge.model.shapes import NO_SHAPES, GivenShapes
+from dmlbridge.placement.cpu_read import UPLOADS, Upload
 from dmlbridge.placement.entries import PlanEntries, PlanEntry
 from dmlbridge.placement.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
@@ -115,6 +118,12 @@ class Manifest:
     shapes: GivenShapes = NO_SHAPES
     """The sizes the conversion was given for the model's free dimensions (``input_shapes``, ``dim_params``;
     format 7: none before)."""
+    upload: Upload = "all"
+    """What the upload buffers hold (format 7; "all" before): "bound" leaves the constants read on the CPU out of
+    them, in buffers of their own after them (:mod:`dmlbridge.placement.cpu_read`)."""
+    uploaded_buffers: int | None = None
+    """How many buffers, from the first, a program uploads (None: all of them); the others hold the constants
+    read on the CPU (``BufferFile.uploaded`` is False)."""
 
     @property
     def bin_sha256(self) -> str | None:
@@ -125,6 +134,54 @@ class Manifest:
     def bin_fingerprint(self) -> str | None:
         """The fingerprint of the buffer file, when there is one (``buffers[0].fingerprint``)."""
         return self.buffers[0].fingerprint if len(self.buffers) == 1 else None
+
+    @property
+    def buffer_sizes(self) -> tuple[int, ...]:
+        """The size of each buffer, in order: the buffer files' sizes, or for a plan that was not written
+        (``plan_model``) the sizes conversion would give them, so a ``max_buffer_bytes`` can be chosen first.
+
+        Example:
+            >>> import dmlbridge, numpy as np
+            >>> from onnx import helper, numpy_helper
+            >>> ws = [numpy_helper.from_array(np.ones(64, np.float32), name) for name in ("a", "b", "c")]
+            >>> model = helper.make_model(helper.make_graph([], "g", [], [], ws))
+            >>> dmlbridge.plan_model(model, max_buffer_bytes=512).buffer_sizes
+            (512, 256)
+        """
+        if self.buffers:
+            return tuple(buffer.size for buffer in self.buffers)
+        sizes = [0]
+        for entry in self.entries.values():
+            if entry.buffer is None or entry.end is None:
+                continue
+            if entry.buffer == len(sizes):
+                sizes.append(0)
+            sizes[entry.buffer] = max(sizes[entry.buffer], entry.end)
+        return tuple(sizes)
+
+    @property
+    def upload_buffer_count(self) -> int:
+        """How many buffers, from the first, a program uploads: all but those of the constants read on the CPU
+        (``upload="bound"``: ``buffers[i].uploaded`` is False for the others, whose values a program reads with
+        ``UploadPlan.array`` to pass them as attributes).
+
+        Example:
+            >>> import dmlbridge, numpy as np
+            >>> from onnx import helper, numpy_helper
+            >>> w, shape = (numpy_helper.from_array(np.array(v), n) for v, n in (([1.5, 2.5], "w"), ([2, 1], "s")))
+            >>> node = helper.make_node("Reshape", ["w", "s"], ["y"])
+            >>> y = helper.make_tensor_value_info("y", 1, None)
+            >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([node], "g", [], [y], [w, shape])))
+            >>> plan.entries["s"].reads_on, plan.entries["s"].buffer, plan.upload_buffer_count, plan.upload_size
+            ('cpu', 1, 1, 16)
+        """
+        return len(self.buffer_sizes) if self.uploaded_buffers is None else self.uploaded_buffers
+
+    @property
+    def upload_size(self) -> int:
+        """The bytes a program uploads: the sizes of the first :attr:`upload_buffer_count` buffers (``total_size``
+        counts the buffers of the CPU-read constants too)."""
+        return sum(self.buffer_sizes[: self.upload_buffer_count])
 
 
 # --- writing -------------------------------------------------------------------------------------------------
@@ -149,13 +206,15 @@ def _head(manifest: Manifest) -> dict[str, Any]:
         "total_size": manifest.total_size,
         "max_buffer_bytes": manifest.max_buffer_bytes,
         "buffers": [
-            {"file": os.path.basename(b.path), "size": b.size, "fingerprint": b.fingerprint, "sha256": b.sha256}
+            {"file": os.path.basename(b.path), "size": b.size, "fingerprint": b.fingerprint, "sha256": b.sha256,
+             **({} if b.uploaded else {"uploaded": False})}
             for b in manifest.buffers
         ],
         "selection": manifest.selection.describe(),
         "quantized": [record.to_json() for record in manifest.quantized_records.values()],
         # (Left out when none were given: the manifests of models with no free sizes stay as they were.)
         **({} if manifest.shapes == NO_SHAPES else {"shapes": manifest.shapes.to_json()}),
+        **({"upload": manifest.upload} if manifest.format_version >= PER_OPERATOR_VERSION else {}),
     }
 
 
@@ -384,7 +443,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
                                          "target", "alignment", "min_dims", "total_size", "buffers", "entries")
                       + (("selection",) if version >= 3 else ())
                       + (("max_buffer_bytes", "quantized") if version >= 4 else ()),
-                      ("shapes",) if version >= PER_OPERATOR_VERSION else ())
+                      ("shapes", "upload") if version >= PER_OPERATOR_VERSION else ())
     if top.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
     dmlbridge_version = top.string("dmlbridge_version")
@@ -419,10 +478,14 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
                 f"{top.at('conversion_id')} must be 16 lowercase hex digits, got {conversion_id[:80]!r}"
             )
         buffers = buffers_from_json(top.get("buffers"), top.at("buffers"), conversion_id, total_size,
-                                     max_buffer_bytes)
+                                     max_buffer_bytes, version)
     selection = (EVERY_CONSTANT if version < 3 else
                  selection_from_json(top.get("selection"), top.at("selection"), version))
     shapes = NO_SHAPES if "shapes" not in top.value else _shapes_from_json(top.get("shapes"), top.at("shapes"))
+    upload = top.value.get("upload", "all")
+    if upload not in UPLOADS:
+        raise ManifestError(f"{top.at('upload')} is {json.dumps(upload)[:40]}; it must be \"bound\" or \"all\"")
+    uploaded = uploaded_buffers(buffers, upload, top.at("buffers"))
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
         raise ManifestError(f"{top.at('entries')} must be an array, got {kind_of(raw_entries)}")
@@ -431,18 +494,20 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     sizes = [buffer.size for buffer in buffers]
     for index, raw in enumerate(raw_entries):
         entry = entry_from_json(raw, f"{where}: entries[{index}]", target, alignment, min_dims, sizes,
-                                 layouts, version)
+                                 layouts, version, uploaded)
         if entry.key in entries:
             raise ManifestError(f"{where}: entries[{index}] repeats the key {entry.key!r}")
         entries[entry.key] = entry
-    check_buffers_filled(entries, sizes, alignment, max_buffer_bytes, where)
+    check_buffers_filled(entries, sizes, alignment, max_buffer_bytes, where, uploaded)
     quantized = {} if version < 4 else quantized_from_json(top.get("quantized"), top.at("quantized"), entries,
                                                            target, alignment, min_dims, version)
     for key in part_keys(quantized.values()):
         entries[key] = replace(entries[key], record_part=True)
+    if upload == "bound":
+        check_cpu_read_apart(entries, uploaded, where)
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
-                    selection, max_buffer_bytes, quantized, shapes)
+                    selection, max_buffer_bytes, quantized, shapes, upload, uploaded)
 
 
 def _shapes_from_json(value: Any, where: str) -> GivenShapes:

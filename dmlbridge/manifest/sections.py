@@ -23,9 +23,11 @@ from dmlbridge.manifest.json_fields import INT64_MAX, Fields, int_list, kind_of
 from dmlbridge.model.consumer_layouts import LEADING, ConsumerLayout, choose_layout
 from dmlbridge.model.consumers import (
     CONSUMER_LAYOUTS_VERSION,
+    PER_OPERATOR_VERSION,
     Consumer,
 )
 from dmlbridge.placement.consumer_descs import plan_consumers
+from dmlbridge.placement.cpu_read import CPU_READ_TARGET
 from dmlbridge.placement.entries import PlanEntry, entry_layout
 from dmlbridge.placement.options import MAX_BUFFER_COUNT, MAX_KEY_LENGTH
 from dmlbridge.placement.selection import Selection
@@ -48,12 +50,14 @@ __all__ = [
     "BufferFile",
     "buffers_from_json",
     "check_buffers_filled",
+    "check_cpu_read_apart",
     "entry_from_json",
     "external_from_json",
     "quantized_from_json",
     "selection_from_json",
     "sha256_field",
     "target_from_json",
+    "uploaded_buffers",
 ]
 
 _CONVERSIONS = ("native", "widen", "emulate", "narrow", "saturate", "lossy")
@@ -76,14 +80,49 @@ class BufferFile:
     size: int
     fingerprint: str
     sha256: str | None = None
+    uploaded: bool = True
+    """Whether a program uploads it: False for the buffers of the constants read on the CPU (``upload="bound"``),
+    which come after every uploaded one."""
+
+
+def uploaded_buffers(buffers: tuple[BufferFile, ...], upload: str, where: str) -> int | None:
+    """How many buffers, from the first, are uploaded (None: every one); ManifestError unless the buffers not
+    uploaded come after every uploaded one, in a manifest of ``upload`` "bound"."""
+    flags = [buffer.uploaded for buffer in buffers]
+    count = flags.count(True)
+    if count == len(flags):
+        return None
+    if upload != "bound":
+        raise ManifestError(f"{where}[{flags.index(False)}].uploaded is false, but upload is \"{upload}\": every "
+                            "buffer is uploaded")
+    if flags != [True] * count + [False] * (len(flags) - count):
+        raise ManifestError(f"{where}: the buffers not uploaded must all come after the uploaded ones")
+    return count
+
+
+def check_cpu_read_apart(entries: dict[str, PlanEntry], uploaded: int | None, where: str) -> None:
+    """In a manifest of ``upload`` "bound": the converted entries in the buffers not uploaded (from ``uploaded``)
+    are exactly those read only on the CPU (``reads_on`` "cpu")."""
+    for entry in entries.values():
+        if entry.buffer is None or (not entry.consumers and (uploaded is None or entry.buffer < uploaded)):
+            continue  # (skipped, or read by nothing and uploaded: the usual case, decided without a set)
+        apart = uploaded is not None and entry.buffer >= uploaded
+        if apart != (entry.reads_on == "cpu"):
+            read = "on the CPU" if entry.reads_on == "cpu" else "on the GPU or by nothing"
+            raise ManifestError(
+                f"{where}: entry {entry.key!r} is read {read} but is in buffers[{entry.buffer}], "
+                f"{'not ' if apart else ''}uploaded; with upload \"bound\" the buffers not uploaded hold exactly "
+                "the constants read on the CPU")
 
 
 def check_buffers_filled(
-    entries: dict[str, PlanEntry], sizes: list[int], alignment: int, limit: int | None, where: str
+    entries: dict[str, PlanEntry], sizes: list[int], alignment: int, limit: int | None, where: str,
+    uploaded: int | None = None,
 ) -> None:
-    """The converted entries fill the buffers as a conversion places them: in model order, buffer after buffer,
-    none overlapping, each buffer ending with its last entry, and each buffer after the first begun by an entry
-    that would have ended past ``limit`` in the one before."""
+    """The converted entries fill the buffers as a conversion places them: in model order (the CPU-read ones last
+    under ``upload`` "bound"), buffer after buffer, none overlapping, each buffer ending with its last entry, and
+    each buffer after the first begun by an entry that would have ended past ``limit`` in the one before, or by
+    the first constant read on the CPU (buffer ``uploaded``, the first not uploaded)."""
     converted = [e for e in entries.values() if e.skipped is None]
     order = [e.buffer or 0 for e in converted]
     steps = zip([0, *order], order, strict=False)  # (each entry's buffer after the one before: 0 at first)
@@ -114,7 +153,7 @@ def check_buffers_filled(
             raise ManifestError(
                 f"{where}: {what} is {sizes[buffer]} but the entries end at byte {end}; the two must agree"
             )
-        if buffer and limit is not None:
+        if buffer and limit is not None and buffer != uploaded:
             opening = converted[first].total_tensor_size_in_bytes or 0
             if -(-sizes[buffer - 1] // alignment) * alignment + opening <= limit:
                 raise ManifestError(
@@ -156,18 +195,19 @@ def sha256_field(fields: Fields, key: str, nullable: bool) -> Any:
 
 
 def buffers_from_json(
-    value: Any, where: str, conversion_id: str, total_size: int, limit: int | None
+    value: Any, where: str, conversion_id: str, total_size: int, limit: int | None, version: int = 4,
 ) -> tuple[BufferFile, ...]:
     """The buffer files of a format-2 or later manifest, named for the conversion and their index, plain file
     names only: exactly one before format 4 (``limit`` None), else 1 to MAX_BUFFER_COUNT of at most ``limit``
-    bytes each, their sizes adding up to ``total_size``."""
+    bytes each, their sizes adding up to ``total_size``; from format 7 each may say it is not ``uploaded``."""
     most = 1 if limit is None else MAX_BUFFER_COUNT
     if not isinstance(value, list) or not 1 <= len(value) <= most:
         count = "one buffer file" if most == 1 else f"1 to {most} buffer files"
         raise ManifestError(f"{where} must be an array of {count}, got {kind_of(value)}")
     buffers = []
     for index, item in enumerate(value):
-        fields = Fields(item, f"{where}[{index}]", ("file", "size", "fingerprint", "sha256"))
+        fields = Fields(item, f"{where}[{index}]", ("file", "size", "fingerprint", "sha256"),
+                        ("uploaded",) if version >= PER_OPERATOR_VERSION else ())
         name = fields.string("file", nonempty=True)
         tail = f".{conversion_id}.{index:05d}.bin"
         if (
@@ -180,7 +220,10 @@ def buffers_from_json(
             )
         size = fields.integer("size", 0, INT64_MAX if limit is None else limit)
         digests = sha256_field(fields, "fingerprint", False), sha256_field(fields, "sha256", True)
-        buffers.append(BufferFile(name, size, *digests))
+        uploaded = fields.value.get("uploaded", True)
+        if uploaded is not False and uploaded is not True:
+            raise ManifestError(f"{fields.at('uploaded')} must be true or false, got {kind_of(uploaded)}")
+        buffers.append(BufferFile(name, size, *digests, uploaded))
     if sum(b.size for b in buffers) != total_size:
         held = counted(sum(b.size for b in buffers), "byte")
         raise ManifestError(f"{where}: the buffers hold {held} but total_size is {total_size}; the two must agree")
@@ -243,10 +286,11 @@ _ENTRY_FIELDS = ("key", "origin", "onnx_type", "shape", "conversion", "offset", 
 
 def entry_from_json(
     raw: Any, where: str, target: Target, alignment: int, min_dims: int, buffer_sizes: list[int],
-    layouts: dict[tuple[Any, ...], Any], version: int,
+    layouts: dict[tuple[Any, ...], Any], version: int, uploaded: int | None = None,
 ) -> PlanEntry:
-    """One element of ``entries``, checked against the target's mapping, the layout rules and its buffer's size
-    (``buffer_sizes``: each buffer's, by index); ``layouts`` keeps what each type and shape demands."""
+    """One element of ``entries``, checked against the target's mapping (``CPU_READ_TARGET``'s in a buffer not
+    uploaded, from ``uploaded``), the layout rules and its buffer's size (``buffer_sizes``: each buffer's, by
+    index); ``layouts`` keeps what each type and shape demands."""
     optional = ("clamped", "padding", "consumers") if version >= 3 else ()
     fields = Fields(raw, where, _ENTRY_FIELDS + (("buffer",) if version >= 4 else ()),
                     optional + (("layout_note",) if version >= CONSUMER_LAYOUTS_VERSION else ()))
@@ -298,11 +342,12 @@ def entry_from_json(
     flags = desc.get("Flags") if desc.get("Flags") in (0, 1) and type(desc.get("Flags")) is int else 0
     # What the type, shape, conversion and flags demand is worked out once for each (a model may have 100,000
     # entries of a few shapes).
-    cache_key = (onnx_type, shape, dml_name, conversion, flags, layout)
+    apart = uploaded is not None and buffer >= uploaded  # (a CPU-read constant keeps its ONNX type)
+    cache_key = (onnx_type, shape, dml_name, conversion, flags, layout, apart)
     demanded = layouts.get(cache_key)
     if demanded is None:
-        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, layout, target, alignment,
-                             min_dims)
+        demanded = _demanded(fields, onnx_type, shape, dml_name, conversion, flags, layout,
+                             CPU_READ_TARGET if apart else target, alignment, min_dims)
         layouts[cache_key] = demanded
     expected_desc, buffer_desc, dml_type = demanded
     total = buffer_desc.total_tensor_size_in_bytes

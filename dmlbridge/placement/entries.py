@@ -38,15 +38,15 @@ from dmlbridge.model.consumer_layouts import LEADING, ConsumerLayout, Padding, c
 from dmlbridge.model.consumers import Consumer
 from dmlbridge.model.operators import PER_OPERATOR_VERSION, ReadsOn
 from dmlbridge.placement.consumer_descs import PlanConsumer, entry_layout, plan_consumers
+from dmlbridge.placement.cpu_read import CPU_READ_TARGET
 from dmlbridge.placement.options import (
-    DEFAULT_MAX_BUFFER_BYTES,
     MAX_BUFFER_BYTES,
     MAX_BUFFER_COUNT,
-    MAX_KEY_LENGTH,
     PlanOptions,
-    byte_count_text,
+    check_names,
     round_limit,
     smallest_max_buffer_bytes,
+    what_fits,
 )
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, DML_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.types.data_types import DmlDataType, OnnxDataType
@@ -414,6 +414,9 @@ class Placement(NamedTuple):
     """The position of the first constant larger than ``max_buffer_bytes`` (alone in its buffer), if any."""
     fitting: int | None = None
     """With ``oversized``: the round ``max_buffer_bytes`` with which every constant fits (None: there is none)."""
+    uploaded_buffers: int | None = None
+    """How many buffers, from the first, are uploaded: the rest hold the constants read on the CPU
+    (:mod:`dmlbridge.placement.cpu_read`). None: every buffer."""
 
     def buffer_range(self, buffer: int) -> slice:
         """The positions of the constants in buffer ``buffer`` (skipped ones between them included)."""
@@ -438,7 +441,7 @@ _TOTAL = operator.attrgetter("total")
 
 def place_constants(
     constants: list[ModelConstant], options: PlanOptions, consumers: dict[str, tuple[Consumer, ...]] | None = None,
-    version: int | None = None,
+    version: int | None = None, cpu_read: frozenset[str] = frozenset(),
 ) -> Placement:
     """Plan every constant, in order (see the module docstring); ``consumers``: the nodes that read each, by key
     (:func:`dmlbridge.model.consumers.find_consumers`), which choose each constant's layout, by the rule of
@@ -446,7 +449,11 @@ def place_constants(
 
     Buffers: a new buffer starts where the next converted constant would end past ``options.max_buffer_bytes``.
     A constant larger than that is planned alone in a buffer and noted in ``oversized``: :func:`refuse_oversized`
-    refuses it once the checks that come first (``max_tensor_bytes``) have been made."""
+    refuses it once the checks that come first (``max_tensor_bytes``) have been made.
+
+    ``cpu_read``: the keys of the constants kept out of the upload buffers (``upload="bound"``), which come last
+    (:func:`~dmlbridge.placement.cpu_read.upload_order`): the first of them begins a buffer, and each keeps its ONNX
+    type (``CPU_READ_TARGET``'s mapping). Verification, which reads only the pairs, may pass them in model order."""
     readers = {} if consumers is None else consumers
     rule = PER_OPERATOR_VERSION if version is None else version
     # Only a constant some layout input reads can be laid out otherwise than with leading 1s: the others (all but
@@ -465,10 +472,11 @@ def place_constants(
     oversized: int | None = None
     end = 0
     pair_of: dict[tuple[Any, ...], Pair] = {}
-    rows: dict[OnnxDataType, MappingRow] = {}
+    rows: dict[tuple[OnnxDataType, bool], MappingRow] = {}
     get_pair, add_key, add_origin, add_pair = pair_of.get, keys.append, origins.append, pairs.append
     add_offset, add_buffer = offsets.append, buffers.append
     buffer = 0
+    uploaded_buffers: int | None = None
     for constant in constants:  # (a model may hold 100,000 constants: the usual path does as little as it can)
         key, onnx_type, shape = constant.key, constant.onnx_type, constant.shape
         add_key(key)
@@ -476,12 +484,16 @@ def place_constants(
         layout = LEADING
         if per_layout and key in per_layout:
             layout = choose_layout(shape, readers[key], options.min_dims, version)
-        pair_key = (onnx_type, shape) if layout is LEADING else (onnx_type, shape, layout)
+        on_cpu = bool(cpu_read) and key in cpu_read
+        pair_key: tuple[Any, ...] = (onnx_type, shape) if layout is LEADING else (onnx_type, shape, layout)
+        if on_cpu:
+            pair_key += (CPU_READ_TARGET,)
         pair = get_pair(pair_key)
         if pair is None:
-            row = rows.get(onnx_type)
+            row_key = (onnx_type, on_cpu)
+            row = rows.get(row_key)
             if row is None:
-                row = rows[onnx_type] = resolve(onnx_type, options.target)
+                row = rows[row_key] = resolve(onnx_type, CPU_READ_TARGET if on_cpu else options.target)
             pair = pair_of[pair_key] = _plan_pair(onnx_type, shape, row, options, layout)
         add_pair(pair)
         total = pair.total
@@ -490,6 +502,12 @@ def place_constants(
             add_buffer(None)
             continue
         offset = -(-end // alignment) * alignment
+        if on_cpu and uploaded_buffers is None:  # (the first CPU-read constant begins the buffers not uploaded)
+            uploaded_buffers = buffer + (end > 0)
+            if end > 0:
+                buffer_sizes.append(end)
+                buffer_starts.append(len(keys) - 1)
+                buffer, offset, end = buffer + 1, 0, 0
         if offset + total > limit:  # (rare: the next buffer, or a constant no buffer holds)
             if total > limit and oversized is None:
                 oversized = len(keys) - 1  # (refused by refuse_oversized, after the checks that come first)
@@ -500,7 +518,7 @@ def place_constants(
         add_offset(offset)
         add_buffer(buffer)
         end = offset + total
-    _check_names(keys, origins)
+    check_names(keys, origins)
     buffer_sizes.append(end)
     fitting = None
     if oversized is not None or len(buffer_sizes) > MAX_BUFFER_COUNT:  # (the refusal names a limit that works)
@@ -508,13 +526,13 @@ def place_constants(
     if len(buffer_sizes) > MAX_BUFFER_COUNT:
         raise InvalidArgumentError(
             f"max_buffer_bytes={limit} splits this model's constants into more than {MAX_BUFFER_COUNT} buffers, the "
-            f"most a conversion writes; {_what_fits(fitting)}"
+            f"most a conversion writes; {what_fits(fitting)}"
         )
     each = [readers.get(key, ()) for key in keys] if readers else None
     entries = PlanEntries(keys, origins, offsets, pairs, None, each, buffers,
                           (options.min_dims, options.target.max_dimension_count, version))
     return Placement(entries, offsets, pairs, sum(buffer_sizes), tuple(buffer_sizes), tuple(buffer_starts), oversized,
-                     fitting)
+                     fitting, uploaded_buffers)
 
 
 def _fitting_limit(pairs: list[Pair], alignment: int) -> int | None:
@@ -522,30 +540,6 @@ def _fitting_limit(pairs: list[Pair], alignment: int) -> int | None:
     written), None when there is none (see smallest_max_buffer_bytes and round_limit)."""
     smallest = smallest_max_buffer_bytes([pair.total for pair in pairs if pair.total >= 0], alignment)
     return None if smallest is None else round_limit(smallest, alignment)
-
-
-def _what_fits(fitting: int | None) -> str:
-    """What to pass instead, in the keyword's terms (the command line names its flag)."""
-    if fitting is None:
-        return ("no max_buffer_bytes up to 0xFFFF0000 (the largest upload buffer Direct3D 12 makes) holds them: "
-                "leave out the largest constants (exclude)")
-    text = byte_count_text(fitting)
-    guaranteed = ("" if fitting <= DEFAULT_MAX_BUFFER_BYTES else
-                  "; buffers over 2 GiB are not guaranteed by Direct3D 12: check that the device makes them")
-    return (f"pass max_buffer_bytes={fitting}{'' if text.isdigit() else f' ({text})'}: the smallest round limit "
-            f"with which every constant of this model fits a buffer{guaranteed}")
-
-
-def _check_names(keys: list[str], origins: list[str]) -> None:
-    """InvalidArgumentError when a key or an origin is longer than dmlbridge takes (checked once for all)."""
-    if keys and (max(map(len, keys)) > MAX_KEY_LENGTH or max(map(len, origins)) > 2 * MAX_KEY_LENGTH):
-        key, origin = next((k, o) for k, o in zip(keys, origins, strict=True)
-                           if len(k) > MAX_KEY_LENGTH or len(o) > 2 * MAX_KEY_LENGTH)
-        raise InvalidArgumentError(
-            f"constant {key[:100]!r}... has a key of {len(key)} characters (origin {len(origin)}); dmlbridge takes "
-            f"keys of at most {MAX_KEY_LENGTH} (origins twice that), which every real model's names fit: this "
-            "model's names or subgraph paths are unreasonably long"
-        )
 
 
 def refuse_oversized(constants: list[ModelConstant], placement: Placement, limit: int) -> None:
@@ -561,7 +555,7 @@ def _too_large_for_a_buffer(constant: ModelConstant, total: int, limit: int,
                             fitting: int | None) -> TensorTooLargeError:
     over = (" It is larger than any upload buffer Direct3D 12 makes (0xFFFF0000 bytes), so it cannot be uploaded "
             "in one piece: leave it out (exclude)." if total > MAX_BUFFER_BYTES else
-            f" To convert the model, {_what_fits(fitting)}.")
+            f" To convert the model, {what_fits(fitting)}.")
     return TensorTooLargeError(
         f"constant {constant.key!r} ({constant.origin}) takes {total} bytes ({constant.onnx_type.name} "
         f"{list(constant.shape)}), more than max_buffer_bytes={limit}: a tensor is never split across buffers."

@@ -19,6 +19,7 @@ from dmlbridge.errors import InvalidArgumentError
 from dmlbridge.model.census import DEFAULT_MAX_CONSTANTS, DEFAULT_MAX_NODES, check_max_constants, check_max_nodes
 from dmlbridge.model.shapes import NO_SHAPES, GivenShapes
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
+from dmlbridge.placement.cpu_read import Upload, check_upload
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
 from dmlbridge.system.workers import check_workers
 from dmlbridge.tensor.descs import check_flags
@@ -43,10 +44,12 @@ __all__ = [
     "check_max_constants",
     "check_max_nodes",
     "check_max_tensor_bytes",
+    "check_names",
     "max_buffer_bytes_for",
     "parse_byte_count",
     "round_limit",
     "smallest_max_buffer_bytes",
+    "what_fits",
 ]
 
 DEFAULT_MAX_MANIFEST_BYTES = 256 << 20
@@ -206,6 +209,30 @@ def byte_count_text(count: int) -> str:
     return str(count)
 
 
+def what_fits(fitting: int | None) -> str:
+    """What to pass instead, in the keyword's terms (the command line names its flag)."""
+    if fitting is None:
+        return ("no max_buffer_bytes up to 0xFFFF0000 (the largest upload buffer Direct3D 12 makes) holds them: "
+                "leave out the largest constants (exclude)")
+    text = byte_count_text(fitting)
+    guaranteed = ("" if fitting <= DEFAULT_MAX_BUFFER_BYTES else
+                  "; buffers over 2 GiB are not guaranteed by Direct3D 12: check that the device makes them")
+    return (f"pass max_buffer_bytes={fitting}{'' if text.isdigit() else f' ({text})'}: the smallest round limit "
+            f"with which every constant of this model fits a buffer{guaranteed}")
+
+
+def check_names(keys: list[str], origins: list[str]) -> None:
+    """InvalidArgumentError when a key or an origin is longer than dmlbridge takes (checked once for all)."""
+    if keys and (max(map(len, keys)) > MAX_KEY_LENGTH or max(map(len, origins)) > 2 * MAX_KEY_LENGTH):
+        key, origin = next((k, o) for k, o in zip(keys, origins, strict=True)
+                           if len(k) > MAX_KEY_LENGTH or len(o) > 2 * MAX_KEY_LENGTH)
+        raise InvalidArgumentError(
+            f"constant {key[:100]!r}... has a key of {len(key)} characters (origin {len(origin)}); dmlbridge takes "
+            f"keys of at most {MAX_KEY_LENGTH} (origins twice that), which every real model's names fit: this "
+            "model's names or subgraph paths are unreasonably long"
+        )
+
+
 class PlanOptions(NamedTuple):
     """How constants are laid out: the target, every offset's alignment, the least number of dimensions, the
     flags of every desc and the largest buffer file."""
@@ -217,11 +244,14 @@ class PlanOptions(NamedTuple):
     max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES
     shapes: GivenShapes = NO_SHAPES
     """Sizes given to the model's free dimensions (``input_shapes``, ``dim_params``), for its consumers' descs."""
+    upload: Upload = "bound"
+    """Which constants the upload buffers hold (:mod:`dmlbridge.placement.cpu_read`)."""
 
     @classmethod
     def check(
         cls, target: Any = DEFAULT_TARGET, alignment: Any = 256, min_dims: Any = None, flags: Any = 0,
         max_buffer_bytes: Any = DEFAULT_MAX_BUFFER_BYTES, input_shapes: Any = None, dim_params: Any = None,
+        upload: Any = "bound",
     ) -> PlanOptions:
         """The options, each checked (InvalidArgumentError names the keyword)."""
         if not isinstance(target, Target):
@@ -238,7 +268,8 @@ class PlanOptions(NamedTuple):
                 f"{alignment!r}; 256 suits most uses"
             )
         return cls(target, alignment, target.check_min_dims(min_dims), check_flags(flags),
-                   check_max_buffer_bytes(max_buffer_bytes, alignment), GivenShapes.check(input_shapes, dim_params))
+                   check_max_buffer_bytes(max_buffer_bytes, alignment), GivenShapes.check(input_shapes, dim_params),
+                   check_upload(upload))
 
 
 class ConvertOptions(NamedTuple):

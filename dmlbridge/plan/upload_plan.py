@@ -22,6 +22,7 @@ from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, p
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
+from dmlbridge.placement.cpu_read import cpu_read_keys, upload_order
 from dmlbridge.placement.entries import (
     ConvertedEntry,
     Pair,
@@ -51,7 +52,13 @@ from dmlbridge.plan.fingerprint import fingerprint_problem
 from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
-from dmlbridge.quantized.records import QuantizedWeight, check_zero_scales, part_keys, quantized_views
+from dmlbridge.quantized.records import (
+    QuantizedWeight,
+    check_zero_scales,
+    part_keys,
+    quantized_views,
+    spec_part_keys,
+)
 from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.system.bytes_view import as_bytes
 from dmlbridge.tensor.decode import decode
@@ -113,28 +120,6 @@ class UploadPlan(Manifest):
             return types.MappingProxyType({})
         read = self.read if self._files is not None else None
         return types.MappingProxyType({key: replace(q, _read=read) for key, q in self.quantized_records.items()})
-
-    @property
-    def buffer_sizes(self) -> tuple[int, ...]:
-        """The size of each buffer, in order: the buffer files' sizes, or for a plan that was not written
-        (``plan_model``) the sizes conversion would give them, so a ``max_buffer_bytes`` can be chosen first.
-
-        Example:
-            >>> import dmlbridge, numpy as np
-            >>> from onnx import helper, numpy_helper
-            >>> ws = [numpy_helper.from_array(np.ones(64, np.float32), name) for name in ("a", "b", "c")]
-            >>> model = helper.make_model(helper.make_graph([], "g", [], [], ws))
-            >>> dmlbridge.plan_model(model, max_buffer_bytes=512).buffer_sizes
-            (512, 256)
-        """
-        if self.buffers:
-            return tuple(buffer.size for buffer in self.buffers)
-        sizes = [0]
-        for entry in self.converted:
-            if entry.buffer == len(sizes):
-                sizes.append(0)
-            sizes[entry.buffer] = max(sizes[entry.buffer], entry.end)
-        return tuple(sizes)
 
     def close(self) -> None:
         """Close the buffer files the plan holds open (a written plan keeps reading the files it checked)."""
@@ -242,9 +227,10 @@ class UploadPlan(Manifest):
         return problems
 
     def bindings(self) -> list[Binding]:
-        """What each converted entry's DML_BUFFER_BINDING needs, in model order: its key, the index of its buffer
+        """What each uploaded entry's DML_BUFFER_BINDING needs, in plan order: its key, the index of its buffer
         (in ``buffers``: bind the resource that buffer file was uploaded into), its offset in that buffer and its
-        size (TotalTensorSizeInBytes). ``Binding.as_ctypes(resources)`` makes the struct.
+        size (TotalTensorSizeInBytes). ``Binding.as_ctypes(resources)`` makes the struct. The entries read on the
+        CPU (``upload="bound"``: in the buffers after the first :attr:`upload_buffer_count`) have none.
 
         Example:
             >>> import dmlbridge, numpy as np
@@ -255,7 +241,9 @@ class UploadPlan(Manifest):
             >>> plan.bindings()
             [Binding(key='a', buffer=0, offset=0, size=256), Binding(key='b', buffer=1, offset=0, size=256)]
         """
-        return [Binding(e.key, e.buffer, e.offset, e.total_tensor_size_in_bytes) for e in self.converted]
+        uploaded = self.upload_buffer_count
+        return [Binding(e.key, e.buffer, e.offset, e.total_tensor_size_in_bytes) for e in self.converted
+                if (e.buffer or 0) < uploaded]
 
     def read_buffer(self, index: int, offset: int, out: np.ndarray) -> None:
         """Fill ``out`` (a writable, contiguous uint8 array) with buffer file ``index``'s bytes from ``offset``."""
@@ -355,6 +343,7 @@ def plan_model(
     max_nodes: int | None = DEFAULT_MAX_NODES,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     dim_params: Mapping[str, int] | None = None,
+    upload: str = "bound",
 ) -> UploadPlan:
     """The plan :func:`convert_model` would write, computed from the model's protobuf alone (no value is decoded
     and no external file opened, so value errors such as an INT64 too large to narrow are not found here).
@@ -363,8 +352,8 @@ def plan_model(
     ``include``, ``exclude``, ``kinds`` and ``min_bytes`` choose the constants, and ``max_buffer_bytes`` splits
     them into buffers, as for ``convert_model``: ``buffer_sizes`` tells how many buffers a limit gives and each
     one's size, before anything is written. ``max_constants`` and ``max_nodes`` refuse a model of more constants or
-    nodes, as for ``convert_model``; ``input_shapes`` and ``dim_params`` give sizes the model leaves free, as for
-    ``convert_model``.
+    nodes, as for ``convert_model``; ``input_shapes`` and ``dim_params`` give sizes the model leaves free, and
+    ``upload`` chooses what the upload buffers hold, as for ``convert_model``.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -374,7 +363,8 @@ def plan_model(
         >>> plan.entries["w"].sizes
         (1, 1, 2, 3)
     """
-    options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes, input_shapes, dim_params)
+    options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes, input_shapes,
+                                dim_params, upload)
     strict = check_flag("strict", strict)
     selection = Selection.check(include, exclude, kinds, min_bytes, drop_quantized_sources)
     return plan_with_notes(model, options, selection, strict, base_dir,
@@ -444,14 +434,22 @@ def plan_loaded(
         scan = scan.extended(derived)
     if scan is not None and keep is not None:
         scan = scan.subset(keep)
-    placement = place_constants(constants, options, consumers)
+    cpu_read: frozenset[str] = frozenset()
+    if options.upload == "bound":  # (the CPU-read constants go last, into buffers of their own)
+        cpu_read = cpu_read_keys(consumers, spec_part_keys(specs))
+        order = upload_order([c.key for c in constants], cpu_read)
+        if order is not None:
+            constants = [constants[i] for i in order]
+            scan = None if scan is None else scan.subset(order)
+    placement = place_constants(constants, options, consumers, cpu_read=cpu_read)
     if strict:
         raise_if_skipped(constants, placement.pairs)
     records = quantized_views(specs, placement.entries, options.min_dims, options.target, options.alignment)
     entries = placement.entries.with_parts(part_keys(records.values()))
     plan = UploadPlan(entries, options.target, options.alignment, options.min_dims, placement.total,
                       loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection,
-                      max_buffer_bytes=options.max_buffer_bytes, quantized_records=records, shapes=options.shapes)
+                      max_buffer_bytes=options.max_buffer_bytes, quantized_records=records, shapes=options.shapes,
+                      upload=options.upload, uploaded_buffers=placement.uploaded_buffers)
     return ModelAndPlan(constants, scan, placement, plan)
 
 

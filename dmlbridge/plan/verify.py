@@ -40,6 +40,7 @@ from dmlbridge.model.onnx_file import checked_path_only, external_data_reader, n
 from dmlbridge.model.shapes import GivenShapes
 from dmlbridge.model.slices import ConstantSlices, decode_bytes, step_of
 from dmlbridge.onnx.external_data import ExternalDataReader
+from dmlbridge.placement.cpu_read import CPU_READ_TARGET, cpu_read_keys
 from dmlbridge.placement.entries import Pair, PlanEntry, place_constants
 from dmlbridge.placement.options import (
     DEFAULT_MAX_CONSTANTS,
@@ -65,7 +66,7 @@ from dmlbridge.plan.chunk_compare import (
 from dmlbridge.plan.fingerprint import FingerprintStream, fingerprint_problem
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.selected import select_constants
-from dmlbridge.quantized.records import QuantizedWeight, quantized_views
+from dmlbridge.quantized.records import QuantizedWeight, quantized_views, spec_part_keys
 from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.system.progress import Progress
 from dmlbridge.system.workers import POOL_MIN_BYTES, Prefetch, check_workers
@@ -106,6 +107,10 @@ class WrittenPlan(Protocol):
     def selection(self) -> Selection: ...
     @property
     def shapes(self) -> GivenShapes: ...
+    @property
+    def upload(self) -> str: ...
+    @property
+    def uploaded_buffers(self) -> int | None: ...
     @property
     def quantized_records(self) -> dict[str, QuantizedWeight]: ...
     @property
@@ -154,7 +159,9 @@ def find_mismatches(
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")
         try:
-            problems = _find(plan, constants, consumers, reader, max_tensor_bytes, limit, sha256, bar, workers)
+            cpu_read = cpu_read_keys(consumers, spec_part_keys(specs)) if plan.upload == "bound" else frozenset()
+            problems = _find(plan, constants, consumers, reader, max_tensor_bytes, limit, sha256, bar, workers,
+                             cpu_read)
         finally:
             bar.close()
         fresh = quantized_views(specs, plan.entries, plan.min_dims, plan.target, plan.alignment)
@@ -181,7 +188,7 @@ def find_mismatches(
 def _find(
     plan: WrittenPlan, constants: list[ModelConstant], consumers: dict[str, tuple[Consumer, ...]],
     reader: ExternalDataReader | None, max_tensor_bytes: int, limit: int, sha256: bool, bar: Progress,
-    workers: int = 1,
+    workers: int = 1, cpu_read: frozenset[str] = frozenset(),
 ) -> list[str]:
     files = plan._open_files()
     front: list[list[str]] = []  # per buffer file: its size, fingerprint and SHA-256 problems
@@ -199,7 +206,7 @@ def _find(
     # layout rules of the plan's format version, with the consumers as that version records them.
     version = plan.format_version
     fresh = place_constants(constants, PlanOptions(plan.target, plan.alignment, plan.min_dims, 0), consumers,
-                           version).pairs
+                           version, cpu_read).pairs  # (CPU-read ones keep their ONNX type: upload="bound")
     found: dict[int, str | None] = {}  # model index -> what differs (None: nothing)
     streamed: list[tuple[int, PlanEntry, list[Chunk], ConstantSlices | None]] = []
     for index, constant in enumerate(constants):
@@ -257,7 +264,8 @@ def _find(
         if buffer is None and slices_of[chunk.index] is not None:
             buffer = empty_aligned(stored)
         try:
-            return compare_chunk(plan.target, plan.alignment, constant, plan.entries[constant.key], chunk, piece,
+            return compare_chunk(_target_of(plan, plan.entries[constant.key]), plan.alignment, constant,
+                                 plan.entries[constant.key], chunk, piece,
                                  slices_of[chunk.index], reader, max_tensor_bytes, buffer,
                                  stored_of.get(chunk.index)), piece
         finally:
@@ -285,7 +293,7 @@ def _find(
                     piece.hand_back(reads)
                     spare.give(piece.buffer)
                 else:
-                    result = compare_chunk(plan.target, plan.alignment, constants[index], entry, chunk,
+                    result = compare_chunk(_target_of(plan, entry), plan.alignment, constants[index], entry, chunk,
                                            ChunkBytes.given(reads.read(chunk.start, chunk.stop)), slices, reader,
                                            max_tensor_bytes)
                 results.append(result)
@@ -464,6 +472,13 @@ def _shown(value: Any) -> str:
     return f"{text} (bits 0x{bits:0{2 * element.dtype.itemsize}x})"
 
 
+def _target_of(plan: WrittenPlan, entry: PlanEntry) -> Target:
+    """The target an entry was converted for: the plan's, or for a constant read on the CPU, in a buffer not
+    uploaded, ``CPU_READ_TARGET`` (its ONNX type kept)."""
+    apart = plan.uploaded_buffers is not None and (entry.buffer or 0) >= plan.uploaded_buffers
+    return CPU_READ_TARGET if apart else plan.target
+
+
 def _compare(
     plan: WrittenPlan, constant: ModelConstant, entry: PlanEntry, reader: ExternalDataReader | None,
     max_tensor_bytes: int,
@@ -472,7 +487,7 @@ def _compare(
     tampered with, or the error of a fresh conversion that failed in a chunk); None: nothing."""
     try:
         values = constant.to_array(reader=reader, max_tensor_bytes=max_tensor_bytes)
-        expected = prepare(values, target=plan.target, min_dims=plan.min_dims, flags=entry.flags,
+        expected = prepare(values, target=_target_of(plan, entry), min_dims=plan.min_dims, flags=entry.flags,
                            guaranteed_base_offset_alignment=plan.alignment)
     except ExternalDataError:
         raise  # the model's files cannot be read: one error for the whole run, not a mismatch per constant

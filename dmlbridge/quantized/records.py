@@ -64,6 +64,7 @@ __all__ = [
     "dequantize_operator",
     "part_keys",
     "quantized_views",
+    "spec_part_keys",
 ]
 
 Granularity = Literal["tensor", "axis", "block"]
@@ -530,6 +531,12 @@ def _part(spec: PartSpec, entry: PlanEntry, rank: int, alignment: int) -> Quanti
     return QuantizedPart(spec.key, entry.buffer, entry.offset,
                          BufferTensorDesc(dml, entry.flags, sizes, strides, total, alignment))
 
+
+
+def spec_part_keys(specs: Iterable[QuantizedSpec]) -> frozenset[str]:
+    """The keys of the entries quantized nodes name as parts, before planning (what :func:`part_keys` of their
+    records gives, and the parts of records skipped later)."""
+    return frozenset(part.key for spec in specs if spec.parts is not None for part in spec.parts)
 
 
 def part_keys(records: Iterable[QuantizedWeight]) -> frozenset[str]:

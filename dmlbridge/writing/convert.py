@@ -22,14 +22,14 @@ import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from dmlbridge.errors import CleanupWarning, DestinationError, InvalidArgumentError, TensorTooLargeError, counted
 from dmlbridge.manifest.format import MANIFEST_FORMAT, BufferFile, check_manifest_size, manifest_chunks
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, external_data_reader, need_reader, read_model
 from dmlbridge.onnx.external_data import ExternalDataReader, check_location
-from dmlbridge.placement.entries import Placement, refuse_oversized
+from dmlbridge.placement.entries import Placement, PlanEntries, refuse_oversized
 from dmlbridge.placement.options import (
     DEFAULT_MAX_BUFFER_BYTES,
     DEFAULT_MAX_CONSTANTS,
@@ -83,6 +83,7 @@ def convert_model(
     max_nodes: int | None = DEFAULT_MAX_NODES,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     dim_params: Mapping[str, int] | None = None,
+    upload: str = "bound",
 ) -> UploadPlan:
     """Convert every constant of an ONNX model into DirectML upload buffers: the buffer files
     ``out_prefix.<conversion id>.00000.bin``, ``.00001.bin``, ... (one when the model fits in ``max_buffer_bytes``)
@@ -173,6 +174,11 @@ def convert_model(
             than the model's or a size that contradicts one it declares is an InvalidArgumentError naming it.
         dim_params: sizes by dim_param name, in every graph input, output and value_info: ``{"batch": 1}``
             (``--dim-param batch=1``); a name no shape has is an InvalidArgumentError.
+        upload: what the upload buffers hold (``--upload``). ``"bound"`` (the default): every constant but those
+            ONNX Runtime's DirectML provider reads on the CPU as attributes (``reads_on == "cpu"``: a Reshape's
+            shape, a Slice's ends), which go, converted with their ONNX type whatever the target, into buffer
+            files of their own after the upload buffers (``BufferFile.uploaded`` False). ``"all"``: every constant
+            in the upload buffers. The manifest records which.
 
     Returns the :class:`UploadPlan` of the written files (the same as ``load_plan`` of the manifest).
 
@@ -190,7 +196,8 @@ def convert_model(
         >>> plan.close()  # (its files let go: on Windows an open file may not be removable)
         >>> shutil.rmtree(folder)
     """
-    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes, input_shapes, dim_params)
+    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes, input_shapes,
+                                dim_params, upload)
     options = ConvertOptions.check(layout, progress=progress, strict=strict, external_data_root=external_data_root,
                                    checksum=checksum, max_tensor_bytes=max_tensor_bytes, fsync=fsync,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
@@ -226,6 +233,7 @@ def check_conversion(
     max_nodes: int | None = DEFAULT_MAX_NODES,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     dim_params: Mapping[str, int] | None = None,
+    upload: str = "bound",
 ) -> UploadPlan:
     """Everything :func:`convert_model` does but write: every refusal it makes up front (the same limits), every
     value decoded and converted (external data read, values that must narrow checked), each error the one
@@ -243,7 +251,8 @@ def check_conversion(
         ...
         dmlbridge.ValueRangeError: constant 'big' (initializer): value 1099511627776 at index [0] ...saturate...
     """
-    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes, input_shapes, dim_params)
+    layout = PlanOptions.check(target, alignment, min_dims, flags, max_buffer_bytes, input_shapes,
+                                dim_params, upload)
     options = ConvertOptions.check(layout, progress=False, strict=strict, external_data_root=external_data_root,
                                    checksum=False, max_tensor_bytes=max_tensor_bytes, fsync=False,
                                    max_output_bytes=max_output_bytes, max_manifest_bytes=max_manifest_bytes,
@@ -264,7 +273,7 @@ def check_conversion(
                 reader.close()
         if not clamped:
             return model_plan.plan
-        return replace(model_plan.plan, entries=model_plan.placement.entries.with_clamped(clamped))
+        return replace(model_plan.plan, entries=cast(PlanEntries, model_plan.plan.entries).with_clamped(clamped))
 
 
 def _read(model: Any, base_dir: str | os.PathLike[str] | None, options: ConvertOptions) -> LoadedModel:
@@ -533,11 +542,12 @@ def _write_outputs(
                         fingerprint = bin_fingerprint(file.fileno(), size, *placement.converted_ranges(index))
                         path = os.path.join(publication.directory, publication.buffer_names[index])
                         kept.append(keep_open(file.fileno(), path))
-                    buffers.append(BufferFile(path, size, fingerprint, image.sha256))
+                    buffers.append(BufferFile(path, size, fingerprint, image.sha256, placement.uploaded_buffers is None
+                                              or index < placement.uploaded_buffers))
                     clamped.update(image.clamped)
                 external = () if reader is None else tuple(sorted(reader.files.items()))
                 if clamped:  # ("saturate" entries: their counts go into the manifest)
-                    plan = replace(plan, entries=placement.entries.with_clamped(clamped))
+                    plan = replace(plan, entries=cast(PlanEntries, plan.entries).with_clamped(clamped))
                 written = replace(plan, conversion_id=publication.conversion_id, source_external=external,
                                   buffers=tuple(buffers),
                                   manifest_path=os.path.join(publication.directory, publication.manifest_name),

@@ -61,8 +61,10 @@ def test_inspect_json_is_the_plan(sample: Path) -> None:
     assert doc["totals"] == {"constants": 44, "converted": 43, "skipped": 1,
                              "tensor_bytes": sum(e["desc"]["TotalTensorSizeInBytes"] for e in doc["entries"]
                                                  if e["desc"]),
-                             "total_size": doc["total_size"], "buffer_sizes": [doc["total_size"]],
-                             "reads_on": doc["totals"]["reads_on"]}
+                             "total_size": doc["total_size"], "buffer_sizes": doc["totals"]["buffer_sizes"],
+                             "upload_size": doc["totals"]["buffer_sizes"][0], "reads_on": doc["totals"]["reads_on"]}
+    # (the sample's Reshape shape, read on the CPU, in a buffer of its own after the uploaded one)
+    assert sum(doc["totals"]["buffer_sizes"]) == doc["total_size"] and len(doc["totals"]["buffer_sizes"]) == 2
     places = doc["totals"]["reads_on"]  # (where each converted constant is read, as its consumers say)
     assert sum(p["constants"] for p in places.values()) == 43 and set(places) == {"gpu", "cpu", "none"}
     assert sum(p["bytes"] for p in places.values()) == doc["totals"]["tensor_bytes"]

@@ -151,6 +151,27 @@ def test_every_quantized_part_reads_back_from_the_gpu(device: dmlbridge.gpu.Devi
     assert operators == ({"DEQUANTIZE"} if target_name == "6.4" else {"ELEMENT_WISE_DEQUANTIZE_LINEAR"})
 
 
+def test_the_buffers_of_constants_read_on_the_cpu_are_not_uploaded(device: dmlbridge.gpu.Device,
+                                                                   tmp_path: Path) -> None:
+    """upload="bound": a Reshape's shape is in a buffer file after the uploaded one, which is not uploaded; the
+    uploaded buffer's indices are unchanged, and the shape has no binding (its values come from plan.array)."""
+    shape = numpy_helper.from_array(np.array([3, 2], np.int64), "shape")
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32) + 0.5, "w")
+    graph = helper.make_graph([helper.make_node("Reshape", ["w", "shape"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [shape, w])
+    plan = dmlbridge.convert_model(helper.make_model(graph), tmp_path / "w", progress=False)
+    with plan, dmlbridge.gpu.upload(plan, device) as uploaded:
+        assert [b.uploaded for b in plan.buffers] == [True, False] and len(uploaded.resources) == 1
+        got = uploaded.read("w")
+        TALLY.entries += 1
+        TALLY.mismatches += not np.array_equal(got, np.arange(6, dtype=np.float32).reshape(6) + 0.5)
+        assert got.tolist() == [0.5, 1.5, 2.5, 3.5, 4.5, 5.5] and uploaded.binding("w").Offset == 0
+        for call in (uploaded.binding, uploaded.read, uploaded.buffer_tensor_desc):
+            with pytest.raises(dmlbridge.InvalidArgumentError, match=r"read on the CPU .*plan\.array\('shape'\)"):
+                call("shape")
+        assert plan.array("shape").tolist() == [3, 2]
+
+
 @pytest.mark.parametrize("min_dims", [1, 4])
 def test_prepared_tensors_come_back_as_they_went(device: dmlbridge.gpu.Device, min_dims: int) -> None:
     arrays = list(TYPED.values())

@@ -444,6 +444,8 @@ def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
     wrote it: entries laid out by that version's rule (:func:`as_format_6_entry`, :func:`as_older_entry`)."""
     old = copy.deepcopy(doc)
     old["format_version"] = version
+    old.pop("upload", None)  # (format 7's; a conversion with buffers not uploaded has no older form)
+    assert all(buffer.pop("uploaded", True) for buffer in old.get("buffers", ())), "convert with upload='all'"
     if version == 6:
         old["entries"] = [as_format_6_entry(e, old["min_dims"]) for e in old["entries"]]
         return old

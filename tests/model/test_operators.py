@@ -306,8 +306,8 @@ def test_inspect_tells_where_the_constants_are_read(tmp_path: Path) -> None:
     text = run("inspect", tmp_path / "m.onnx", "--wide")
     assert text.returncode == 0, text.stderr
     assert "read on the GPU: 1 constant (8 bytes); on the CPU (as attributes): 1 constant (16 bytes); by nothing: 0 " \
-           "constants (0 bytes)" in text.stdout.splitlines()
+           "constants (0 bytes); uploaded: 8 bytes (upload=bound)" in text.stdout.splitlines()
     doc = json.loads(run("inspect", tmp_path / "m.onnx", "--json").stdout)
     assert doc["totals"]["reads_on"] == {"gpu": {"constants": 1, "bytes": 8}, "cpu": {"constants": 1, "bytes": 16},
                                          "none": {"constants": 0, "bytes": 0}}
-    assert [c["reads_on"] for e in doc["entries"] for c in e["consumers"]] == ["cpu", "gpu"]
+    assert [c["reads_on"] for e in doc["entries"] for c in e["consumers"]] == ["gpu", "cpu"]  # (CPU-read: last)

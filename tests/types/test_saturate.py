@@ -26,7 +26,8 @@ def clamped_by_hand(values: list[int], low: int, high: int) -> tuple[list[int], 
 
 
 def slice_model() -> onnx.ModelProto:
-    """The silero-vad pattern: Slice with an INT64_MAX "to the end" sentinel, and a UINT64 constant."""
+    """The silero-vad pattern: Slice with an INT64_MAX "to the end" sentinel, and a UINT64 constant (converted
+    with upload="all": by default the Slice's inputs, read on the CPU, keep their INT64 and are not narrowed)."""
     inits = [numpy_helper.from_array(np.array([1], np.int64), "starts"),
              numpy_helper.from_array(np.array([2**63 - 1], np.int64), "ends"),
              numpy_helper.from_array(np.array(I64, np.int64), "many"),
@@ -66,13 +67,13 @@ def test_prepare_clamps_and_counts() -> None:
 def test_a_model_with_sentinels_converts_and_verifies(tmp_path: Path) -> None:
     model = slice_model()
     with pytest.raises(dmlbridge.ValueRangeError, match="'ends'"):
-        dmlbridge.convert_model(model, tmp_path / "emulated", target=Target("2.0"), progress=False)
-    plan = dmlbridge.convert_model(model, tmp_path / "w", target=SATURATE, progress=False)
+        dmlbridge.convert_model(model, tmp_path / "emulated", target=Target("2.0"), progress=False, upload="all")
+    plan = dmlbridge.convert_model(model, tmp_path / "w", target=SATURATE, progress=False, upload="all")
     counts = {key: entry.clamped for key, entry in plan.entries.items()}
     assert counts == {"starts": 0, "ends": 1, "many": 4, "unsigned": 2}
     assert plan.array("ends").tolist() == [2**31 - 1]
-    assert dmlbridge.plan_model(model, target=SATURATE).entries["ends"].clamped is None  # values not read
-    assert dmlbridge.check_conversion(model, target=SATURATE).entries["many"].clamped == 4
+    assert dmlbridge.plan_model(model, target=SATURATE, upload="all").entries["ends"].clamped is None  # (not read)
+    assert dmlbridge.check_conversion(model, target=SATURATE, upload="all").entries["many"].clamped == 4
     loaded = dmlbridge.load_plan(tmp_path / "w.json")
     assert loaded == plan and loaded.entries["unsigned"].clamped == 2
     loaded.verify(model)
@@ -82,7 +83,7 @@ def test_a_model_with_sentinels_converts_and_verifies(tmp_path: Path) -> None:
 
 def test_counts_in_the_manifest_are_checked(tmp_path: Path) -> None:
     model = slice_model()
-    dmlbridge.convert_model(model, tmp_path / "w", target=SATURATE, progress=False)
+    dmlbridge.convert_model(model, tmp_path / "w", target=SATURATE, progress=False, upload="all")
     manifest = tmp_path / "w.json"
     text = manifest.read_text()
     doc = json.loads(text)
@@ -96,7 +97,7 @@ def test_counts_in_the_manifest_are_checked(tmp_path: Path) -> None:
         manifest.write_text(json.dumps(doc))
         with pytest.raises(ManifestError, match=message):
             dmlbridge.load_plan(manifest)
-    plain = dmlbridge.convert_model(model, tmp_path / "n", target=Target("6.4"), progress=False)
+    plain = dmlbridge.convert_model(model, tmp_path / "n", target=Target("6.4"), progress=False, upload="all")
     doc = json.loads(Path(plain.manifest_path or "").read_text())
     doc["entries"][0]["clamped"] = 0
     Path(plain.manifest_path or "").write_text(json.dumps(doc))
@@ -123,8 +124,9 @@ def test_a_value_past_32_bits_names_saturate() -> None:
     for int64 in ("emulate", "narrow"):
         target = Target("1.0", int64=int64)
         with pytest.raises(dmlbridge.ValueRangeError, match=r"'ends'.*does not fit INT32.*" + named):
-            dmlbridge.check_conversion(slice_model(), target=target)
+            dmlbridge.check_conversion(slice_model(), target=target, upload="all")
         with pytest.raises(dmlbridge.ValueRangeError, match=r"value 4294967296 .*does not fit UINT32.*" + named):
             dmlbridge.prepare(np.array([2**32], np.uint64), target=target)
-    saturated = dmlbridge.check_conversion(slice_model(), target=Target("1.0", int64="saturate", allow_lossy=True))
+    saturated = dmlbridge.check_conversion(slice_model(), target=Target("1.0", int64="saturate", allow_lossy=True),
+                                           upload="all")
     assert saturated.entries["ends"].clamped == 1

@@ -236,7 +236,7 @@ def test_every_table_of_the_manifest_spec_is_the_schemas() -> None:
         "`source`": _fields(_schema_def("sourceV2")),
         "`target`": _fields(_schema_def("target")),
         "`selection`": _fields(_schema_def("selectionV4")),
-        "Each of `buffers`": _fields(_schema_def("buffer")),
+        "Each of `buffers`": _fields(_schema_def("bufferV7")),
         "Each of `entries`": entry,
         "Each of `consumers`": _fields(consumers),
         "`desc`": _fields(_schema_def("desc")),
