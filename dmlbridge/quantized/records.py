@@ -328,7 +328,7 @@ class QuantizedWeight:
         tensor's desc: a ``DML_TENSOR_DESC`` from ``as_ctypes_tensor_desc()``, a ``DML_BUFFER_TENSOR_DESC``, a
         ``BufferTensorDesc`` or a ``PreparedTensor``), ready for CreateOperator, ``dmlbridge.gpu.run_operator`` or
         a graph. It keeps its ``dmlbridge.gpu.DML_DEQUANTIZE_OPERATOR_DESC`` (or ELEMENT_WISE_DEQUANTIZE_LINEAR's)
-        alive as ``.struct``, and that every desc it points at. Bind its inputs in the order weight, scales, zero
+        alive as ``.struct``, and the struct every desc it points at. Bind its inputs in the order weight, scales, zero
         points, each part in the resource of its ``buffer`` at its ``offset``.
 
         ``form`` picks the parts: ``"blocked"`` (:meth:`blocked_form`, DEQUANTIZE only) or ``"split"`` (the parts
