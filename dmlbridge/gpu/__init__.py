@@ -2,7 +2,8 @@
 and each tensor's binding, through the standard library's ctypes (Windows only: it imports anywhere, and its
 calls raise GpuUnavailableError elsewhere).
 
-May import: ``plan`` and below.
+May import: ``plan`` and below. DirectML's operator descs (``DML_GEMM_OPERATOR_DESC``, ...) are defined in
+``operator_descs``, below ``quantized``, which builds the dequantize desc of a record, and are public here.
 
     >>> import dmlbridge.gpu
     >>> {"create_device", "target_of", "upload", "upload_tensors"} <= set(dmlbridge.gpu.__all__)
@@ -14,7 +15,12 @@ from __future__ import annotations
 from dmlbridge.errors import ComError, DeviceRemovedError, GpuError, GpuUnavailableError
 from dmlbridge.gpu.device import Device, target_of
 from dmlbridge.gpu.dispatch import run_compiled, run_operator
-from dmlbridge.gpu.element_wise_structs import (
+from dmlbridge.gpu.graph import InputEdge, IntermediateEdge, OutputEdge, run_graph
+from dmlbridge.gpu.resources import DEFAULT_STAGING_BYTES
+from dmlbridge.gpu.runtime import create_device
+from dmlbridge.gpu.structs import DML_BINDING_DESC, DML_OPERATOR_DESC
+from dmlbridge.gpu.upload import UploadedPlan, UploadedTensors, upload, upload_tensors
+from dmlbridge.operator_descs.element_wise_structs import (
     DML_ELEMENT_WISE_ADD1_OPERATOR_DESC,
     DML_ELEMENT_WISE_ADD_OPERATOR_DESC,
     DML_ELEMENT_WISE_BIT_AND_OPERATOR_DESC,
@@ -47,8 +53,7 @@ from dmlbridge.gpu.element_wise_structs import (
     DML_SCALAR_UNION,
     DML_SCALE_BIAS,
 )
-from dmlbridge.gpu.graph import InputEdge, IntermediateEdge, OutputEdge, run_graph
-from dmlbridge.gpu.operator_structs import (
+from dmlbridge.operator_descs.operator_structs import (
     DML_ACTIVATION_PARAMETERIZED_RELU_OPERATOR_DESC,
     DML_ACTIVATION_RELU_OPERATOR_DESC,
     DML_ACTIVATION_SIGMOID_OPERATOR_DESC,
@@ -72,7 +77,7 @@ from dmlbridge.gpu.operator_structs import (
     operator_desc,
     operator_desc_array,
 )
-from dmlbridge.gpu.operator_types import (
+from dmlbridge.operator_descs.operator_types import (
     DmlConvolutionDirection,
     DmlConvolutionMode,
     DmlMatrixTransform,
@@ -81,10 +86,6 @@ from dmlbridge.gpu.operator_types import (
     DmlQuantizationType,
     DmlRecurrentNetworkDirection,
 )
-from dmlbridge.gpu.resources import DEFAULT_STAGING_BYTES
-from dmlbridge.gpu.runtime import create_device
-from dmlbridge.gpu.structs import DML_BINDING_DESC, DML_OPERATOR_DESC
-from dmlbridge.gpu.upload import UploadedPlan, UploadedTensors, upload, upload_tensors
 
 __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     # The device
@@ -178,6 +179,6 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
 
 for _name in __all__:  # public classes show the name users import them by
     _value = globals()[_name]
-    if isinstance(_value, type) and _value.__module__.startswith("dmlbridge.gpu."):
+    if isinstance(_value, type) and _value.__module__.startswith(("dmlbridge.gpu.", "dmlbridge.operator_descs.")):
         _value.__module__ = "dmlbridge.gpu"
 del _name, _value

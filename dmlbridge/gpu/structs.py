@@ -2,7 +2,8 @@
 DirectML.h declare them for 64-bit Windows (docs/directml-facts.md has the sizes and where they were checked).
 
 Only what dmlbridge itself fills in is here; the operator descs a program builds (``DML_GEMM_OPERATOR_DESC``, ...)
-are in ``operator_structs`` and ``element_wise_structs``, pointed at by :class:`DML_OPERATOR_DESC`.
+and the ``DML_OPERATOR_DESC`` that points at one are in the ``operator_descs`` package (imported here for the GPU
+package's modules).
 
     >>> ctypes.sizeof(D3D12_RESOURCE_DESC), ctypes.sizeof(D3D12_RESOURCE_BARRIER), ctypes.sizeof(DML_BINDING_PROPERTIES)
     (56, 32, 24)
@@ -11,6 +12,8 @@ are in ``operator_structs`` and ``element_wise_structs``, pointed at by :class:`
 from __future__ import annotations
 
 import ctypes
+
+from dmlbridge.operator_descs.operator_structs import DML_OPERATOR_DESC
 
 __all__ = [
     "D3D12_COMMAND_LIST_TYPE_DIRECT", "D3D12_COMMAND_QUEUE_DESC", "D3D12_CPU_DESCRIPTOR_HANDLE",
@@ -167,23 +170,6 @@ class DML_FEATURE_QUERY_FEATURE_LEVELS(ctypes.Structure):  # noqa: N801
 
 class DML_FEATURE_DATA_FEATURE_LEVELS(ctypes.Structure):  # noqa: N801
     _fields_ = [("MaxSupportedFeatureLevel", ctypes.c_int32)]
-
-
-class DML_OPERATOR_DESC(ctypes.Structure):  # noqa: N801
-    """``DML_OPERATOR_DESC`` (DirectML.h): an operator's type (``DML_OPERATOR_TYPE``) and a pointer to its own desc
-    struct (``DML_ELEMENT_WISE_ADD_OPERATOR_DESC``, ...); the ones ``operator_desc()`` returns keep that struct alive
-    (``.struct``), and one made here leaves it to the caller.
-
-    Example:
-        >>> import ctypes, dmlbridge.gpu
-        >>> desc = dmlbridge.gpu.DML_OPERATOR_DESC(1, None)   # DML_OPERATOR_ELEMENT_WISE_IDENTITY, no desc yet
-        >>> desc.Type, ctypes.sizeof(desc)
-        (1, 16)
-    """
-
-    _fields_ = [("Type", ctypes.c_int32), ("Desc", ctypes.c_void_p)]
-
-    struct: ctypes.Structure
 
 
 class DML_BINDING_PROPERTIES(ctypes.Structure):  # noqa: N801

@@ -45,7 +45,9 @@ import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError, ManifestError, TensorTooLargeError, counted
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
+from dmlbridge.operator_descs.operator_structs import DML_OPERATOR_DESC
 from dmlbridge.placement.entries import PlanEntry
+from dmlbridge.quantized.dequantize_desc import dequantize_desc
 from dmlbridge.system.aligned import empty_aligned
 from dmlbridge.tensor.descs import BufferDescMethods, BufferTensorDesc
 from dmlbridge.tensor.layout import calc_buffer_tensor_size, packed_strides, span_of
@@ -321,6 +323,49 @@ class QuantizedWeight:
 
         blocks = logical[:-1] if split else logical
         return unsplit(weight, merged), unsplit(scales, blocks), unsplit(zero_points, blocks)
+
+    def operator_desc(self, *, output: Any, form: Literal["blocked", "split"] | None = None) -> DML_OPERATOR_DESC:
+        """The ``DML_OPERATOR_DESC`` of ``operator`` over this record's parts, writing ``output`` (the dequantized
+        tensor's desc: a ``DML_TENSOR_DESC`` from ``as_ctypes_tensor_desc()``, a ``DML_BUFFER_TENSOR_DESC``, a
+        ``BufferTensorDesc`` or a ``PreparedTensor``), ready for CreateOperator, ``dmlbridge.gpu.run_operator`` or
+        a graph. It keeps its ``dmlbridge.gpu.DML_DEQUANTIZE_OPERATOR_DESC`` (or ELEMENT_WISE_DEQUANTIZE_LINEAR's)
+        alive as ``.struct``, and the struct every desc it points at. Bind its inputs in the order weight, scales, zero
+        points, each part in the resource of its ``buffer`` at its ``offset``.
+
+        ``form`` picks the parts: ``"blocked"`` (:meth:`blocked_form`, DEQUANTIZE only) or ``"split"`` (the parts
+        themselves, sizes ``sizes``); by default the blocked form for DEQUANTIZE of a weight blocked on its last
+        axis (the form ONNX Runtime binds), the split form otherwise. ``output`` must have that form's weight sizes
+        and the scales' type, Flags 0 and the bytes its sizes need. InvalidArgumentError otherwise, for a skipped
+        record and for one read from a manifest of format 1 to 4 (no ``operator``). ``dequantize()`` is the same
+        values on the CPU.
+
+        Example:
+            >>> import numpy as np, dmlbridge
+            >>> from onnx import helper, numpy_helper
+            >>> b = numpy_helper.from_array(np.full((4, 3, 8), 0x98, np.uint8), "B")
+            >>> s = numpy_helper.from_array(np.full((4, 3), 0.5, np.float32), "S")
+            >>> node = helper.make_node("MatMulNBits", ["A", "B", "S"], ["Y"], "mm", domain="com.microsoft",
+            ...                         K=48, N=4, bits=4, block_size=16)
+            >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([node], "g", [], [], [b, s])))
+            >>> q = plan.quantized["mm"]
+            >>> out = dmlbridge.prepare(np.zeros((4, 48), np.float32))   # the blocked form's [N, K]
+            >>> desc = q.operator_desc(output=out.as_ctypes_tensor_desc())
+            >>> desc.Type, type(desc.struct).__name__, desc.struct.QuantizationTensorCount
+            (174, 'DML_DEQUANTIZE_OPERATOR_DESC', 2)
+        """
+        if form not in (None, "blocked", "split"):
+            raise InvalidArgumentError(f"form must be 'blocked', 'split' or None (the operator's usual form), "
+                                       f"got {form!r}")
+        parts = self.parts()
+        if self.operator is None:
+            raise InvalidArgumentError(
+                f"quantized weight {self.key!r} was read from a manifest of format 1 to 4, which does not record the "
+                "operator that takes it; convert the model again to get its operator desc"
+            )
+        if form is None:
+            blocked = self.granularity == "block" and self.axis == len(self.shape) - 1
+            form = "blocked" if self.operator == "DEQUANTIZE" and blocked else "split"
+        return dequantize_desc(self.key, self.operator, self.blocked_form() if form == "blocked" else parts, output)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest form of this record."""

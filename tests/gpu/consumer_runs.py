@@ -235,9 +235,10 @@ class ConsumerRun:
                 for data, (sizes, dtype, _) in zip(results, self.outputs, strict=True)]
 
     def run(self, operator: Any) -> list[np.ndarray]:
-        """Run one operator on the inputs asked for; its outputs, decoded at their sizes."""
+        """Run one operator (an ``Operator`` of dml_operators.py, or a DML_OPERATOR_DESC) on the inputs asked for;
+        its outputs, decoded at their sizes."""
         try:
-            results = dmlbridge.gpu.run_operator(self.device, operator.desc, self.bindings,
+            results = dmlbridge.gpu.run_operator(self.device, _desc(operator), self.bindings,
                                                  [size for _, _, size in self.outputs], owned_by_dml=self.owned)
         except dmlbridge.ComError as exc:
             if "CompileOperator" in str(exc):
@@ -253,7 +254,7 @@ class ConsumerRun:
     def run_graph(self, operators: list[Any], input_edges: list[Any], intermediate_edges: list[Any],
                   output_edges: list[Any]) -> list[np.ndarray]:
         """Run the operators as one compiled graph: graph input i is the i-th input asked for."""
-        results = dmlbridge.gpu.run_graph(self.device, [op.desc for op in operators], input_edges,
+        results = dmlbridge.gpu.run_graph(self.device, [_desc(op) for op in operators], input_edges,
                                           intermediate_edges, output_edges, self.bindings,
                                           [size for _, _, size in self.outputs], owned_by_dml=self.owned)
         CONSUMERS.graphs += 1
@@ -263,6 +264,11 @@ class ConsumerRun:
         """Forget the inputs and outputs asked for (the next operator on the same upload)."""
         self.bindings, self.owned, self.outputs = [], [], []
         self.consumers = 0
+
+
+def _desc(operator: Any) -> Any:
+    """The DML_OPERATOR_DESC of an ``Operator`` (its ``desc``), or the one given (``QuantizedWeight.operator_desc``)."""
+    return operator if isinstance(operator, dmlbridge.gpu.DML_OPERATOR_DESC) else operator.desc
 
 
 def sizes_of(desc: Any) -> tuple[int, ...]:

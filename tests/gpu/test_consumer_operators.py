@@ -5,8 +5,9 @@ CONVOLUTION 1-D, 2-D and 3-D (weight, bias, groups, strides, pads, dilations), B
 variance, scale, bias at 3, 4 and 5 dimensions), GEMM (B with and without TransB, C broadcast; a MatMul's B at
 the output's batch sizes), GATHER (data with 1-D and 2-D indices), ELEMENT_WISE_ADD and MULTIPLY with a
 per-channel constant, DEQUANTIZE then GEMM for MatMulNBits, and ELEMENT_WISE_DEQUANTIZE_LINEAR for the records
-made for levels below 6.3. Each runs as one compiled operator; the layers of one small model run again as one
-graph (``IDMLDevice1::CompileGraph``), and DEQUANTIZE feeds GEMM inside a graph."""
+made for levels below 6.3 (both dequantize descs as the records build them, ``QuantizedWeight.operator_desc``).
+Each runs as one compiled operator; the layers of one small model run again as one graph
+(``IDMLDevice1::CompileGraph``), and DEQUANTIZE feeds GEMM inside a graph."""
 
 from __future__ import annotations
 
@@ -246,10 +247,9 @@ def test_matmul_nbits_as_dequantize_then_gemm(device: dmlbridge.gpu.Device, tmp_
         assert record.operator == "DEQUANTIZE"
         want = run.expected["Y"]
         size = np.abs(a).astype(np.float64) @ np.abs(weight).astype(np.float64).T
-        parts = [run.part_desc(node.name, "blocked", role) for role in ("weight", "scales", "zero_points")]
         wd, sd, zd = (run.part(node.name, "blocked", role) for role in ("weight", "scales", "zero_points"))
         bd = run.output(sizes_of(wd), np.float32)
-        (dequantized,) = run.run(ops.dequantize(wd, parts[1], parts[2], bd))
+        (dequantized,) = run.run(record.operator_desc(output=bd))  # (the record's own desc: the blocked form)
         assert (sd, zd) != (None, None)
         assert within(dequantized + np.float32(0), weight + np.float32(0), "exact")  # (+0: the sign of zero)
         # GEMM alone, on DEQUANTIZE's output uploaded again (Y = A x B^T, MatMulNBits' meaning).
@@ -262,7 +262,7 @@ def test_matmul_nbits_as_dequantize_then_gemm(device: dmlbridge.gpu.Device, tmp_
         run.reset()
         wd, _, _ = (run.part(node.name, "blocked", role) for role in ("weight", "scales", "zero_points"))
         ad = run.feed("A")
-        dq = ops.dequantize(wd, parts[1], parts[2], b_in)
+        dq = record.operator_desc(output=b_in)
         gm = ops.gemm(ad, b_in, None, run.output((3, n), np.float32), trans_b=True)
         (got,) = run.run_graph([dq, gm], [InputEdge(0, 0, 0), InputEdge(1, 0, 1), InputEdge(2, 0, 2),
                                           InputEdge(3, 1, 0)],
@@ -290,8 +290,9 @@ def test_dequantize_linear_takes_the_records_made_below_6_3(device: dmlbridge.gp
         with ConsumerRun(device, folder, case_model, run_feeds, target=target) as run:
             record = run.plan.quantized[key]
             assert record.operator == "ELEMENT_WISE_DEQUANTIZE_LINEAR", index
-            wd, sd, zd = (run.part(key, "split", role) for role in ("weight", "scales", "zero_points"))
-            (got,) = run.run(ops.dequantize_linear(wd, sd, zd, run.output(record.sizes, np.float32)))
+            for role in ("weight", "scales", "zero_points"):  # (bound in the operator's order of inputs)
+                run.part(key, "split", role)
+            (got,) = run.run(record.operator_desc(output=run.output(record.sizes, np.float32)))  # (the split form)
             shape = tuple(record.shape)
             if record.granularity == "block":  # (the split axis joined, the last block's padding cut)
                 got = got.reshape(*shape[:record.axis], -1, *shape[record.axis + 1:])

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 import dmlbridge.gpu
-from dmlbridge.gpu import element_wise_structs, graph_structs, operator_structs, operator_types
-from dmlbridge.gpu.operator_structs import OperatorStruct
-from dmlbridge.gpu.operator_types import DmlOperatorType
+from dmlbridge.gpu import graph_structs
 from dmlbridge.model.operators import OPERATORS
+from dmlbridge.operator_descs import element_wise_structs, operator_structs, operator_types
+from dmlbridge.operator_descs.operator_structs import OperatorStruct
+from dmlbridge.operator_descs.operator_types import DmlOperatorType
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "tools" / "directml" / "include"
@@ -114,7 +115,7 @@ def test_every_operator_of_the_table_has_its_number_and_its_struct() -> None:
 
 def test_every_operator_struct_is_named_for_its_operator_and_exported() -> None:
     structs = public_structs()
-    assert len(structs) == 50  # 48 operator descs, DML_SCALE_BIAS and DML_SCALAR_UNION
+    assert len(structs) == 51  # 48 operator descs, DML_OPERATOR_DESC, DML_SCALE_BIAS and DML_SCALAR_UNION
     for name, struct in structs.items():
         assert name in dmlbridge.gpu.__all__ and struct.__module__ == "dmlbridge.gpu"
         if issubclass(struct, OperatorStruct):

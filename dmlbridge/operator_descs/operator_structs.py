@@ -1,9 +1,9 @@
 """DirectML operator descs as ctypes, laid out as DirectML.h declares them for 64-bit Windows, under its names:
-:class:`OperatorStruct`, their base (each knows its ``DML_OPERATOR_TYPE`` and keeps what its pointers point at
-alive), :func:`operator_desc` and :func:`operator_desc_array`, and the descs of the operators dmlbridge's operator
-table binds constants to but the element-wise ones (``element_wise_structs``, beside it): activations, convolutions,
-GEMM, GATHER, normalizations, recurrent networks, JOIN, the quantized and integer operators and attention
-(tests/gpu/test_graph_structs.py checks each size and offset against the header).
+``DML_OPERATOR_DESC``, :class:`OperatorStruct`, their base (each knows its ``DML_OPERATOR_TYPE`` and keeps what its
+pointers point at alive), :func:`operator_desc` and :func:`operator_desc_array`, and the descs of the operators
+dmlbridge's operator table binds constants to but the element-wise ones (``element_wise_structs``, beside it):
+activations, convolutions, GEMM, GATHER, normalizations, recurrent networks, JOIN, the quantized and integer operators
+and attention (tests/gpu/test_graph_structs.py checks each size and offset against the header).
 
     >>> desc = DML_GEMM_OPERATOR_DESC(Alpha=1.0, Beta=1.0)
     >>> operator_desc(desc).Type, ctypes.sizeof(desc)
@@ -16,8 +16,7 @@ import ctypes
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from dmlbridge.gpu.operator_types import DmlOperatorType
-from dmlbridge.gpu.structs import DML_OPERATOR_DESC
+from dmlbridge.operator_descs.operator_types import DmlOperatorType
 
 __all__ = [
     "DML_ACTIVATION_PARAMETERIZED_RELU_OPERATOR_DESC", "DML_ACTIVATION_RELU_OPERATOR_DESC",
@@ -25,7 +24,7 @@ __all__ = [
     "DML_BATCH_NORMALIZATION_OPERATOR_DESC", "DML_CONVOLUTION_INTEGER_OPERATOR_DESC", "DML_CONVOLUTION_OPERATOR_DESC",
     "DML_DEQUANTIZE_OPERATOR_DESC", "DML_GATHER_OPERATOR_DESC", "DML_GEMM_OPERATOR_DESC", "DML_GRU_OPERATOR_DESC",
     "DML_JOIN_OPERATOR_DESC", "DML_LSTM_OPERATOR_DESC", "DML_MATRIX_MULTIPLY_INTEGER_OPERATOR_DESC",
-    "DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC", "DML_MULTIHEAD_ATTENTION_OPERATOR_DESC",
+    "DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC", "DML_MULTIHEAD_ATTENTION_OPERATOR_DESC", "DML_OPERATOR_DESC",
     "DML_QUANTIZED_LINEAR_CONVOLUTION_OPERATOR_DESC", "DML_QUANTIZED_LINEAR_MATRIX_MULTIPLY_OPERATOR_DESC",
     "DML_RNN_OPERATOR_DESC", "OperatorStruct", "operator_desc", "operator_desc_array",
 ]
@@ -34,6 +33,23 @@ _P = ctypes.c_void_p  # every pointer: a DML_TENSOR_DESC, an array, a DML_OPERAT
 _U = ctypes.c_uint32  # UINT
 _ENUM = _BOOL = ctypes.c_int32  # an enum (DML_CONVOLUTION_MODE, ...), a BOOL
 _TARGETS = (ctypes.Structure, ctypes.Union, ctypes.Array)  # what a pointer field takes as the object it points at
+
+
+class DML_OPERATOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name
+    """``DML_OPERATOR_DESC`` (DirectML.h): an operator's type (``DML_OPERATOR_TYPE``) and a pointer to its own desc
+    struct (``DML_ELEMENT_WISE_ADD_OPERATOR_DESC``, ...); the ones ``operator_desc()`` returns keep that struct alive
+    (``.struct``), and one made here leaves it to the caller.
+
+    Example:
+        >>> import ctypes, dmlbridge.gpu
+        >>> desc = dmlbridge.gpu.DML_OPERATOR_DESC(1, None)   # DML_OPERATOR_ELEMENT_WISE_IDENTITY, no desc yet
+        >>> desc.Type, ctypes.sizeof(desc)
+        (1, 16)
+    """
+
+    _fields_ = [("Type", ctypes.c_int32), ("Desc", ctypes.c_void_p)]
+
+    struct: ctypes.Structure
 
 
 class OperatorStruct(ctypes.Structure):

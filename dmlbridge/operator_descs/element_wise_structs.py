@@ -2,8 +2,8 @@
 Add, Sub, Mul, Div, Pow, the comparisons, the logical and bitwise operators, Where, Mod, BitShift, Clip,
 QuantizeLinear and DequantizeLinear), and the scale-and-bias and scalar they point at or hold, as ctypes laid out as
 DirectML.h declares them for 64-bit Windows (tests/gpu/test_graph_structs.py checks each size and offset against
-the header). Their base, :class:`~dmlbridge.gpu.operator_structs.OperatorStruct`, and ``operator_desc`` are in
-``operator_structs``, beside it.
+the header). Their base, :class:`~dmlbridge.operator_descs.operator_structs.OperatorStruct`, and ``operator_desc``
+are in ``operator_structs``, beside it.
 
     >>> import numpy as np, dmlbridge
     >>> a = dmlbridge.prepare(np.ones((2, 3), np.float32)).as_ctypes_tensor_desc()
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import ctypes
 
-from dmlbridge.gpu.operator_structs import OperatorStruct
-from dmlbridge.gpu.operator_types import DmlOperatorType
+from dmlbridge.operator_descs.operator_structs import OperatorStruct
+from dmlbridge.operator_descs.operator_types import DmlOperatorType
 
 __all__ = [
     "DML_ELEMENT_WISE_ADD1_OPERATOR_DESC", "DML_ELEMENT_WISE_ADD_OPERATOR_DESC",
