@@ -107,6 +107,8 @@ class WrittenPlan(Protocol):
     @property
     def shapes(self) -> GivenShapes: ...
     @property
+    def load_sizes(self) -> tuple[tuple[str, int], ...]: ...
+    @property
     def quantized_records(self) -> dict[str, QuantizedWeight]: ...
     @property
     def format_version(self) -> int: ...
@@ -150,6 +152,9 @@ def find_mismatches(
         reader = external_data_reader(loaded, external_data_root)
         constants, _, consumers, specs, _ = select_constants(
             loaded.proto, find_constants(loaded.proto), plan.target, plan.selection, None, plan.shapes)
+        if plan.load_sizes:  # (a plan loaded at other sizes: the model's consumers at them too)
+            sizes = dict(plan.load_sizes)
+            consumers = {key: tuple(c.with_dim_params(sizes) for c in read_by) for key, read_by in consumers.items()}
         need_reader(constants, reader)
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")

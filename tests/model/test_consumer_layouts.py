@@ -85,7 +85,7 @@ EXPECTED_AT_4: dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None]] = 
 }
 
 NOTES = {  # the entries that keep a layout no consumer wants, and what their note says
-    "GCU": "GEMM wants a Gemm's C at the output's sizes [M, N], which the model does not declare",
+    "GCU": "GEMM wants it at the output's sizes [batch, 5], of which the model leaves 'batch' free",
     "GCM": "its consumers want different layouts (Gemm input 2: broadcast)",
     "GD4": "GATHER wants a Gather's data at the output's rank, which the model does not declare",
     "MBU": "where a batch size is more than 1, broadcast it at run time",
@@ -130,7 +130,8 @@ def test_the_consumers_record_what_the_model_declares() -> None:
     assert consumers["WT"] == (Consumer("deconv1d", "ConvTranspose", 1, 4, None, "gpu", conv, "spatial"),)
     assert consumers["GC"] == (Consumer("gemm", "Gemm", 2, None, (3, 5), "gpu", gemm, "broadcast"),)
     assert consumers["GC3"] == (Consumer("gemm_ta", "Gemm", 2, None, (4, 2), "gpu", gemm, "broadcast"),)
-    assert consumers["GCU"] == (Consumer("gemm_batch", "Gemm", 2, None, None, "gpu", gemm, "broadcast"),)
+    assert consumers["GCU"] == (Consumer("gemm_batch", "Gemm", 2, None, None, "gpu", gemm, "broadcast",
+                                         named_sizes=("batch", 5)),)
     assert consumers["GB"][0] == Consumer("gemm", "Gemm", 1, None, None, "gpu", gemm)  # (B: its own layout)
     assert consumers["GD2"] == (Consumer("gather2", "Gather", 0, 3, None, "gpu", gather, "rank"),)
     assert consumers["GD4"] == (Consumer("gather_unknown", "Gather", 0, None, None, "gpu", gather, "rank"),)
@@ -341,7 +342,9 @@ def test_a_format_5_manifest_is_read_and_verified_by_its_own_rule(
     for claim, message in [
         ({**older(doc, 6), "format_version": 5}, r"\('W1'\)\.consumers\[0\] \(Conv input 1\) has 'dims', which "
                                                  r"only a per-channel input has"),
-        ({**doc, "format_version": 6}, r"\('W1'\)\.consumers\[0\] has unknown field\(s\) 'reads_on'"),
+        ({**doc, "format_version": 6}, r"has unknown field\(s\) 'graph_inputs'"),  # (format 7's)
+        ({**{k: v for k, v in doc.items() if k != "graph_inputs"}, "format_version": 6},
+         r"\('W1'\)\.consumers\[0\] has unknown field\(s\) 'reads_on'"),
         ({**old, "format_version": 6}, r"\('W1'\)\.consumers\[0\] \(Conv input 1\) lacks the field 'dims'"),
     ]:
         manifest.write_text(json.dumps(claim))
