@@ -508,7 +508,7 @@ def _compare(
 
 def _consumer_list(consumers: tuple[Consumer, ...]) -> str:
     shown = ", ".join(f"{c.node} ({c.op_type} input {c.input}{'' if c.dims is None else f', {c.dims}-D'}"
-                      f"{'' if c.output_sizes is None else f', sizes {list(c.output_sizes)}'}"
+                      f"{'' if (sizes := c.output_sizes or c.named_sizes) is None else f', sizes {list(sizes)}'}"
                       f"{'' if c.reads_on == 'gpu' else f', read on {c.reads_on}'})" for c in consumers[:3])
     return f"[{shown}{', ...' if len(consumers) > 3 else ''}]"
 
