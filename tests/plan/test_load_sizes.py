@@ -107,6 +107,42 @@ def test_a_gemm_c_and_a_per_axis_scale_take_the_sizes_given_at_load(tmp_path: Pa
         plan.verify(model)
 
 
+def test_a_batch_shape_inference_carries_through_a_conv_is_sized_at_load(tmp_path: Path) -> None:
+    """Conv keeps its input's batch (the dim_param) in its output: the Add's bias [4, 1, 1] is bound at
+    [batch, 4, 3, 3] with strides of 0 but on the channel."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv"),
+             helper.make_node("Add", ["y", "b"], ["z"], name="add")]
+    model = _model(nodes, {"x": (F32, ["batch", 3, 5, 5])},
+                   {"w": np.ones((4, 3, 3, 3), np.float32), "b": np.arange(4, dtype=np.float32).reshape(4, 1, 1)})
+    dmlbridge.convert_model(model, tmp_path / "w", progress=False).close()
+    with dmlbridge.load_plan(tmp_path / "w", dim_params={"batch": 2}) as plan:
+        add = plan.entries["b"].consumers[0]
+        assert (add.sizes, add.strides, add.desc()["TotalTensorSizeInBytes"]) == (  # type: ignore[index]
+            (2, 4, 3, 3), (0, 1, 0, 0), 16)
+        plan.verify(model)
+
+
+def test_a_size_inference_invents_a_name_for_stays_free_at_load(tmp_path: Path) -> None:
+    """A Reshape's [-1, 3] of x[batch, 6]: ONNX's inference calls the new dimension unk__0, which no caller can
+    give. The Add's constant keeps its note at load (a conversion given the batch works it out, by data
+    propagation), and the plan still verifies."""
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"], name="reshape"),
+             helper.make_node("Add", ["r", "c"], ["z"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, ["batch", 6])],
+                              [helper.make_tensor_value_info("z", F32, None)],
+                              [numpy_helper.from_array(np.array([-1, 3], np.int64), "s"),
+                               numpy_helper.from_array(np.ones(3, np.float32), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    dmlbridge.convert_model(model, tmp_path / "w", progress=False).close()
+    with dmlbridge.load_plan(tmp_path / "w", dim_params={"batch": 2}) as plan:
+        add = plan.entries["c"].consumers[0]
+        assert add.named_sizes is None and add.sizes == (3,) and "does not declare" in (add.layout_note or "")
+        with pytest.raises(LayoutError):
+            add.as_ctypes()
+        plan.verify(model)
+    assert dmlbridge.plan_model(model, dim_params={"batch": 2}).entries["c"].consumers[0].sizes == (4, 3)
+
+
 @pytest.mark.parametrize(("given", "message"), [
     ({"dim_params": {"sequence": 4}}, r"dim_params names 'sequence', which is no dim_param of the model's graph "
                                       r"inputs \(they name: 'batch'\)"),
