@@ -240,3 +240,17 @@ def test_the_manifest_size_check_counts_the_graph_inputs() -> None:
     with pytest.raises(InvalidArgumentError, match=r"max_manifest_bytes"):
         check_manifest_size(plan.entries, lines + 4000, plan.graph_inputs)
     check_manifest_size(plan.entries, lines + 4100, plan.graph_inputs)
+
+
+def test_the_binding_list_at_a_batch_given_on_the_command_line(tmp_path: Path) -> None:
+    """``dmlbridge bindings`` lists the entry at [8, 3] with strides 0,1 (its 12 bytes as they are), and names
+    the flag of a size that does not fit."""
+    dmlbridge.convert_model(_add_model(), tmp_path / "w", progress=False).close()
+    plain = run("bindings", tmp_path / "w.json")
+    assert plain.returncode == 0 and "tensor c 0 0 FLOAT32 0 1 3 - 12 256" in plain.stdout, plain.stderr
+    sized = run("bindings", tmp_path / "w.json", "--dim-param", "batch=8")
+    assert sized.returncode == 0 and "tensor c 0 0 FLOAT32 0 2 8,3 0,1 12 256" in sized.stdout, sized.stderr
+    assert run("bindings", tmp_path / "w.json", "--input-shape", "x=8,3").stdout == sized.stdout
+    wrong = run("bindings", tmp_path / "w.json", "--input-shape", "x=8,4")
+    assert wrong.returncode == 2 and "--input-shape gives 'x' dimension 1 as 4, but the model declares 3" in \
+        wrong.stderr, wrong.stderr
