@@ -12,7 +12,10 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from budget import examples
 from command_line import run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from models import older
 from onnx import TensorProto, helper, numpy_helper
 
@@ -58,8 +61,8 @@ def test_a_plan_loaded_at_a_batch_binds_each_consumer_there_over_the_same_bytes(
         with pytest.raises(LayoutError, match=r"leaves 'batch' free: .*give them to load_plan"):
             free.as_ctypes()
         raw = plan.read("c").tobytes()
-    for given, batch in (({"dim_params": {"batch": 4}}, 4), ({"input_shapes": {"x": (5, 3)}}, 5)):
-        with dmlbridge.load_plan(tmp_path / "w.json", **given) as plan:  # type: ignore[arg-type]
+    for sizes, batch in (({"dim_params": {"batch": 4}}, 4), ({"input_shapes": {"x": (5, 3)}}, 5)):
+        with dmlbridge.load_plan(tmp_path / "w.json", **sizes) as plan:  # type: ignore[arg-type]
             entry, add = plan.entries["c"], plan.entries["c"].consumers[0]
             assert (add.output_sizes, add.named_sizes, add.sizes, add.strides) == ((batch, 3), None, (batch, 3),
                                                                                    (0, 1))
@@ -254,3 +257,41 @@ def test_the_binding_list_at_a_batch_given_on_the_command_line(tmp_path: Path) -
     wrong = run("bindings", tmp_path / "w.json", "--input-shape", "x=8,4")
     assert wrong.returncode == 2 and "--input-shape gives 'x' dimension 1 as 4, but the model declares 3" in \
         wrong.stderr, wrong.stderr
+
+
+@st.composite
+def _free_models(draw: st.DrawFn) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """Two element-wise nodes over x of 1 to 4 dimensions, each a size or a dim_param ("batch", "seq"), each node
+    with a constant that broadcasts to x (1 under a name), and a size for each name."""
+    rank = draw(st.integers(1, 4))
+    dims = [draw(st.one_of(st.sampled_from(["batch", "seq"]), st.integers(1, 4))) for _ in range(rank)]
+    ops = draw(st.lists(st.sampled_from(["Add", "Mul", "Sub", "Div", "Max"]), min_size=2, max_size=2))
+    constants = {}
+    for k in range(2):
+        own = draw(st.integers(0, rank))
+        shape = [1 if isinstance(d, str) else draw(st.sampled_from([1, d])) for d in dims[rank - own:]]
+        constants[f"c{k}"] = np.full(shape, k + 2, np.float32)
+    nodes = [helper.make_node(ops[0], ["x", "c0"], ["y"], name="first"),
+             helper.make_node(ops[1], ["y", "c1"], ["z"], name="second")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, dims)],
+                              [helper.make_tensor_value_info("z", F32, None)],
+                              [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    sizes = {name: draw(st.integers(1, 5)) for name in sorted({d for d in dims if isinstance(d, str)})}
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), sizes
+
+
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                         HealthCheck.function_scoped_fixture])
+@given(case=_free_models())
+def test_random_free_sizes_given_at_load_give_the_descs_a_conversion_given_them_gives(
+        case: tuple[onnx.ModelProto, dict[str, int]], tmp_path: Path) -> None:
+    model, sizes = case
+    dmlbridge.convert_model(model, tmp_path / "w", progress=False).close()
+    direct = dmlbridge.plan_model(model, dim_params=sizes or None)
+    with dmlbridge.load_plan(tmp_path / "w", dim_params=sizes or None) if sizes else \
+            dmlbridge.load_plan(tmp_path / "w") as plan:
+        for key in ("c0", "c1"):
+            assert [c.desc() for c in plan.entries[key].consumers] == \
+                [c.desc() for c in direct.entries[key].consumers], key
+            assert plan.entries[key].desc() == direct.entries[key].desc(), key
+        plan.verify(model, progress=False)
