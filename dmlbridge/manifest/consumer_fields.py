@@ -107,9 +107,9 @@ def _operator_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
                                 f"2^32 - 1 elements in all, got {list(named)[:10]}")
         if len(given) == len(named):
             sizes, named = cast(tuple[int, ...], named), None
-        elif layout not in ("broadcast", "axis") or consumer.op_type in MATRIX_PRODUCTS:
+        elif layout not in ("broadcast", "axis") or (consumer.op_type in MATRIX_PRODUCTS and dims is None):
             raise ManifestError(f"{fields.at('output_sizes')} names a free dimension, which only an element-wise "
-                                "operand, a Gemm's C or a per-axis scale records")
+                                "operand, a Gemm's C, a MatMul's B (beside its dims) or a per-axis scale records")
         sizes_of = sizes if sizes is not None else cast(tuple[int | str, ...], named)
     axis = None
     if "axis" in fields.value:

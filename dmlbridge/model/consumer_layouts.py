@@ -194,7 +194,8 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
         if sizes is not None:
             return _broadcast(shape, sizes, min_dims), None
         if consumer.dims is not None:
-            return _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims), _NOTES["matmul batch"]
+            return _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims), \
+                _free_note(consumer, "it has the output's rank") or _NOTES["matmul batch"]
         return None, _NOTES["matmul"]
     if consumer.op_type == "Gemm" or consumer.op_type in MATRIX_PRODUCTS:
         return None, None  # (a C or B of a shape GEMM reads as it is)
@@ -203,15 +204,16 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
     return _broadcast(shape, sizes, min_dims), None
 
 
-def _free_note(consumer: Consumer) -> str | None:
-    """The note of a consumer whose output sizes are free dimensions the graph inputs name (None: it has none)."""
+def _free_note(consumer: Consumer, kept: str = "it keeps its ONNX layout") -> str | None:
+    """The note of a consumer whose output sizes are free dimensions the graph inputs name (None: it has none);
+    ``kept``: what it has meanwhile."""
     named = consumer.named_sizes
     if named is None:
         return None
     free = ", ".join(dict.fromkeys(repr(size) for size in named if isinstance(size, str)))
     shown = ", ".join(str(size) for size in named)
     return (f"{consumer.dml_operator} wants it at the output's sizes [{shown}], of which the model leaves {free} "
-            "free: it keeps its ONNX layout; give them to load_plan (dim_params=, input_shapes=) for this "
+            f"free: {kept}; give them to load_plan (dim_params=, input_shapes=) for this "
             "consumer's desc at those sizes, or broadcast it at run time (dmlbridge.broadcast_desc)")
 
 

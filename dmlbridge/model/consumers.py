@@ -132,8 +132,10 @@ class Consumer(NamedTuple):
         named = self.named_sizes
         if named is None or any(isinstance(size, str) and size not in dims for size in named):
             return self
-        sizes = tuple(dims[size] if isinstance(size, str) else size for size in named)
-        return self._replace(output_sizes=_fits(sizes), named_sizes=None)
+        sizes = _fits(tuple(dims[size] if isinstance(size, str) else size for size in named))
+        # (A MatMul's B records the output's rank only while its batch sizes are not known.)
+        known = None if sizes is not None and self.op_type in MATRIX_PRODUCTS else self.dims
+        return self._replace(output_sizes=sizes, named_sizes=None, dims=known)
 
     @property
     def per_channel(self) -> bool:
@@ -547,15 +549,36 @@ Facts = tuple[int | None, tuple[int, ...] | None, int | None, NamedSizes | None]
 """(dims, output_sizes, axis, named_sizes) of a consumer (see :class:`Consumer`)."""
 
 
+def _matmul_b_named(node: Any, b: tuple[int, ...], shapes: _Shapes) -> NamedSizes | None:
+    """Where :func:`_matmul_b` gives only the output's rank, a MatMul's B's sizes with the batch sizes the graph
+    inputs name by their dim_params (as there: B's own where more than 1, else A's, else the output's)."""
+    a, y = shapes.named(node.input, 0), shapes.named(node.output, 0)
+    given = a if a is not None else y
+    if len(b) < 2 or given is None or len(given) < 2:
+        return None
+    rank = max(len(given), len(b))
+    batch: list[int | str] = []
+    for k in range(rank - 2, 0, -1):
+        own = b[-2 - k] if k <= len(b) - 2 else 1
+        other = given[-2 - k] if k <= len(given) - 2 else 1
+        out = y[-2 - k] if y is not None and len(y) == rank else None
+        size = own if own > 1 else other if other is not None else out
+        if size is None or (own > 1 and isinstance(other, int) and other not in (1, own)):
+            return None
+        batch.append(size)
+    return _named_fits((*batch, *b[-2:]))
+
+
 def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
            rank: list[int | None]) -> Facts:
     """(dims, output_sizes, axis) of a consumer whose input wants ``layout`` (see :class:`Consumer`), and where
     the output sizes are free but named, ``named_sizes``; ``rank`` holds the node's rank once an input of a
     convolution or normalization has found it."""
     dims, sizes, axis = _known_facts(layout, node, op_type, constant, shapes, rank)
-    if sizes is not None or layout not in ("axis", "broadcast") or op_type in MATRIX_PRODUCTS:
+    if sizes is not None or layout not in ("axis", "broadcast"):
         return dims, sizes, axis, None
-    # (A MatMul's B keeps the output's rank where its batch is free: GEMM reads it folded; see the layout notes.)
+    if op_type in MATRIX_PRODUCTS:  # (its output's rank kept beside: the layout it has until the sizes are given)
+        return dims, None, None, None if dims is None else _matmul_b_named(node, constant, shapes)
     if layout == "axis":
         named = _named_axis_sizes(node, shapes)
         axis = next((int(attr.i) for attr in node.attribute if _text(attr.name) == "axis"), 1)

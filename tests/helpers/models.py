@@ -354,7 +354,7 @@ def as_format_6_entry(entry: dict[str, Any], min_dims: int) -> dict[str, Any]:
     old = copy.deepcopy(entry)
     if not any("reads_on" in c for c in entry.get("consumers", [])):
         return old  # (format 6 already: no consumer, or none of format 7's fields)
-    consumers, new, named = [], False, False
+    consumers, new, named = [], False, ""
     for c in old.get("consumers", []):
         six = c["input"] in FORMAT_6_INPUTS.get(c["op_type"], ()) and c["reads_on"] == "gpu"
         new = new or (not six and c.get("layout") is not None)
@@ -363,7 +363,8 @@ def as_format_6_entry(entry: dict[str, Any], min_dims: int) -> dict[str, Any]:
             kept["dims"] = c["dims"]
         if six and "output_sizes" in c and all(isinstance(size, int) for size in c["output_sizes"]):
             kept["sizes"] = c["output_sizes"]
-        named = named or (six and "output_sizes" in c and "sizes" not in kept)  # (format 6 names no free size)
+        if six and "output_sizes" in c and "sizes" not in kept:  # (format 6 names no free size)
+            named = c["op_type"]
         consumers.append(kept)
     if consumers:
         old["consumers"] = consumers
@@ -393,9 +394,12 @@ def as_format_6_entry(entry: dict[str, Any], min_dims: int) -> dict[str, Any]:
     elif old.get("layout_note") and "consumers" in old:  # (format 6's notes: of its own layout inputs only)
         old["layout_note"] = old["layout_note"].replace(
             "; bind each consumer's own desc (consumers[i].as_ctypes())", "")
-    if named and old.get("padding", "leading") == "leading":  # (a Gemm's C whose M is a dim_param: format 6's note)
-        old["layout_note"] = ("GEMM wants a Gemm's C at the output's sizes [M, N], which the model does not declare: "
-                              "it keeps its ONNX layout; broadcast it at run time (dmlbridge.broadcast_desc)")
+    if named and old.get("padding", "leading") != "mixed":  # (a Gemm's C or a MatMul's B at a dim_param: format 6's)
+        old["layout_note"] = (
+            "GEMM wants a Gemm's C at the output's sizes [M, N], which the model does not declare: it keeps its ONNX "
+            "layout; broadcast it at run time (dmlbridge.broadcast_desc)" if named == "Gemm" else
+            "GEMM wants a MatMul's B at the output's batch sizes, which the model does not declare: it has the "
+            "output's rank; where a batch size is more than 1, broadcast it at run time (dmlbridge.broadcast_desc)")
     return old
 
 

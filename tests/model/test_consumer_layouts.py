@@ -88,7 +88,8 @@ NOTES = {  # the entries that keep a layout no consumer wants, and what their no
     "GCU": "GEMM wants it at the output's sizes [batch, 5], of which the model leaves 'batch' free",
     "GCM": "its consumers want different layouts (Gemm input 2: broadcast)",
     "GD4": "GATHER wants a Gather's data at the output's rank, which the model does not declare",
-    "MBU": "where a batch size is more than 1, broadcast it at run time",
+    "MBU": "GEMM wants it at the output's sizes [b, 6, 5], of which the model leaves 'b' free: it has the output's "
+           "rank",
     "MB5": "GEMM takes at most 4 dimensions",
 }
 
@@ -137,7 +138,8 @@ def test_the_consumers_record_what_the_model_declares() -> None:
     assert consumers["GD4"] == (Consumer("gather_unknown", "Gather", 0, None, None, "gpu", gather, "rank"),)
     assert consumers["GI3"] == (Consumer("gather_const", "Gather", 1, 3, None, "gpu", gather, "rank"),)
     assert consumers["MB4"] == (Consumer("matmul4", "MatMul", 1, None, (2, 3, 6, 5), "gpu", matmul, "broadcast"),)
-    assert consumers["MBU"] == (Consumer("matmul_batch", "MatMul", 1, 3, None, "gpu", matmul, "broadcast"),)
+    assert consumers["MBU"] == (Consumer("matmul_batch", "MatMul", 1, 3, None, "gpu", matmul, "broadcast",
+                                         named_sizes=("b", 6, 5)),)
     assert consumers["WI"] == (Consumer("conv_shared", "Conv", 1, 4, None, "gpu", conv, "spatial"),
                                Consumer("identity", "Identity", 0, reads_on="none",
                                         note="ONNX Runtime folds an Identity of a constant away"))

@@ -95,18 +95,30 @@ def test_sizes_given_at_load_are_those_a_conversion_given_them_records(tmp_path:
     assert run("verify", tmp_path / "w.json", tmp_path / "m.onnx").returncode == 0
 
 
-def test_a_gemm_c_and_a_per_axis_scale_take_the_sizes_given_at_load(tmp_path: Path) -> None:
-    """A Gemm's C at [M, N] where M is the batch, and a DequantizeLinear's scale at its input's sizes, stride 1 on
-    its axis only."""
+def test_a_gemm_c_a_matmul_b_and_a_per_axis_scale_take_the_sizes_given_at_load(tmp_path: Path) -> None:
+    """A Gemm's C at [M, N] where M is the batch; a MatMul's B [6, 5] beside A [batch, 4, 6] at [batch, 6, 5]
+    (the output's rank, [1, 6, 5], until then); a DequantizeLinear's scale at its input's sizes, stride 1 on its
+    axis only."""
     nodes = [helper.make_node("Gemm", ["a", "w", "c"], ["y"], name="gemm"),
+             helper.make_node("MatMul", ["m", "b"], ["p"], name="matmul"),
              helper.make_node("DequantizeLinear", ["q", "s"], ["d"], name="dq", axis=1)]
-    inputs = {"a": (F32, ["batch", 6]), "q": (TensorProto.INT8, ["batch", 4])}
+    inputs = {"a": (F32, ["batch", 6]), "m": (F32, ["batch", 4, 6]), "q": (TensorProto.INT8, ["batch", 4])}
     model = _model(nodes, inputs, {"w": np.ones((6, 5), np.float32), "c": np.ones(5, np.float32),
-                                   "s": np.full(4, 0.5, np.float32)})
+                                   "b": np.ones((6, 5), np.float32), "s": np.full(4, 0.5, np.float32)})
     dmlbridge.convert_model(model, tmp_path / "w", progress=False).close()
+    with dmlbridge.load_plan(tmp_path / "w") as plan:
+        b = plan.entries["b"].consumers[0]
+        assert (b.dims, b.named_sizes, b.sizes, b.strides) == (3, ("batch", 6, 5), (1, 6, 5), None)
+        assert "it has the output's rank; give them to load_plan" in (b.layout_note or "")
     with dmlbridge.load_plan(tmp_path / "w", dim_params={"batch": 7}) as plan:
         c, s = plan.entries["c"].consumers[0], plan.entries["s"].consumers[0]
         assert (c.sizes, c.strides, s.sizes, s.strides, s.axis) == ((7, 5), (0, 1), (7, 4), (0, 1), 1)
+        b = plan.entries["b"].consumers[0]
+        assert (b.dims, b.output_sizes, b.sizes, b.strides, b.layout_note) == (None, (7, 6, 5), (7, 6, 5), (0, 5, 1),
+                                                                               None)
+        direct = dmlbridge.plan_model(model, dim_params={"batch": 7})
+        for key in ("c", "b", "s"):
+            assert plan.entries[key].consumers == direct.entries[key].consumers, key
         plan.verify(model)
 
 
