@@ -31,6 +31,7 @@ from dmlbridge.errors import (
     ManifestError,
     counted,
 )
+from dmlbridge.model.shapes import GivenShapes
 from dmlbridge.placement.entries import ConvertedEntry
 from dmlbridge.placement.options import PlanOptions, check_max_constants, check_max_nodes
 from dmlbridge.placement.selection import Selection
@@ -229,7 +230,8 @@ def _changed(entries: Sequence[ConvertedEntry]) -> str:
 def _cmd_bindings(args: argparse.Namespace) -> int:
     folder = None if args.output is None else _file_folder(args.output)  # (refused before the plan is read)
     with read_plan(args.manifest, verify=False, bin_path=None, check_fingerprint=True,
-                   max_manifest_bytes=args.max_manifest_bytes) as plan:
+                   max_manifest_bytes=args.max_manifest_bytes,
+                   shapes=GivenShapes.check(**_shapes_from(args))) as plan:
         if args.output is not None:
             _refuse_an_input(args.output, args.manifest, [buffer.path for buffer in plan.buffers])
         text = binding_list(plan)

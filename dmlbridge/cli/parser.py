@@ -324,6 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
     bindings.add_argument("-o", "--output", metavar="FILE", help="write the list to FILE (default: standard output)")
     bindings.add_argument("--max-manifest-bytes", type=_byte_count, default=DEFAULT_MAX_MANIFEST_BYTES,
                           metavar="BYTES", help="refuse a manifest larger than BYTES (default 256MiB)")
+    at = bindings.add_argument_group("free sizes at run time (the bytes never change)")
+    at.add_argument("--input-shape", action="append", type=_input_shape, metavar="NAME=D1,D2,...",
+                    help="a graph input's whole shape: each tensor whose desc the model's free dimensions (its "
+                    "dim_params) decide is listed at those sizes (repeatable; e.g. x=8,3,224,224)")
+    at.add_argument("--dim-param", action="append", type=_dim_param, metavar="NAME=N",
+                    help="the size of a dim_param of the model's graph inputs, as --input-shape (repeatable; e.g. "
+                    "batch=8)")
 
     cleaning = commands.add_parser(
         "clean", help="remove the files killed or failed conversions into a prefix left behind",

@@ -16,11 +16,12 @@ import re
 from typing import Any, cast
 
 from dmlbridge.errors import ManifestError
-from dmlbridge.manifest.json_fields import Fields, int_list, kind_of
+from dmlbridge.manifest.json_fields import Fields, int_list, kind_of, whole_number
 from dmlbridge.model.consumers import (
     CHANNEL_DIMS,
     CONSUMER_DIMS_VERSION,
     CONSUMER_LAYOUTS_VERSION,
+    MATRIX_PRODUCTS,
     MOST_CHANNEL_DIMS,
     PER_OPERATOR_VERSION,
     Consumer,
@@ -96,18 +97,26 @@ def _operator_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
     if layout is not None and layout not in _LAYOUTS:
         raise ManifestError(f"{fields.at('layout')} is {json.dumps(layout)[:40]}, not one of {', '.join(_LAYOUTS)}")
     dims = fields.integer("dims", 1, MOST_CHANNEL_DIMS) if "dims" in fields.value else None
-    sizes = None
+    sizes = named = None
+    sizes_of: tuple[int | str, ...] = ()
     if "output_sizes" in fields.value:
-        sizes = int_list(fields.get("output_sizes"), fields.at("output_sizes"), 1, _MOST_ELEMENTS, MOST_CHANNEL_DIMS)
-        if not sizes or math.prod(sizes) > _MOST_ELEMENTS:
+        named = _named_sizes(fields.get("output_sizes"), fields.at("output_sizes"))
+        given = [size for size in named if isinstance(size, int)]
+        if not named or math.prod(given) > _MOST_ELEMENTS:
             raise ManifestError(f"{fields.at('output_sizes')} must be 1 to {MOST_CHANNEL_DIMS} sizes of at most "
-                                f"2^32 - 1 elements in all, got {list(sizes)[:10]}")
+                                f"2^32 - 1 elements in all, got {list(named)[:10]}")
+        if len(given) == len(named):
+            sizes, named = cast(tuple[int, ...], named), None
+        elif layout not in ("broadcast", "axis") or (consumer.op_type in MATRIX_PRODUCTS and dims is None):
+            raise ManifestError(f"{fields.at('output_sizes')} names a free dimension, which only an element-wise "
+                                "operand, a Gemm's C, a MatMul's B (beside its dims) or a per-axis scale records")
+        sizes_of = sizes if sizes is not None else cast(tuple[int | str, ...], named)
     axis = None
     if "axis" in fields.value:
         axis = fields.integer("axis", 0, MOST_CHANNEL_DIMS - 1)
-        if sizes is None or axis >= len(sizes):
+        if axis >= len(sizes_of):
             raise ManifestError(f"{fields.at('axis')} {axis} is not an axis of its output_sizes")
-    if layout is None and (dims is not None or sizes is not None):
+    if layout is None and (dims is not None or sizes is not None or named is not None):
         raise ManifestError(f"{what} has facts of a layout but no 'layout'")
     known = layouts_of(consumer.op_type, consumer.input)
     if known is not None and layout not in known:
@@ -117,7 +126,24 @@ def _operator_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
         raise ManifestError(f"{what} lacks the field 'dims' or has fewer than {CHANNEL_DIMS} (format 7 records the "
                             "dimension count of a convolution's or normalization's node, 4 to 8)")
     return consumer._replace(dims=dims, output_sizes=sizes, reads_on="gpu", dml_operator=operator,
-                             layout=cast(Any, layout), axis=axis, note=note)
+                             layout=cast(Any, layout), axis=axis, note=note, named_sizes=named)
+
+
+def _named_sizes(value: Any, where: str) -> tuple[int | str, ...]:
+    """``output_sizes``: 1 to 8 items, each a size (1 to 2^32 - 1) or a free dimension's dim_param name (1 to
+    MAX_KEY_LENGTH characters)."""
+    if not isinstance(value, list) or len(value) > MOST_CHANNEL_DIMS:
+        raise ManifestError(f"{where} must be an array of at most {MOST_CHANNEL_DIMS} sizes or dim_param names, got "
+                            f"{kind_of(value)}")
+    items: list[int | str] = []
+    for index, item in enumerate(value):
+        if isinstance(item, str):
+            if not 0 < len(item) <= MAX_KEY_LENGTH:
+                raise ManifestError(f"{where}[{index}] must be a dim_param name of 1 to {MAX_KEY_LENGTH} characters")
+            items.append(item)
+        else:
+            items.append(whole_number(item, f"{where}[{index}]", 1, _MOST_ELEMENTS))
+    return tuple(items)
 
 
 _MOST_ELEMENTS = 2**32 - 1

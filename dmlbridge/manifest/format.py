@@ -50,11 +50,11 @@ from dmlbridge.manifest.sections import (
     target_from_json,
     uploaded_buffers,
 )
-from dmlbridge.model.consumers import PER_OPERATOR_VERSION, Consumer
-from dmlbridge.model.shapes import NO_SHAPES, GivenShapes
+from dmlbridge.model.consumers import PER_OPERATOR_VERSION, Consumer, NamedShape
+from dmlbridge.model.shapes import MOST_GRAPH_INPUTS, MOST_INPUT_DIMS, NO_SHAPES, GivenShapes, GraphInputs
 from dmlbridge.placement.cpu_read import UPLOADS, Upload
 from dmlbridge.placement.entries import PlanEntries, PlanEntry
-from dmlbridge.placement.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
+from dmlbridge.placement.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES, MAX_KEY_LENGTH
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
 from dmlbridge.quantized.records import QuantizedWeight, part_keys
 from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
@@ -69,6 +69,7 @@ __all__ = [
     "Manifest",
     "check_manifest_size",
     "entries_size",
+    "graph_inputs_json",
     "manifest_chunks",
     "manifest_document",
     "manifest_schema",
@@ -124,6 +125,10 @@ class Manifest:
     uploaded_buffers: int | None = None
     """How many buffers, from the first, a program uploads (None: all of them); the others hold the constants
     read on the CPU (``BufferFile.uploaded`` is False)."""
+    graph_inputs: GraphInputs = ()
+    """The shapes the model's graph inputs declare, by name, in order: a size, a free dimension's ``dim_param``
+    name, or None (free, unnamed); a shape None where none is declared. Recorded when a graph input names a free
+    dimension (format 7: none before), so that ``load_plan`` checks and applies the sizes it is given."""
 
     @property
     def bin_sha256(self) -> str | None:
@@ -215,7 +220,14 @@ def _head(manifest: Manifest) -> dict[str, Any]:
         # (Left out when none were given: the manifests of models with no free sizes stay as they were.)
         **({} if manifest.shapes == NO_SHAPES else {"shapes": manifest.shapes.to_json()}),
         **({"upload": manifest.upload} if manifest.format_version >= PER_OPERATOR_VERSION else {}),
+        **({} if not manifest.graph_inputs or manifest.format_version < PER_OPERATOR_VERSION else
+           {"graph_inputs": graph_inputs_json(manifest.graph_inputs)}),
     }
+
+
+def graph_inputs_json(graph_inputs: GraphInputs) -> dict[str, Any]:
+    """The manifest form of ``Manifest.graph_inputs``: an object of each input's shape (an array, or null)."""
+    return {name: None if shape is None else list(shape) for name, shape in graph_inputs}
 
 
 def manifest_document(manifest: Manifest) -> dict[str, Any]:
@@ -248,13 +260,15 @@ def manifest_chunks(manifest: Manifest) -> Iterator[bytes]:
     yield (",\n".join(previous) + "\n  ]\n}\n").encode("ascii")
 
 
-def check_manifest_size(entries: Mapping[str, PlanEntry], limit: int) -> None:
-    """InvalidArgumentError when the manifest's entry lines would take more than ``limit`` bytes, worked out
-    without making them (each key is at most MAX_KEY_LENGTH characters, so a line is at most about 76 KiB): an
-    upper bound first (what every key's and origin's characters could take escaped), the exact size only when
-    that passes the limit."""
-    if _entries_size(entries, bound=True) > limit:
-        _check_size(entries_size(entries), len(entries), limit)
+def check_manifest_size(entries: Mapping[str, PlanEntry], limit: int,
+                        graph_inputs: GraphInputs = ()) -> None:
+    """InvalidArgumentError when the manifest's entry lines (and its ``graph_inputs`` line) would take more than
+    ``limit`` bytes, worked out without making them (each key is at most MAX_KEY_LENGTH characters, so a line is at
+    most about 76 KiB): an upper bound first (what every key's and origin's characters could take escaped), the
+    exact size only when that passes the limit."""
+    head = len(_json(graph_inputs_json(graph_inputs))) if graph_inputs else 0
+    if head + _entries_size(entries, bound=True) > limit:
+        _check_size(head + entries_size(entries), len(entries), limit)
 
 
 def entries_size(entries: Mapping[str, PlanEntry]) -> int:
@@ -443,7 +457,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
                                          "target", "alignment", "min_dims", "total_size", "buffers", "entries")
                       + (("selection",) if version >= 3 else ())
                       + (("max_buffer_bytes", "quantized") if version >= 4 else ()),
-                      ("shapes", "upload") if version >= PER_OPERATOR_VERSION else ())
+                      ("shapes", "graph_inputs", "upload") if version >= PER_OPERATOR_VERSION else ())
     if top.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"{where} is not a dmlbridge upload plan (format {top.get('format')!r})")
     dmlbridge_version = top.string("dmlbridge_version")
@@ -486,6 +500,8 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     if upload not in UPLOADS:
         raise ManifestError(f"{top.at('upload')} is {json.dumps(upload)[:40]}; it must be \"bound\" or \"all\"")
     uploaded = uploaded_buffers(buffers, upload, top.at("buffers"))
+    graph_inputs = () if "graph_inputs" not in top.value else _graph_inputs_from_json(top.get("graph_inputs"),
+                                                                                       top.at("graph_inputs"))
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
         raise ManifestError(f"{top.at('entries')} must be an array, got {kind_of(raw_entries)}")
@@ -507,7 +523,7 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
         check_cpu_read_apart(entries, uploaded, where)
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
-                    selection, max_buffer_bytes, quantized, shapes, upload, uploaded)
+                    selection, max_buffer_bytes, quantized, shapes, upload, uploaded, graph_inputs)
 
 
 def _shapes_from_json(value: Any, where: str) -> GivenShapes:
@@ -517,6 +533,37 @@ def _shapes_from_json(value: Any, where: str) -> GivenShapes:
         return GivenShapes.check(fields.get("input_shapes"), fields.get("dim_params"))
     except InvalidArgumentError as exc:
         raise ManifestError(f"{where}: {exc}") from None
+
+
+def _graph_inputs_from_json(value: Any, where: str) -> GraphInputs:
+    """A format-7 manifest's ``graph_inputs``: an object of at most MOST_GRAPH_INPUTS names (1 to MAX_KEY_LENGTH
+    characters), each an array of at most MOST_INPUT_DIMS sizes (1 to 2^63 - 1), dim_param names (1 to
+    MAX_KEY_LENGTH characters) or nulls, or null; one that names a free dimension at least."""
+    if not isinstance(value, dict) or not 0 < len(value) <= MOST_GRAPH_INPUTS:
+        raise ManifestError(f"{where} must be an object of 1 to {MOST_GRAPH_INPUTS} graph inputs' shapes, got "
+                            f"{kind_of(value)}")
+    inputs: list[tuple[str, NamedShape | None]] = []
+    for name, shape in value.items():
+        at = f"{where}[{json.dumps(name)[:80]}]"
+        if not 0 < len(name) <= MAX_KEY_LENGTH:
+            raise ManifestError(f"{where} has a graph input name of {len(name)} characters, not 1 to "
+                                f"{MAX_KEY_LENGTH}")
+        if shape is None:
+            inputs.append((name, None))
+            continue
+        if not isinstance(shape, list) or len(shape) > MOST_INPUT_DIMS:
+            raise ManifestError(f"{at} must be null or an array of at most {MOST_INPUT_DIMS} sizes, dim_param names "
+                                f"or nulls, got {kind_of(shape)}")
+        dims: list[int | str | None] = []
+        for k, dim in enumerate(shape):
+            if isinstance(dim, str) and not 0 < len(dim) <= MAX_KEY_LENGTH:
+                raise ManifestError(f"{at}[{k}] must be a dim_param name of 1 to {MAX_KEY_LENGTH} characters")
+            dims.append(dim if dim is None or isinstance(dim, str) else whole_number(dim, f"{at}[{k}]", 1, INT64_MAX))
+        inputs.append((name, tuple(dims)))
+    if not any(isinstance(dim, str) for _, shape in inputs for dim in shape or ()):
+        raise ManifestError(f"{where} names no free dimension (a dim_param); a manifest records graph_inputs only "
+                            "when one does")
+    return tuple(inputs)
 
 
 def read_manifest_file(path: str, limit: int) -> bytes:

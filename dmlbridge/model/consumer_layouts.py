@@ -159,6 +159,10 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
     """The layout one consumer wants (None: none, or the leading one) and why it cannot want one it would."""
     kind = consumer.layout_rule(rule)
     sizes = consumer.output_sizes
+    named = consumer.named_sizes
+    if kind == "broadcast" and named is not None and (len(named) < len(shape) or any(
+            own not in (1, size) for own, size in zip(shape, named[len(named) - len(shape):], strict=True))):
+        raise LayoutError(f"sizes {list(named)} do not broadcast the shape {list(shape)} whatever their names' sizes")
     if kind == "channel" and len(shape) == 1:
         return _packed("channel", (1, shape[0], *(1,) * (max(min_dims, consumer.dims or CHANNEL_DIMS) - 2)),
                        min_dims), None
@@ -181,7 +185,8 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
     if kind != "broadcast":
         return None, None
     if consumer.op_type == "Gemm" and len(shape) <= 2:
-        return (None, _NOTES["gemm"]) if sizes is None else (_broadcast(shape, sizes, min_dims), None)
+        return (None, _free_note(consumer) or _NOTES["gemm"]) if sizes is None else \
+            (_broadcast(shape, sizes, min_dims), None)
     if consumer.op_type in MATRIX_PRODUCTS and len(shape) >= 2:
         rank = len(sizes) if sizes is not None else consumer.dims
         if rank is not None and rank > GEMM_MOST_DIMS:
@@ -189,13 +194,27 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
         if sizes is not None:
             return _broadcast(shape, sizes, min_dims), None
         if consumer.dims is not None:
-            return _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims), _NOTES["matmul batch"]
+            return _packed("rank", (1,) * max(0, consumer.dims - len(shape)) + shape, min_dims), \
+                _free_note(consumer, "it has the output's rank") or _NOTES["matmul batch"]
         return None, _NOTES["matmul"]
     if consumer.op_type == "Gemm" or consumer.op_type in MATRIX_PRODUCTS:
         return None, None  # (a C or B of a shape GEMM reads as it is)
     if sizes is None:
-        return None, _NOTES["broadcast"].format(operator=consumer.dml_operator)
+        return None, _free_note(consumer) or _NOTES["broadcast"].format(operator=consumer.dml_operator)
     return _broadcast(shape, sizes, min_dims), None
+
+
+def _free_note(consumer: Consumer, kept: str = "it keeps its ONNX layout") -> str | None:
+    """The note of a consumer whose output sizes are free dimensions the graph inputs name (None: it has none);
+    ``kept``: what it has meanwhile."""
+    named = consumer.named_sizes
+    if named is None:
+        return None
+    free = ", ".join(dict.fromkeys(repr(size) for size in named if isinstance(size, str)))
+    shown = ", ".join(str(size) for size in named)
+    return (f"{consumer.dml_operator} wants it at the output's sizes [{shown}], of which the model leaves {free} "
+            f"free: {kept}; give them to load_plan (dim_params=, input_shapes=) for this "
+            "consumer's desc at those sizes, or broadcast it at run time (dmlbridge.broadcast_desc)")
 
 
 def _on_axis(shape: tuple[int, ...], consumer: Consumer,
@@ -204,7 +223,7 @@ def _on_axis(shape: tuple[int, ...], consumer: Consumer,
     node's axis (strides of 0 elsewhere); one of the input's own shape (blocked) as it is."""
     sizes = consumer.output_sizes
     if sizes is None:
-        return None, _NOTES["broadcast"].format(operator=consumer.dml_operator)
+        return None, _free_note(consumer) or _NOTES["broadcast"].format(operator=consumer.dml_operator)
     if math.prod(shape) == 1:
         return _broadcast((), sizes, min_dims), None
     if len(shape) == 1 and consumer.axis is not None and sizes[consumer.axis] == shape[0]:

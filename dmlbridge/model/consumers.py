@@ -30,6 +30,7 @@ consumer's desc. Manifests before format 7 recorded only the facts of format 6's
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple, cast
 
 from dmlbridge.model.constants import ModelConstant, find_constants
@@ -44,8 +45,10 @@ from dmlbridge.model.operators import (
 
 __all__ = [
     "CHANNEL_DIMS", "CONSUMER_DIMS_VERSION", "CONSUMER_LAYOUTS_VERSION", "MATRIX_PRODUCTS", "MOST_CHANNEL_DIMS",
+    "MOST_NAME",
     "PER_OPERATOR_VERSION",
-    "Consumer", "find_consumers", "node_dims", "recorded",
+    "Consumer", "NamedShape", "NamedSizes", "declared_shape", "find_consumers", "free_names", "node_dims",
+    "recorded",
 ]
 
 CHANNEL_DIMS = 4
@@ -72,6 +75,13 @@ _ONNX_DOMAINS = ("", "ai.onnx")
 Shape = tuple[int | None, ...]
 """A value's shape as the model gives it: a constant's sizes, or a declared shape (None: a dimension the model
 does not fix, a ``dim_param`` or nothing)."""
+NamedShape = tuple[int | str | None, ...]
+"""A declared shape with its free dimensions' ``dim_param`` names where the graph inputs name them (None: a
+dimension the model neither fixes nor names so)."""
+NamedSizes = tuple[int | str, ...]
+"""Output sizes of which some are ``dim_param`` names of the graph inputs: sizes given at ``load_plan``."""
+MOST_NAME = 4096
+"""The most characters of a dim_param name a consumer's ``named_sizes`` hold (a key's most)."""
 
 
 class Consumer(NamedTuple):
@@ -83,7 +93,9 @@ class Consumer(NamedTuple):
     broadcast to (an element-wise operand, a Gemm's C, a MatMul's B: the output's batch sizes then B's last two, a
     normalization's scale), and ``axis``, where a per-axis scale lies. None where the model does not say, and in
     plans read from older manifests (before format 6, ``output_sizes``; before 5, ``dims``). ``note``: why an
-    input is read on the CPU or not laid out.
+    input is read on the CPU or not laid out. ``named_sizes``: where ``output_sizes`` is None because some of the
+    output's sizes are free dimensions that the graph inputs name (a ``dim_param``: ``("batch", 3)``), the sizes
+    with those names, which ``load_plan(dim_params=...)`` turns into ``output_sizes`` (:meth:`with_dim_params`).
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -106,6 +118,24 @@ class Consumer(NamedTuple):
     layout: Layout | None = None
     axis: int | None = None
     note: str | None = None
+    named_sizes: NamedSizes | None = None
+
+    def with_dim_params(self, dims: Mapping[str, int]) -> Consumer:
+        """This consumer with its ``named_sizes`` made ``output_sizes`` by ``dims`` (dim_param name -> size), as a
+        conversion given those sizes records it; unchanged where a name is not in ``dims``.
+
+            >>> add = Consumer("add", "Add", 1, None, None, "gpu", "ELEMENT_WISE_ADD", "broadcast",
+            ...                named_sizes=("batch", 3))
+            >>> add.with_dim_params({"batch": 4}).output_sizes
+            (4, 3)
+        """
+        named = self.named_sizes
+        if named is None or any(isinstance(size, str) and size not in dims for size in named):
+            return self
+        sizes = _fits(tuple(dims[size] if isinstance(size, str) else size for size in named))
+        # (A MatMul's B records the output's rank only while its batch sizes are not known.)
+        known = None if sizes is not None and self.op_type in MATRIX_PRODUCTS else self.dims
+        return self._replace(output_sizes=sizes, named_sizes=None, dims=known)
 
     @property
     def per_channel(self) -> bool:
@@ -137,6 +167,8 @@ class Consumer(NamedTuple):
                 fields[name] = getattr(self, name)
         if self.output_sizes is not None:
             fields["output_sizes"] = list(self.output_sizes)
+        elif self.named_sizes is not None:
+            fields["output_sizes"] = list(self.named_sizes)
         return fields
 
 
@@ -192,7 +224,7 @@ def find_consumers(
     for constant in constants:
         if constant.name in used:
             by_scope.setdefault(constant.scope, {}).setdefault(constant.name, constant.key)
-    walk = _Walk(by_scope, (op_types, {} if nodes is None else nodes), constants)
+    walk = _Walk(by_scope, (op_types, {} if nodes is None else nodes), constants, free_names(model.graph.input))
     walk.use_opsets(model.opset_import)
     _walk(model.graph, "", {}, None, walk)
     for function in model.functions:
@@ -201,6 +233,28 @@ def find_consumers(
         declared = _Declared((), (), getattr(function, "value_info", ()), None)  # (inputs and outputs: names)
         _walk_nodes(scope, function.node, dict(by_scope.get(scope, {})), declared, walk)
     return {key: tuple(consumers) for key, consumers in walk.found.items()}
+
+
+def free_names(inputs: Any) -> frozenset[str]:
+    """The ``dim_param`` names of these graph inputs' free dimensions (at most MOST_NAME characters each): the
+    only names a consumer's ``named_sizes`` hold (ONNX's inference invents others, ``unk__0``, which no caller
+    can give)."""
+    return frozenset(name for value in inputs for name in declared_shape(value) or () if isinstance(name, str))
+
+
+def declared_shape(value: Any) -> NamedShape | None:
+    """The shape a ValueInfoProto declares, with the ``dim_param`` names of its free dimensions (None: no tensor
+    shape declared).
+
+        >>> from onnx import helper
+        >>> declared_shape(helper.make_tensor_value_info("x", 1, ["batch", 3, None]))
+        ('batch', 3, None)
+    """
+    if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
+        return None
+    return tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else
+                 _text(dim.dim_param) if dim.HasField("dim_param") and 0 < len(dim.dim_param) <= MOST_NAME else None
+                 for dim in value.type.tensor_type.shape.dim)
 
 
 def _function_scope(function: Any) -> str:
@@ -230,8 +284,10 @@ class _Walk:
     """What the walk over the graphs shares: the constants by scope, the consumers found, the nodes collected, and
     the constants' shapes by key (made when a layout input first needs them)."""
 
-    def __init__(self, by_scope: dict[str, dict[str, str]], wanted: Wanted, constants: list[ModelConstant]) -> None:
+    def __init__(self, by_scope: dict[str, dict[str, str]], wanted: Wanted, constants: list[ModelConstant],
+                 nameable: frozenset[str] = frozenset()) -> None:
         self.by_scope, self.wanted, self.constants = by_scope, wanted, constants
+        self.nameable = nameable  # the dim_param names of the graph inputs (see free_names)
         self.found: dict[str, list[Consumer]] = {}
         self._shapes: dict[str, tuple[int, ...]] | None = None
         self.opsets: dict[str, int] = {}  # the opset of each domain ("" for ONNX's) where the walk is
@@ -252,23 +308,24 @@ class _Declared:
 
     def __init__(self, inputs: Any, outputs: Any, value_info: Any, outer: _Declared | None) -> None:
         self._values, self._outer = (inputs, outputs, value_info), outer
-        self._shapes: dict[str, Shape | None] | None = None
+        self._shapes: dict[str, NamedShape | None] | None = None
 
     def shape(self, name: str) -> Shape | None:
+        named = self.named(name)
+        return None if named is None else tuple(None if isinstance(size, str) else size for size in named)
+
+    def named(self, name: str) -> NamedShape | None:
+        """The declared shape with its dim_param names (see :func:`declared_shape`)."""
         if self._shapes is None:
-            shapes: dict[str, Shape | None] = {}
+            shapes: dict[str, NamedShape | None] = {}
             for values in self._values:
                 for value in values:
-                    shapes.setdefault(_text(value.name), None)
-                    tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
-                    if tensor is not None and tensor.HasField("shape") and shapes[_text(value.name)] is None:
-                        shapes[_text(value.name)] = tuple(
-                            dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
-                            for dim in tensor.shape.dim)
+                    if shapes.get(_text(value.name)) is None:
+                        shapes[_text(value.name)] = declared_shape(value)
             self._shapes = shapes
         if name in self._shapes:
             return self._shapes[name]
-        return None if self._outer is None else self._outer.shape(name)
+        return None if self._outer is None else self._outer.named(name)
 
 
 class _Shapes:
@@ -284,6 +341,19 @@ class _Shapes:
             return None
         key = self.visible.get(name)
         return self.walk.shape(key) if key is not None else self.declared.shape(name)
+
+    def named(self, names: Any, position: int) -> NamedShape | None:
+        """As :meth:`of`, with the free dimensions the graph inputs name by those names."""
+        name = names[position] if position < len(names) else ""
+        if not name:
+            return None
+        key = self.visible.get(name)
+        if key is not None:
+            return self.walk.shape(key)
+        named = self.declared.named(name)
+        nameable = self.walk.nameable
+        return None if named is None else tuple(
+            size if not isinstance(size, str) or size in nameable else None for size in named)
 
 
 _MOST_ELEMENTS = 2**32 - 1  # a DirectML tensor's most elements, and its most for one size
@@ -343,6 +413,49 @@ def _output_sizes(node: Any, shapes: _Shapes) -> tuple[int, ...] | None:
     return _fits(tuple(sizes))
 
 
+def _named_output_sizes(node: Any, shapes: _Shapes) -> NamedSizes | None:
+    """Where :func:`_output_sizes` gives none, the output's sizes with the graph inputs' dim_param names where
+    they are free (the declared output's, else its inputs' broadcast: a column of a name and 1s is the name's, of a
+    name and a size more than 1 is the size); None where a size is neither known nor so named, or two names meet
+    (either may be 1)."""
+    declared = shapes.named(node.output, 0)
+    if declared is not None and None not in declared:
+        return _named_fits(cast(NamedSizes, declared))
+    found: list[NamedSizes] = []
+    for position in range(len(node.input)):
+        if not node.input[position]:
+            continue
+        shape = shapes.named(node.input, position)
+        if shape is None or None in shape:
+            return None
+        found.append(cast(NamedSizes, shape))
+    if not found:
+        return None
+    rank = max(len(shape) for shape in found)
+    sizes: list[int | str] = []
+    for k in range(rank):
+        column = {shape[k - rank + len(shape)] for shape in found if k - rank + len(shape) >= 0} - {1}
+        known = {size for size in column if isinstance(size, int)}
+        if len(known) > 1 or (not known and len(column) > 1):
+            return None
+        sizes.append(known.pop() if known else column.pop() if column else 1)
+    return _named_fits(tuple(sizes))
+
+
+def _named_fits(sizes: NamedSizes) -> NamedSizes | None:
+    """``sizes`` when some are names, and the others fit DirectML's most dimensions and elements."""
+    known = [size for size in sizes if isinstance(size, int)]
+    if len(known) == len(sizes) or len(sizes) > MOST_CHANNEL_DIMS or math.prod(known) > _MOST_ELEMENTS:
+        return None
+    return sizes
+
+
+def _named_broadcasts(shape: tuple[int, ...], sizes: NamedSizes) -> bool:
+    """Whether ``shape`` broadcasts to ``sizes`` whatever their names' sizes: a 1 under each name."""
+    pad = len(sizes) - len(shape)
+    return pad >= 0 and all(own == 1 or own == size for own, size in zip(shape, sizes[pad:], strict=True))
+
+
 def _axis_facts(node: Any, shapes: _Shapes) -> tuple[tuple[int, ...] | None, int | None]:
     """(output_sizes, axis) of a (de)quantization's scale or zero point: its input's sizes (or its output's) and
     its ``axis`` attribute made non-negative (default 1)."""
@@ -368,6 +481,12 @@ def _fits(sizes: tuple[int | None, ...]) -> tuple[int, ...] | None:
     return known if math.prod(known) <= _MOST_ELEMENTS and len(known) <= MOST_CHANNEL_DIMS else None
 
 
+def _named_axis_sizes(node: Any, shapes: _Shapes) -> NamedSizes | None:
+    """A (de)quantization's input sizes with their dim_param names where :func:`_axis_facts` finds none."""
+    x = shapes.named(node.input, 0)
+    return None if x is None or None in x or not x else _named_fits(cast(NamedSizes, x))
+
+
 def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, ...] | None:
     """The sizes GEMM wants a Gemm's C at, the output's [M, N]: C's own where they are more than 1, else M from A
     (by transA) or the output, N from B (by transB) or the output; None when the model does not give them or C
@@ -382,6 +501,21 @@ def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, 
     m = c2[0] if c2[0] > 1 else from_a or from_y[0]
     n = c2[1] if c2[1] > 1 else from_b or from_y[1]
     return _fits((m, n))
+
+
+def _gemm_c_named(node: Any, c: tuple[int, ...], shapes: _Shapes) -> NamedSizes | None:
+    """Where :func:`_gemm_c_sizes` gives none, a Gemm's C's sizes [M, N] with M or N a dim_param name of the graph
+    inputs (from A, B or the output, as there)."""
+    if len(c) > 2 or 0 in c:
+        return None
+    c2 = (1,) * (2 - len(c)) + c
+    a, b, y = shapes.named(node.input, 0), shapes.named(node.input, 1), shapes.named(node.output, 0)
+    from_a = a[1 if _int_attribute(node, "transA") else 0] if a is not None and len(a) == 2 else None
+    from_b = b[0 if _int_attribute(node, "transB") else 1] if b is not None and len(b) == 2 else None
+    from_y = y if y is not None and len(y) == 2 else (None, None)
+    m = c2[0] if c2[0] > 1 else from_a or from_y[0]
+    n = c2[1] if c2[1] > 1 else from_b or from_y[1]
+    return None if m is None or n is None else _named_fits((m, n))
 
 
 def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | None, tuple[int, ...] | None]:
@@ -411,10 +545,54 @@ def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | Non
     return (None, sizes) if sizes is not None else (rank, None)
 
 
+Facts = tuple[int | None, tuple[int, ...] | None, int | None, NamedSizes | None]
+"""(dims, output_sizes, axis, named_sizes) of a consumer (see :class:`Consumer`)."""
+
+
+def _matmul_b_named(node: Any, b: tuple[int, ...], shapes: _Shapes) -> NamedSizes | None:
+    """Where :func:`_matmul_b` gives only the output's rank, a MatMul's B's sizes with the batch sizes the graph
+    inputs name by their dim_params (as there: B's own where more than 1, else A's, else the output's)."""
+    a, y = shapes.named(node.input, 0), shapes.named(node.output, 0)
+    given = a if a is not None else y
+    if len(b) < 2 or given is None or len(given) < 2:
+        return None
+    rank = max(len(given), len(b))
+    batch: list[int | str] = []
+    for k in range(rank - 2, 0, -1):
+        own = b[-2 - k] if k <= len(b) - 2 else 1
+        other = given[-2 - k] if k <= len(given) - 2 else 1
+        out = y[-2 - k] if y is not None and len(y) == rank else None
+        size = own if own > 1 else other if other is not None else out
+        if size is None or (own > 1 and isinstance(other, int) and other not in (1, own)):
+            return None
+        batch.append(size)
+    return _named_fits((*batch, *b[-2:]))
+
+
 def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
-           rank: list[int | None]) -> tuple[int | None, tuple[int, ...] | None, int | None]:
-    """(dims, output_sizes, axis) of a consumer whose input wants ``layout`` (see :class:`Consumer`); ``rank``
-    holds the node's rank once an input of a convolution or normalization has found it."""
+           rank: list[int | None]) -> Facts:
+    """(dims, output_sizes, axis) of a consumer whose input wants ``layout`` (see :class:`Consumer`), and where
+    the output sizes are free but named, ``named_sizes``; ``rank`` holds the node's rank once an input of a
+    convolution or normalization has found it."""
+    dims, sizes, axis = _known_facts(layout, node, op_type, constant, shapes, rank)
+    if sizes is not None or layout not in ("axis", "broadcast"):
+        return dims, sizes, axis, None
+    if op_type in MATRIX_PRODUCTS:  # (its output's rank kept beside: the layout it has until the sizes are given)
+        return dims, None, None, None if dims is None else _matmul_b_named(node, constant, shapes)
+    if layout == "axis":
+        named = _named_axis_sizes(node, shapes)
+        axis = next((int(attr.i) for attr in node.attribute if _text(attr.name) == "axis"), 1)
+        axis = axis + len(named) if named is not None and axis < 0 else axis
+        if named is None or not 0 <= axis < len(named):
+            return dims, None, None, None
+        return dims, None, axis if len(constant) == 1 else None, named
+    named = _gemm_c_named(node, constant, shapes) if op_type == "Gemm" else _named_output_sizes(node, shapes)
+    return dims, None, axis, named if named is not None and _named_broadcasts(constant, named) else None
+
+
+def _known_facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
+                 rank: list[int | None]) -> tuple[int | None, tuple[int, ...] | None, int | None]:
+    """(dims, output_sizes, axis) of a consumer whose input wants ``layout``, from the sizes the model gives."""
     if layout == "rank" and op_type == "Gather":
         return _gather_dims(node, shapes), None, None
     if layout in ("channel", "spatial", "rank"):
@@ -471,8 +649,10 @@ def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int
                              f"input {position} at: its ONNX layout")
     dml_operator = _by_attribute(node, op_type, rule.dml_operator)
     layout = None if rule.layout == "leading" else rule.layout
-    facts = (None, None, None) if layout is None else _facts(layout, node, op_type, constant, shapes, rank)
-    return Consumer(node_key, named, position, facts[0], facts[1], "gpu", dml_operator, layout, facts[2])
+    facts: Facts = (None, None, None, None) if layout is None else _facts(layout, node, op_type, constant, shapes,
+                                                                          rank)
+    return Consumer(node_key, named, position, facts[0], facts[1], "gpu", dml_operator, layout, facts[2],
+                    named_sizes=facts[3])
 
 
 def _by_attribute(node: Any, op_type: str, dml_operator: str | None) -> str | None:

@@ -35,8 +35,10 @@ import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.model.consumers import MOST_NAME, NamedShape, declared_shape
 
-__all__ = ["NO_SHAPES", "PROPAGATED_ELEMENTS", "GivenShapes", "inferred"]
+__all__ = ["MOST_GRAPH_INPUTS", "MOST_INPUT_DIMS", "NO_SHAPES", "PROPAGATED_ELEMENTS", "GivenShapes", "GraphInputs",
+           "inferred", "recorded_inputs"]
 
 _MOST_SIZE = 2**32 - 1  # a DirectML size's most
 _MOST_NAMES = 1 << 12  # (the most graph inputs or dim_params given: far more than any model has)
@@ -74,6 +76,37 @@ class GivenShapes(NamedTuple):
 
 NO_SHAPES = GivenShapes()
 """No size given: the model's own shapes, and what inference gives."""
+
+GraphInputs = tuple[tuple[str, NamedShape | None], ...]
+"""The shapes a model's graph inputs declare, by name, in order (see :func:`recorded_inputs`)."""
+MOST_GRAPH_INPUTS = 1 << 16
+"""The most graph inputs a manifest records (a model of more records none: load_plan then takes no sizes)."""
+MOST_INPUT_DIMS = 64
+"""The most dimensions of a graph input's recorded shape (as ``input_shapes`` takes them)."""
+
+
+def recorded_inputs(graph: GraphProto) -> GraphInputs:
+    """The graph inputs (its initializers left out) with the shapes they declare (:func:`declared_shape`: a size,
+    a free dimension's dim_param name, or None), as a manifest records them: only when one of them names a free
+    dimension, at most MOST_GRAPH_INPUTS of names up to MOST_NAME characters (a shape of more than
+    MOST_INPUT_DIMS dimensions recorded as None: undeclared); none otherwise.
+
+        >>> from onnx import helper
+        >>> x = helper.make_tensor_value_info("x", 1, ["batch", 3])
+        >>> recorded_inputs(helper.make_graph([], "g", [x], []))
+        (('x', ('batch', 3)),)
+    """
+    constants = {tensor.name for tensor in graph.initializer} | {sparse.values.name
+                                                                for sparse in graph.sparse_initializer}
+    inputs: dict[str, NamedShape | None] = {}
+    for value in graph.input:
+        if value.name not in constants and value.name not in inputs:
+            shape = declared_shape(value)
+            inputs[value.name] = None if shape is None or len(shape) > MOST_INPUT_DIMS else shape
+    named = any(isinstance(size, str) for shape in inputs.values() for size in shape or ())
+    if not named or len(inputs) > MOST_GRAPH_INPUTS or any(not 0 < len(name) <= MOST_NAME for name in inputs):
+        return ()
+    return tuple(inputs.items())
 
 
 def _named(keyword: str, value: Any) -> list[tuple[str, Any]]:

@@ -55,9 +55,9 @@ def entry_layout(
 class PlanConsumer(NamedTuple):
     """One node input that reads a plan entry: what the model says of it (as :class:`Consumer` has it: ``node``,
     ``op_type``, ``input``, ``dims``, ``output_sizes``, ``reads_on``, ``dml_operator``, ``layout``, ``axis``,
-    ``note``) and the desc its DirectML operator binds the entry's bytes at (``buffer_desc``; None when it is not
-    bound, ``reads_on`` not "gpu", or the entry was skipped). ``layout_note``: why the desc is not the one the
-    operator wants (the model does not give the sizes), and what to do at run time.
+    ``note``, ``named_sizes``) and the desc its DirectML operator binds the entry's bytes at (``buffer_desc``; None
+    when it is not bound, ``reads_on`` not "gpu", or the entry was skipped). ``layout_note``: why the desc is not
+    the one the operator wants (the model does not give the sizes), and what to do at run time.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -80,6 +80,7 @@ class PlanConsumer(NamedTuple):
     layout: Layout | None
     axis: int | None
     note: str | None
+    named_sizes: tuple[int | str, ...] | None
     buffer_desc: BufferTensorDesc | None
     layout_note: str | None
     entry: str
@@ -123,7 +124,7 @@ class PlanConsumer(NamedTuple):
 
     def facts(self) -> Consumer:
         """What the model says of this consumer, as the manifest records it."""
-        return Consumer(*self[:10])
+        return Consumer(*self[:11])
 
     def to_json(self, version: int | None = None) -> dict[str, Any]:
         """The manifest form in format ``version`` (the model's facts: the desc is derived from them)."""

@@ -22,6 +22,7 @@ from dmlbridge.manifest.format import BufferFile, Manifest, manifest_document, p
 from dmlbridge.model.byte_scan import BytesScan
 from dmlbridge.model.constants import ModelConstant, collector_paused, iter_external_tensors
 from dmlbridge.model.onnx_file import LoadedModel, model_constants, read_model
+from dmlbridge.model.shapes import NO_SHAPES, GivenShapes, recorded_inputs
 from dmlbridge.placement.cpu_read import cpu_read_keys, upload_order
 from dmlbridge.placement.entries import (
     ConvertedEntry,
@@ -49,6 +50,7 @@ from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
 from dmlbridge.plan.buffer_binding import Binding
 from dmlbridge.plan.external_files import examine_external_data
 from dmlbridge.plan.fingerprint import fingerprint_problem
+from dmlbridge.plan.load_shapes import entries_at_sizes, sizes_at_load
 from dmlbridge.plan.open_buffers import BufferFileMissingError, OpenBuffers
 from dmlbridge.plan.selected import select_constants
 from dmlbridge.plan.verify import find_mismatches
@@ -91,6 +93,10 @@ class UploadPlan(Manifest):
     """
 
     manifest_path: str | None = None
+    load_sizes: tuple[tuple[str, int], ...] = ()
+    """The sizes :func:`load_plan` gave the model's free dimensions, by dim_param name, sorted (its
+    ``input_shapes=`` turned into the dim_params they name, with those the conversion was given): the consumers'
+    descs and the entries' layouts are at them. Verification compares the model's consumers at them too."""
     _files: OpenBuffers | None = field(default=None, repr=False, compare=False)
 
     def __eq__(self, other: object) -> bool:
@@ -449,7 +455,8 @@ def plan_loaded(
     plan = UploadPlan(entries, options.target, options.alignment, options.min_dims, placement.total,
                       loaded.name, loaded.size, __version__, source_sha256=loaded.sha256, selection=selection,
                       max_buffer_bytes=options.max_buffer_bytes, quantized_records=records, shapes=options.shapes,
-                      upload=options.upload, uploaded_buffers=placement.uploaded_buffers)
+                      upload=options.upload, uploaded_buffers=placement.uploaded_buffers,
+                      graph_inputs=recorded_inputs(loaded.proto.graph))
     return ModelAndPlan(constants, scan, placement, plan)
 
 
@@ -471,6 +478,8 @@ def load_plan(
     verify: bool = False,
     bin_path: str | os.PathLike[str] | None = None,
     max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    dim_params: Mapping[str, int] | None = None,
 ) -> UploadPlan:
     """Read and validate an upload plan (``PREFIX.json``) and open the buffer files it lists.
 
@@ -489,6 +498,14 @@ def load_plan(
     it in a ``with`` block, to let them go. ``bin_path=`` names the .bin of a format-1 manifest (written by
     earlier versions, whose buffer was ``PREFIX.bin``); later manifests list their own buffer files.
 
+    ``input_shapes`` (graph input -> its sizes) and ``dim_params`` (dim_param name -> size) give the model's free
+    dimensions, as for ``convert_model``, here at run time: each consumer whose output sizes the graph inputs'
+    dim_params name (an Add of ``x[batch, 3]``) gets its desc at those sizes, and its entry the layout its consumers
+    then agree on. The bytes never change, so one conversion serves many batch sizes. A name that is no graph input
+    or dim_param, a size that contradicts the model or the sizes the conversion was given, and a manifest before
+    format 7 (which records no free dimension) are refused (InvalidArgumentError). Without them, such a consumer
+    keeps its ONNX layout, its ``layout_note`` says so, and its ``as_ctypes()`` raises LayoutError.
+
     Example:
         >>> import dmlbridge, numpy as np, os, shutil, tempfile
         >>> from onnx import helper, numpy_helper
@@ -502,7 +519,7 @@ def load_plan(
         >>> shutil.rmtree(folder)  # (the plans closed first: on Windows an open file may not be removable)
     """
     return read_plan(manifest_path, verify=verify, bin_path=bin_path, check_fingerprint=True,
-                     max_manifest_bytes=max_manifest_bytes)
+                     max_manifest_bytes=max_manifest_bytes, shapes=GivenShapes.check(input_shapes, dim_params))
 
 
 def read_plan(
@@ -512,10 +529,11 @@ def read_plan(
     bin_path: str | os.PathLike[str] | None,
     check_fingerprint: bool,
     max_manifest_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
+    shapes: GivenShapes = NO_SHAPES,
 ) -> UploadPlan:
-    """:func:`load_plan`; ``check_fingerprint=False`` is for ``dmlbridge verify``, which reports a buffer file
-    that does not match its fingerprint as a mismatch (through find_mismatches) along with the constants that
-    differ."""
+    """:func:`load_plan` (``shapes``: its ``input_shapes`` and ``dim_params``); ``check_fingerprint=False`` is
+    for ``dmlbridge verify``, which reports a buffer file that does not match its fingerprint as a mismatch
+    (through find_mismatches) along with the constants that differ."""
     if not isinstance(manifest_path, (str, os.PathLike)):
         raise InvalidArgumentError(f"manifest_path must be a path, not {type(manifest_path).__name__}")
     path = os.fspath(manifest_path)
@@ -539,7 +557,7 @@ def read_plan(
         if missing is not None and data == previous:
             raise missing
         try:
-            return _plan_from(data, path, bin_file, bin_path, verify, check_fingerprint)
+            return _plan_from(data, path, bin_file, bin_path, verify, check_fingerprint, shapes)
         except BufferFileMissingError as exc:
             missing, previous = exc, data
     raise ManifestError(
@@ -550,9 +568,13 @@ def read_plan(
 
 
 def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: bool,
-               check_fingerprint: bool) -> UploadPlan:
-    """The plan of the manifest bytes ``data`` read from ``path``, its buffer files opened and checked."""
+               check_fingerprint: bool, shapes: GivenShapes = NO_SHAPES) -> UploadPlan:
+    """The plan of the manifest bytes ``data`` read from ``path``, its buffer files opened and checked, its
+    consumers at the sizes ``shapes`` gives."""
     manifest = parse_manifest(data, path, os.path.basename(bin_file))
+    sizes = sizes_at_load(manifest, shapes)
+    if sizes:
+        manifest = replace(manifest, entries=entries_at_sizes(manifest, sizes))
     directory = os.path.realpath(os.path.dirname(path) or os.curdir)  # (as the system resolves it: prefix_folder)
     buffers: tuple[BufferFile, ...]
     if manifest.format_version == 1:
@@ -567,7 +589,8 @@ def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: 
             )
         files = OpenBuffers.beside(directory, [buffer.path for buffer in manifest.buffers])
         buffers = tuple(replace(buffer, path=os.path.join(directory, buffer.path)) for buffer in manifest.buffers)
-    plan = UploadPlan(**{**vars(manifest), "buffers": buffers}, manifest_path=path, _files=files)
+    plan = UploadPlan(**{**vars(manifest), "buffers": buffers}, manifest_path=path,
+                      load_sizes=tuple(sorted(sizes.items())), _files=files)
     try:
         # Without check_fingerprint (dmlbridge verify), a buffer file that fails its fingerprint is for
         # find_mismatches to report, with the constants that differ, from the bytes it reads anyway: the sampled

@@ -112,6 +112,8 @@ class WrittenPlan(Protocol):
     @property
     def uploaded_buffers(self) -> int | None: ...
     @property
+    def load_sizes(self) -> tuple[tuple[str, int], ...]: ...
+    @property
     def quantized_records(self) -> dict[str, QuantizedWeight]: ...
     @property
     def format_version(self) -> int: ...
@@ -155,6 +157,9 @@ def find_mismatches(
         reader = external_data_reader(loaded, external_data_root)
         constants, _, consumers, specs, _ = select_constants(
             loaded.proto, find_constants(loaded.proto), plan.target, plan.selection, None, plan.shapes)
+        if plan.load_sizes:  # (a plan loaded at other sizes: the model's consumers at them too)
+            sizes = dict(plan.load_sizes)
+            consumers = {key: tuple(c.with_dim_params(sizes) for c in read_by) for key, read_by in consumers.items()}
         need_reader(constants, reader)
         compared = sum(entry.total_tensor_size_in_bytes or 0 for entry in plan.entries.values())
         bar = Progress(progress, compared, "verify")
@@ -518,7 +523,7 @@ def _compare(
 
 def _consumer_list(consumers: tuple[Consumer, ...]) -> str:
     shown = ", ".join(f"{c.node} ({c.op_type} input {c.input}{'' if c.dims is None else f', {c.dims}-D'}"
-                      f"{'' if c.output_sizes is None else f', sizes {list(c.output_sizes)}'}"
+                      f"{'' if (sizes := c.output_sizes or c.named_sizes) is None else f', sizes {list(sizes)}'}"
                       f"{'' if c.reads_on == 'gpu' else f', read on {c.reads_on}'})" for c in consumers[:3])
     return f"[{shown}{', ...' if len(consumers) > 3 else ''}]"
 

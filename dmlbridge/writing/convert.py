@@ -294,7 +294,7 @@ def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan
         _refuse_too_large(constants, placement, options.max_tensor_bytes)
         _refuse_large_output(loaded, constants, placement, options)
         refuse_oversized(constants, placement, options.layout.max_buffer_bytes)
-        check_manifest_size(placement.entries, options.max_manifest_bytes)
+        check_manifest_size(placement.entries, options.max_manifest_bytes, model_plan.plan.graph_inputs)
     except BaseException:
         if reader is not None:
             reader.close()

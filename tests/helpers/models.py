@@ -354,15 +354,17 @@ def as_format_6_entry(entry: dict[str, Any], min_dims: int) -> dict[str, Any]:
     old = copy.deepcopy(entry)
     if not any("reads_on" in c for c in entry.get("consumers", [])):
         return old  # (format 6 already: no consumer, or none of format 7's fields)
-    consumers, new = [], False
+    consumers, new, named = [], False, ""
     for c in old.get("consumers", []):
         six = c["input"] in FORMAT_6_INPUTS.get(c["op_type"], ()) and c["reads_on"] == "gpu"
         new = new or (not six and c.get("layout") is not None)
         kept = {k: c[k] for k in ("node", "op_type", "input")}
         if six and "dims" in c:
             kept["dims"] = c["dims"]
-        if six and "output_sizes" in c:
+        if six and "output_sizes" in c and all(isinstance(size, int) for size in c["output_sizes"]):
             kept["sizes"] = c["output_sizes"]
+        if six and "output_sizes" in c and "sizes" not in kept:  # (format 6 names no free size)
+            named = c["op_type"]
         consumers.append(kept)
     if consumers:
         old["consumers"] = consumers
@@ -392,6 +394,12 @@ def as_format_6_entry(entry: dict[str, Any], min_dims: int) -> dict[str, Any]:
     elif old.get("layout_note") and "consumers" in old:  # (format 6's notes: of its own layout inputs only)
         old["layout_note"] = old["layout_note"].replace(
             "; bind each consumer's own desc (consumers[i].as_ctypes())", "")
+    if named and old.get("padding", "leading") != "mixed":  # (a Gemm's C or a MatMul's B at a dim_param: format 6's)
+        old["layout_note"] = (
+            "GEMM wants a Gemm's C at the output's sizes [M, N], which the model does not declare: it keeps its ONNX "
+            "layout; broadcast it at run time (dmlbridge.broadcast_desc)" if named == "Gemm" else
+            "GEMM wants a MatMul's B at the output's batch sizes, which the model does not declare: it has the "
+            "output's rank; where a batch size is more than 1, broadcast it at run time (dmlbridge.broadcast_desc)")
     return old
 
 
@@ -446,6 +454,7 @@ def older(doc: dict[str, Any], version: int) -> dict[str, Any]:
     old["format_version"] = version
     old.pop("upload", None)  # (format 7's; a conversion with buffers not uploaded has no older form)
     assert all(buffer.pop("uploaded", True) for buffer in old.get("buffers", ())), "convert with upload='all'"
+    old.pop("graph_inputs", None)  # (format 7's)
     if version == 6:
         old["entries"] = [as_format_6_entry(e, old["min_dims"]) for e in old["entries"]]
         return old

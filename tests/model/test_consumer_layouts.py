@@ -85,10 +85,11 @@ EXPECTED_AT_4: dict[str, tuple[str, tuple[int, ...], tuple[int, ...] | None]] = 
 }
 
 NOTES = {  # the entries that keep a layout no consumer wants, and what their note says
-    "GCU": "GEMM wants a Gemm's C at the output's sizes [M, N], which the model does not declare",
+    "GCU": "GEMM wants it at the output's sizes [batch, 5], of which the model leaves 'batch' free",
     "GCM": "its consumers want different layouts (Gemm input 2: broadcast)",
     "GD4": "GATHER wants a Gather's data at the output's rank, which the model does not declare",
-    "MBU": "where a batch size is more than 1, broadcast it at run time",
+    "MBU": "GEMM wants it at the output's sizes [b, 6, 5], of which the model leaves 'b' free: it has the output's "
+           "rank",
     "MB5": "GEMM takes at most 4 dimensions",
 }
 
@@ -130,13 +131,15 @@ def test_the_consumers_record_what_the_model_declares() -> None:
     assert consumers["WT"] == (Consumer("deconv1d", "ConvTranspose", 1, 4, None, "gpu", conv, "spatial"),)
     assert consumers["GC"] == (Consumer("gemm", "Gemm", 2, None, (3, 5), "gpu", gemm, "broadcast"),)
     assert consumers["GC3"] == (Consumer("gemm_ta", "Gemm", 2, None, (4, 2), "gpu", gemm, "broadcast"),)
-    assert consumers["GCU"] == (Consumer("gemm_batch", "Gemm", 2, None, None, "gpu", gemm, "broadcast"),)
+    assert consumers["GCU"] == (Consumer("gemm_batch", "Gemm", 2, None, None, "gpu", gemm, "broadcast",
+                                         named_sizes=("batch", 5)),)
     assert consumers["GB"][0] == Consumer("gemm", "Gemm", 1, None, None, "gpu", gemm)  # (B: its own layout)
     assert consumers["GD2"] == (Consumer("gather2", "Gather", 0, 3, None, "gpu", gather, "rank"),)
     assert consumers["GD4"] == (Consumer("gather_unknown", "Gather", 0, None, None, "gpu", gather, "rank"),)
     assert consumers["GI3"] == (Consumer("gather_const", "Gather", 1, 3, None, "gpu", gather, "rank"),)
     assert consumers["MB4"] == (Consumer("matmul4", "MatMul", 1, None, (2, 3, 6, 5), "gpu", matmul, "broadcast"),)
-    assert consumers["MBU"] == (Consumer("matmul_batch", "MatMul", 1, 3, None, "gpu", matmul, "broadcast"),)
+    assert consumers["MBU"] == (Consumer("matmul_batch", "MatMul", 1, 3, None, "gpu", matmul, "broadcast",
+                                         named_sizes=("b", 6, 5)),)
     assert consumers["WI"] == (Consumer("conv_shared", "Conv", 1, 4, None, "gpu", conv, "spatial"),
                                Consumer("identity", "Identity", 0, reads_on="none",
                                         note="ONNX Runtime folds an Identity of a constant away"))
@@ -341,7 +344,8 @@ def test_a_format_5_manifest_is_read_and_verified_by_its_own_rule(
     for claim, message in [
         ({**older(doc, 6), "format_version": 5}, r"\('W1'\)\.consumers\[0\] \(Conv input 1\) has 'dims', which "
                                                  r"only a per-channel input has"),
-        ({**{k: v for k, v in doc.items() if k != "upload"}, "format_version": 6},
+        ({**doc, "format_version": 6}, r"has unknown field\(s\) 'graph_inputs', 'upload'"),  # (format 7's)
+        ({**{k: v for k, v in doc.items() if k not in ("graph_inputs", "upload")}, "format_version": 6},
          r"\('W1'\)\.consumers\[0\] has unknown field\(s\) 'reads_on'"),
         ({**old, "format_version": 6}, r"\('W1'\)\.consumers\[0\] \(Conv input 1\) lacks the field 'dims'"),
     ]:
