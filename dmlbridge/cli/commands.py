@@ -71,16 +71,15 @@ def _selection_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _shapes_from(args: argparse.Namespace) -> dict[str, Any]:
-    """``input_shapes``, ``dim_params`` and ``upload`` from --input-shape, --dim-param (a name given twice: the
-    last) and --upload."""
+    """``input_shapes`` and ``dim_params`` from --input-shape and --dim-param (a name given twice: the last)."""
     return {"input_shapes": None if not args.input_shape else dict(args.input_shape),
-            "dim_params": None if not args.dim_param else dict(args.dim_param), "upload": args.upload}
+            "dim_params": None if not args.dim_param else dict(args.dim_param)}
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     options = {"target": _target_from(args), "alignment": args.alignment, "min_dims": args.min_dims,
                "strict": args.strict, "max_buffer_bytes": args.max_buffer_bytes, **_selection_from(args),
-               **_shapes_from(args)}
+               **_shapes_from(args), "upload": args.upload}
     notes: dict[str, str] = {}
     if args.check:
         plan = check_conversion(
@@ -91,7 +90,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         )
     else:
         layout = PlanOptions.check(options["target"], args.alignment, args.min_dims, 0, args.max_buffer_bytes,
-                                   **_shapes_from(args))
+                                   **_shapes_from(args), upload=args.upload)
         plan, notes = plan_with_notes(args.model, layout, Selection.check(**_selection_from(args)), args.strict,
                                       open_external_data=True, external_data_root=args.external_data_root,
                                       max_constants=check_max_constants(args.max_constants),
@@ -163,6 +162,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             max_output_bytes=args.max_output_bytes, max_manifest_bytes=args.max_manifest_bytes,
             flags=FLAG_VALUES[args.flags], max_buffer_bytes=args.max_buffer_bytes, **_selection_from(args),
             workers=args.workers, max_constants=args.max_constants, max_nodes=args.max_nodes, **_shapes_from(args),
+            upload=args.upload,
         )
     for warning in caught:  # (a file of the replaced conversion left: one line, as every message here is)
         if issubclass(warning.category, CleanupWarning):
