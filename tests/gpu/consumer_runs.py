@@ -47,6 +47,7 @@ class ConsumerTally:
     compile_limited: int = 0  # ... in operators this runtime cannot compile (CompileOperator E_FAIL)
     cpu_read: int = 0  # constants checked to be read on the CPU: bound by no desc
     pending: int = 0  # consumer descs of the last operator run, until its outputs are compared
+    models: list[str] = field(default_factory=list)  # a line per real model run (test_real_models.py)
 
     def failed(self, bad: bool) -> None:
         self.mismatches += bad
@@ -68,6 +69,8 @@ def consumer_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(
             f"GPU consumer descs: {len(done.constants)} constants, {done.taken} taken, {done.equal} equal, "
             f"{done.refused} refused, {done.compile_limited} compile-limited, {done.cpu_read} CPU-read")
+    for line in done.models:
+        terminalreporter.write_line(f"GPU consumers of a real model: {line}")
 
 
 def onnx_runtime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -133,19 +136,21 @@ class ConsumerRun:
 
     def __init__(self, device: dmlbridge.gpu.Device, folder: Path, model: onnx.ModelProto,
                  feeds: dict[str, np.ndarray], *, target: dmlbridge.Target | None = None,
-                 converted: tuple[Any, Any] | None = None, flags: Any = "owned-by-dml") -> None:
+                 converted: tuple[Any, Any] | None = None, flags: Any = "owned-by-dml",
+                 input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
         """``converted``: the (plan, upload) of a larger model whose entries ``model`` reads (kept open here);
-        else ``model`` itself is converted and uploaded."""
+        else ``model`` itself is converted (at ``input_shapes``, the sizes of its free dimensions) and uploaded."""
         self.device, self.feeds = device, feeds
         self.expected = onnx_runtime(model, feeds)
         self.target = target if target is not None else dmlbridge.gpu.target_of(device)
         self._owns = converted is None
         if converted is None:
             self.plan = dmlbridge.convert_model(model, folder / "w", target=self.target, flags=flags,
-                                                progress=False)
+                                                input_shapes=input_shapes, progress=False)
             self.uploaded = dmlbridge.gpu.upload(self.plan, device)
         else:
             self.plan, self.uploaded = converted
+        self.scope = ""  # (the model's name, before its keys in the tally's constants)
         self.bindings: list[Any] = []
         self.consumers = 0  # consumer descs among the inputs asked for
         self.owned: list[int] = []
@@ -193,7 +198,7 @@ class ConsumerRun:
             other = self.uploaded.binding(at)
             assert other.Offset < binding.Offset, (at, key)
             binding = type(binding)(binding.Buffer, other.Offset, binding.SizeInBytes)
-        CONSUMERS.constants.add(key)
+        CONSUMERS.constants.add(self.scope + key)
         self.consumers += 1
         return self._input(desc, binding, desc.buffer_desc.Flags == OWNED_BY_DML)
 
