@@ -41,6 +41,7 @@ class ConsumerTally:
     controls: int = 0  # runs bound at a wrong offset on purpose, each of which must mismatch
     # Each consumer's own desc (PlanEntry.consumers[i]), as the suite binds them:
     constants: set[str] = field(default_factory=set)  # the entries bound through a consumer's desc
+    consumers: set[tuple[str, int]] = field(default_factory=set)  # ... and the consumers (entry, index) bound
     taken: int = 0  # consumer descs in operators DirectML created, compiled and ran (wrong-offset controls aside)
     equal: int = 0  # ... whose outputs then equalled ONNX Runtime's
     refused: int = 0  # consumer descs in operators DirectML refused (CreateOperator)
@@ -67,8 +68,9 @@ def consumer_summary(terminalreporter: Any) -> None:
             f"run; {done.mismatches} mismatches")
     if done.constants or done.cpu_read:
         terminalreporter.write_line(
-            f"GPU consumer descs: {len(done.constants)} constants, {done.taken} taken, {done.equal} equal, "
-            f"{done.refused} refused, {done.compile_limited} compile-limited, {done.cpu_read} CPU-read")
+            f"GPU consumer descs: {len(done.constants)} constants, {len(done.consumers)} consumers, "
+            f"{done.taken} taken, {done.equal} equal, {done.refused} refused, {done.compile_limited} compile-limited, "
+            f"{done.cpu_read} CPU-read")
     for line in done.models:
         terminalreporter.write_line(f"GPU consumers of a real model: {line}")
 
@@ -199,6 +201,7 @@ class ConsumerRun:
             assert other.Offset < binding.Offset, (at, key)
             binding = type(binding)(binding.Buffer, other.Offset, binding.SizeInBytes)
         CONSUMERS.constants.add(self.scope + key)
+        CONSUMERS.consumers.add((self.scope + key, index))
         self.consumers += 1
         return self._input(desc, binding, desc.buffer_desc.Flags == OWNED_BY_DML)
 

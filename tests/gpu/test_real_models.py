@@ -21,6 +21,7 @@ entry's offset, which must mismatch. Every constant read on the CPU is checked t
 from __future__ import annotations
 
 import os
+import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -726,3 +727,18 @@ def test_every_constant_binding_node_of_a_real_model(device: dmlbridge.gpu.Devic
         assert all(state.controls.values()), str(state.controls)
         assert state.outcomes["equal"] > 0
 
+
+
+def test_the_models_folder_is_found_by_platform(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The folder is DMLBRIDGE_MODELS, a Linux path read through drive Z: under Windows' CPython, else the home
+    folder's cache (under Wine, the Linux home that WINEHOMEDIR names); a file whose bytes are not the pinned ones
+    is absent."""
+    monkeypatch.setenv("DMLBRIDGE_MODELS", str(tmp_path))
+    (tmp_path / "minilm.onnx").write_bytes(b"not the model")
+    assert real_models.folder() == tmp_path and real_models.path_of("minilm") is None
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setenv("DMLBRIDGE_MODELS", "/var/cache/models")
+    assert str(real_models.folder()) == "Z:\\var\\cache\\models"
+    monkeypatch.delenv("DMLBRIDGE_MODELS")
+    monkeypatch.setenv("WINEHOMEDIR", "\\??\\Z:\\home\\ci")
+    assert str(real_models.folder()).startswith("Z:\\home\\ci") and real_models.folder().name == "dmlbridge-models"

@@ -20,7 +20,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from pathlib import Path, PureWindowsPath
+from pathlib import Path
 from typing import NamedTuple
 
 
@@ -58,7 +58,7 @@ def folder() -> Path:
     base = os.environ.get("DMLBRIDGE_MODELS")
     if base:
         if sys.platform == "win32" and base.startswith("/"):
-            return Path(PureWindowsPath("Z:" + base.replace("/", "\\")))
+            return Path("Z:" + base.replace("/", "\\"))
         return Path(base).expanduser()
     home = Path.home()
     if sys.platform == "win32" and os.environ.get("WINEHOMEDIR"):
