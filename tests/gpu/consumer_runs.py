@@ -210,12 +210,18 @@ class ConsumerRun:
         return self._input(dmlbridge.DML_TENSOR_DESC.pointing_at(desc.as_ctypes()), self.uploaded.binding(key),
                            True)
 
-    def part(self, record: str, form: str, role: str) -> Any:
-        """A quantized part's desc as the record gives it, bound at initialization."""
+    def part(self, record: str, form: str, role: str, *, at: str | None = None) -> Any:
+        """A quantized part's desc as the record gives it, bound at initialization (``at``: bound at an earlier
+        entry's offset instead, a control that must mismatch)."""
         quantized = self.plan.quantized[record]
         parts = quantized.parts() if form == "split" else quantized.blocked_form()
         part = dict(zip(("weight", "scales", "zero_points"), parts, strict=True))[role]
-        return self._input(part.as_ctypes_tensor_desc(), self.uploaded.binding((record, form, role)), True)
+        binding = self.uploaded.binding((record, form, role))
+        if at is not None:
+            other = self.uploaded.binding(at)
+            assert other.Offset < binding.Offset, (at, record)
+            binding = type(binding)(binding.Buffer, other.Offset, binding.SizeInBytes)
+        return self._input(part.as_ctypes_tensor_desc(), binding, True)
 
     def part_desc(self, record: str, form: str, role: str) -> Any:
         quantized = self.plan.quantized[record]

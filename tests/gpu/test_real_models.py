@@ -583,8 +583,9 @@ def run_node(model: ModelRun, node: Any, index: int, dml: str, at: dict[int, str
     return ok
 
 
-def run_matmul_nbits(model: ModelRun, node: Any) -> bool:
-    """MatMulNBits: DEQUANTIZE of its record's blocked parts, then GEMM of the input and the dequantized B^T."""
+def run_matmul_nbits(model: ModelRun, node: Any, at: str | None = None) -> bool:
+    """MatMulNBits: DEQUANTIZE of its record's blocked parts (bound through the record's descs, not a consumer's),
+    then GEMM of the input and the dequantized B^T (``at``: the weight bound at that entry's offset, a control)."""
     run = model.run
     run.reset()
     record = node.name
@@ -593,12 +594,11 @@ def run_matmul_nbits(model: ModelRun, node: Any) -> bool:
     k = a.shape[-1]
     a2 = a.reshape(-1, k)
     parts = [run.part_desc(record, "blocked", role) for role in ("weight", "scales", "zero_points")]
-    wd = run.part(record, "blocked", "weight")
+    wd = run.part(record, "blocked", "weight", at=at)
     run.part(record, "blocked", "scales")
     run.part(record, "blocked", "zero_points")
     sizes = tuple(wd.buffer_desc.Sizes[: wd.buffer_desc.DimensionCount])
     (dequantized,) = run.run(ops.dequantize(wd, parts[1], parts[2], run.output(sizes, np.float32)))
-    CONSUMERS.pending = 0
     weight = dequantized.reshape(-1, dequantized.shape[-1])[:, :k] if dequantized.shape[-1] != k else \
         dequantized.reshape(-1, k)
     n = want.shape[-1]
@@ -607,9 +607,20 @@ def run_matmul_nbits(model: ModelRun, node: Any) -> bool:
     run.feeds["A"], run.feeds["B"] = a2, np.ascontiguousarray(weight)
     ad, bd, no_c = run.feed("A"), run.feed("B"), run.absent()
     (got,) = run.run(ops.gemm(ad, bd, no_c, run.output((a2.shape[0], n), np.float32), trans_b=True))
-    CONSUMERS.pending = 3  # (the record's three parts, bound through the record's descs)
     size = np.abs(a2).astype(np.float64) @ np.abs(weight).astype(np.float64).T
-    return within(got, want.reshape(a2.shape[0], n), "sum", k=int(k), size=size)
+    return within(got, want.reshape(a2.shape[0], n), "sum", k=int(k), size=size, control=at is not None)
+
+
+def nbits_control(model: ModelRun, node: Any) -> bool | None:
+    """Whether MatMulNBits' weight bound at the offset of the entry before it changes the output (None: no entry
+    lies before it in its buffer)."""
+    plan, uploaded = model.run.plan, model.run.uploaded
+    own = uploaded.binding((node.name, "blocked", "weight"))
+    earlier = [key for key, entry in plan.entries.items() if entry.skipped is None and entry.reads_on == "gpu"
+               and uploaded.binding(key).Offset < own.Offset and uploaded.binding(key).Buffer == own.Buffer]
+    if not earlier:
+        return None
+    return not run_matmul_nbits(model, node, max(earlier, key=lambda key: uploaded.binding(key).Offset))
 
 
 def _control_offsets(model: ModelRun, node: Any, index: int) -> list[dict[int, str]]:
@@ -647,21 +658,26 @@ def control(model: ModelRun, node: Any, index: int, dml: str) -> bool | None:
     return False if tried else None
 
 
+def read_on_the_cpu_only(plan: Any, uploaded: Any, key: str) -> None:
+    """An entry read on the CPU: every consumer of it reads it on the CPU or not at all, none has a desc, and the
+    upload gives it none, naming plan.array. (Where a plan leaves such entries out of its upload buffers, the
+    check that the entry's buffer is not one the upload holds belongs here.)"""
+    entry = plan.entries[key]
+    assert entry.reads_on == "cpu", key
+    assert all(c.reads_on != "gpu" and c.desc() is None for c in entry.consumers), key
+    assert any(c.reads_on == "cpu" for c in entry.consumers), key
+    with pytest.raises(dmlbridge.InvalidArgumentError, match=r"plan\.array\("):
+        uploaded.buffer_tensor_desc(key, consumer=0)
+
+
 def cpu_read_constants_bind_nothing(model: ModelRun) -> int:
-    """Every entry read on the CPU: no consumer of it has a desc, and the upload gives none, naming plan.array.
-    (When the plan leaves such entries out of the upload buffers, this is where to check it too.)"""
+    """Every entry read on the CPU checked (read_on_the_cpu_only); how many."""
     plan, uploaded = model.run.plan, model.run.uploaded
-    count = 0
-    for key, entry in plan.entries.items():
-        if entry.reads_on != "cpu":
-            continue
-        assert all(c.reads_on != "gpu" and c.desc() is None for c in entry.consumers), key
-        assert any(c.reads_on == "cpu" for c in entry.consumers), key
-        with pytest.raises(dmlbridge.InvalidArgumentError, match=r"plan\.array\("):
-            uploaded.buffer_tensor_desc(key, consumer=0)
-        count += 1
-    CONSUMERS.cpu_read += count
-    return count
+    on_cpu = [key for key, entry in plan.entries.items() if entry.reads_on == "cpu"]
+    for key in on_cpu:
+        read_on_the_cpu_only(plan, uploaded, key)
+    CONSUMERS.cpu_read += len(on_cpu)
+    return len(on_cpu)
 
 
 def _gpu_nodes(plan: Any, model: onnx.ModelProto) -> tuple[dict[tuple[str, int], tuple[str, int]],
@@ -708,9 +724,12 @@ def test_every_constant_binding_node_of_a_real_model(device: dmlbridge.gpu.Devic
             if node.op_type == "MatMulNBits" and node.name in records:
                 ok = run_matmul_nbits(state, node)
                 state.outcomes["equal" if ok else "mismatch"] += 1
-                CONSUMERS.constants.add(f"{name}:{node.name}")
                 if not ok:
                     state.mismatches.append(where)
+                elif not state.controls.get("DEQUANTIZE"):
+                    changed = nbits_control(state, node)
+                    if changed is not None:
+                        state.controls["DEQUANTIZE"] = changed
                 continue
             if note is not None:  # (its constants broadcast at the sizes it runs at: not their descs as emitted)
                 try:
