@@ -307,10 +307,6 @@ def _conv_geometry(node: NodeRun, x: np.ndarray, w_sizes: tuple[int, ...], want:
     return (*x.shape[:2], *grow, *x.shape[2:]), (*want.shape[:2], *grow, *want.shape[2:]), geometry
 
 
-def _float_bound(node: NodeRun, want: np.ndarray, k: int) -> tuple[str, dict[str, Any]]:
-    return "sum", {"k": k, "size": node.model.magnitude[node.index]}
-
-
 Built = tuple[Any, list[tuple[np.ndarray, str, dict[str, Any]]]]  # the operator, then each output's comparison
 
 
@@ -345,8 +341,7 @@ def build_convolution_integer(node: NodeRun) -> Built:
 def build_gemm(node: NodeRun) -> Built:
     want = node.values[node.node.output[0]]
     attrs = node.attrs
-    a_shape = node.model.constants.get(node.node.input[0], None)
-    a = node.value(0) if a_shape is None else a_shape
+    a = node.values[node.node.input[0]]  # (a value or a constant: values holds both)
     k = a.shape[0] if attrs.get("transA", 0) else a.shape[1]
     ad, bd = node.input(0), node.input(1)
     cd = node.input(2) if node.constant(2) is not None or len(node.node.input) < 3 else \
