@@ -389,10 +389,11 @@ def _gather_dims(node: Any, shapes: _Shapes) -> int | None:
 
 def _output_sizes(node: Any, shapes: _Shapes) -> tuple[int, ...] | None:
     """The sizes of a node's output 0 where the model declares every one, else the broadcast of its inputs' sizes
-    where it gives every one (numpy's rule, as ONNX's multidirectional broadcasting); None otherwise."""
+    where it gives every one (numpy's rule, as ONNX's multidirectional broadcasting); None otherwise. A 0-D output
+    is one element, [1]: DirectML has no tensor of no dimensions (and a manifest records at least one size)."""
     declared = shapes.of(node.output, 0)
     if declared is not None and None not in declared:
-        return _fits(declared)
+        return _fits(declared or (1,))
     found: list[tuple[int, ...]] = []
     for position in range(len(node.input)):
         if not node.input[position]:
@@ -410,7 +411,7 @@ def _output_sizes(node: Any, shapes: _Shapes) -> tuple[int, ...] | None:
         if len(column) > 1:
             return None  # (they do not broadcast: a broken model's)
         sizes.append(column.pop() if column else 1)
-    return _fits(tuple(sizes))
+    return _fits(tuple(sizes) or (1,))
 
 
 def _named_output_sizes(node: Any, shapes: _Shapes) -> NamedSizes | None:

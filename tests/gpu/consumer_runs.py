@@ -41,12 +41,14 @@ class ConsumerTally:
     controls: int = 0  # runs bound at a wrong offset on purpose, each of which must mismatch
     # Each consumer's own desc (PlanEntry.consumers[i]), as the suite binds them:
     constants: set[str] = field(default_factory=set)  # the entries bound through a consumer's desc
+    consumers: set[tuple[str, int]] = field(default_factory=set)  # ... and the consumers (entry, index) bound
     taken: int = 0  # consumer descs in operators DirectML created, compiled and ran (wrong-offset controls aside)
     equal: int = 0  # ... whose outputs then equalled ONNX Runtime's
     refused: int = 0  # consumer descs in operators DirectML refused (CreateOperator)
     compile_limited: int = 0  # ... in operators this runtime cannot compile (CompileOperator E_FAIL)
     cpu_read: int = 0  # constants checked to be read on the CPU: bound by no desc
     pending: int = 0  # consumer descs of the last operator run, until its outputs are compared
+    models: list[str] = field(default_factory=list)  # a line per real model run (test_real_models.py)
 
     def failed(self, bad: bool) -> None:
         self.mismatches += bad
@@ -66,8 +68,11 @@ def consumer_summary(terminalreporter: Any) -> None:
             f"run; {done.mismatches} mismatches")
     if done.constants or done.cpu_read:
         terminalreporter.write_line(
-            f"GPU consumer descs: {len(done.constants)} constants, {done.taken} taken, {done.equal} equal, "
-            f"{done.refused} refused, {done.compile_limited} compile-limited, {done.cpu_read} CPU-read")
+            f"GPU consumer descs: {len(done.constants)} constants, {len(done.consumers)} consumers, "
+            f"{done.taken} taken, {done.equal} equal, {done.refused} refused, {done.compile_limited} compile-limited, "
+            f"{done.cpu_read} CPU-read")
+    for line in done.models:
+        terminalreporter.write_line(f"GPU consumers of a real model: {line}")
 
 
 def onnx_runtime(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -133,19 +138,21 @@ class ConsumerRun:
 
     def __init__(self, device: dmlbridge.gpu.Device, folder: Path, model: onnx.ModelProto,
                  feeds: dict[str, np.ndarray], *, target: dmlbridge.Target | None = None,
-                 converted: tuple[Any, Any] | None = None, flags: Any = "owned-by-dml") -> None:
+                 converted: tuple[Any, Any] | None = None, flags: Any = "owned-by-dml",
+                 input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
         """``converted``: the (plan, upload) of a larger model whose entries ``model`` reads (kept open here);
-        else ``model`` itself is converted and uploaded."""
+        else ``model`` itself is converted (at ``input_shapes``, the sizes of its free dimensions) and uploaded."""
         self.device, self.feeds = device, feeds
         self.expected = onnx_runtime(model, feeds)
         self.target = target if target is not None else dmlbridge.gpu.target_of(device)
         self._owns = converted is None
         if converted is None:
             self.plan = dmlbridge.convert_model(model, folder / "w", target=self.target, flags=flags,
-                                                progress=False)
+                                                input_shapes=input_shapes, progress=False)
             self.uploaded = dmlbridge.gpu.upload(self.plan, device)
         else:
             self.plan, self.uploaded = converted
+        self.scope = ""  # (the model's name, before its keys in the tally's constants)
         self.bindings: list[Any] = []
         self.consumers = 0  # consumer descs among the inputs asked for
         self.owned: list[int] = []
@@ -193,7 +200,8 @@ class ConsumerRun:
             other = self.uploaded.binding(at)
             assert other.Offset < binding.Offset, (at, key)
             binding = type(binding)(binding.Buffer, other.Offset, binding.SizeInBytes)
-        CONSUMERS.constants.add(key)
+        CONSUMERS.constants.add(self.scope + key)
+        CONSUMERS.consumers.add((self.scope + key, index))
         self.consumers += 1
         return self._input(desc, binding, desc.buffer_desc.Flags == OWNED_BY_DML)
 
@@ -202,12 +210,18 @@ class ConsumerRun:
         return self._input(dmlbridge.DML_TENSOR_DESC.pointing_at(desc.as_ctypes()), self.uploaded.binding(key),
                            True)
 
-    def part(self, record: str, form: str, role: str) -> Any:
-        """A quantized part's desc as the record gives it, bound at initialization."""
+    def part(self, record: str, form: str, role: str, *, at: str | None = None) -> Any:
+        """A quantized part's desc as the record gives it, bound at initialization (``at``: bound at an earlier
+        entry's offset instead, a control that must mismatch)."""
         quantized = self.plan.quantized[record]
         parts = quantized.parts() if form == "split" else quantized.blocked_form()
         part = dict(zip(("weight", "scales", "zero_points"), parts, strict=True))[role]
-        return self._input(part.as_ctypes_tensor_desc(), self.uploaded.binding((record, form, role)), True)
+        binding = self.uploaded.binding((record, form, role))
+        if at is not None:
+            other = self.uploaded.binding(at)
+            assert other.Offset < binding.Offset, (at, record)
+            binding = type(binding)(binding.Buffer, other.Offset, binding.SizeInBytes)
+        return self._input(part.as_ctypes_tensor_desc(), binding, True)
 
     def part_desc(self, record: str, form: str, role: str) -> Any:
         quantized = self.plan.quantized[record]

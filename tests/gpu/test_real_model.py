@@ -132,8 +132,8 @@ def test_every_gemm_layer_of_a_real_model(device: dmlbridge.gpu.Device, crnn: An
 
 def test_a_real_models_cpu_read_constants_bind_nothing(device: dmlbridge.gpu.Device, crnn: Any) -> None:
     """The constants the CRNN's Unsqueeze, Split, Slice, Reshape and ConstantOfShape nodes read (axes, splits,
-    starts, shapes) are read on the CPU: no consumer of theirs has a desc, and the upload refuses to give one,
-    naming plan.array where their values are."""
+    starts, shapes) are read on the CPU: no consumer of theirs has a desc, they are in a buffer file that is not
+    uploaded, and the upload refuses to give a binding or a desc, naming plan.array where their values are."""
     _, plan, uploaded = crnn
     on_cpu = [key for key, entry in plan.entries.items() if entry.reads_on == "cpu"]
     for key in on_cpu:
@@ -142,6 +142,10 @@ def test_a_real_models_cpu_read_constants_bind_nothing(device: dmlbridge.gpu.Dev
         assert all(c.reads_on == "cpu" and c.desc() is None for c in entry.consumers), key
         with pytest.raises(dmlbridge.InvalidArgumentError, match=rf"plan\.array\('{key}'\)"):
             uploaded.buffer_tensor_desc(key, consumer=0)
+        with pytest.raises(dmlbridge.InvalidArgumentError, match=rf"plan\.array\('{key}'\)"):
+            uploaded.binding(key)  # (its buffer file, after the uploaded ones, is not uploaded)
+        assert entry.buffer >= plan.upload_buffer_count and not plan.buffers[entry.buffer].uploaded, key
         assert plan.array(key).size >= 1
         CONSUMERS.cpu_read += 1
-    assert len(on_cpu) == 93
+    assert len(on_cpu) == 93 and len(uploaded.resources) == plan.upload_buffer_count
+    assert {b.key for b in plan.bindings()}.isdisjoint(on_cpu)

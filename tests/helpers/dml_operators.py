@@ -20,7 +20,11 @@ STRUCTS: dict[str, type[dmlbridge.gpu.OperatorStruct]] = {
         "CONVOLUTION", "GEMM", "GATHER", "BATCH_NORMALIZATION", "ELEMENT_WISE_ADD", "ELEMENT_WISE_MULTIPLY",
         "DEQUANTIZE", "ELEMENT_WISE_DEQUANTIZE_LINEAR", "ELEMENT_WISE_SUBTRACT", "ELEMENT_WISE_DIVIDE",
         "ELEMENT_WISE_MAX", "ELEMENT_WISE_IF", "ACTIVATION_PARAMETERIZED_RELU", "ACTIVATION_SIGMOID", "ACTIVATION_TANH",
-        "MEAN_VARIANCE_NORMALIZATION1", "GRU",
+        "MEAN_VARIANCE_NORMALIZATION1", "GRU", "LSTM", "JOIN", "CONVOLUTION_INTEGER", "MATRIX_MULTIPLY_INTEGER",
+        "ELEMENT_WISE_QUANTIZE_LINEAR", "ELEMENT_WISE_POW", "ELEMENT_WISE_MIN", "ELEMENT_WISE_LOGICAL_EQUALS",
+        "ELEMENT_WISE_LOGICAL_GREATER_THAN", "ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL",
+        "ELEMENT_WISE_LOGICAL_LESS_THAN", "ELEMENT_WISE_LOGICAL_LESS_THAN_OR_EQUAL", "ELEMENT_WISE_LOGICAL_AND",
+        "ELEMENT_WISE_LOGICAL_OR", "ELEMENT_WISE_LOGICAL_XOR",
     )
 }
 """The desc struct of each operator the suite builds (``dmlbridge.gpu``'s ``DML_<key>_OPERATOR_DESC``)."""
@@ -83,8 +87,38 @@ def batch_normalization(x: Any, mean: Any, variance: Any, scale: Any, bias: Any,
 
 
 def element_wise(name: str, a: Any, b: Any, y: Any) -> Operator:
-    """ELEMENT_WISE_ADD or ELEMENT_WISE_MULTIPLY."""
+    """An ELEMENT_WISE_* operator of two inputs A and B (ADD, MULTIPLY, SUBTRACT, DIVIDE, MAX, MIN, LOGICAL_*)."""
     return Operator(name, ATensor=a, BTensor=b, OutputTensor=y)
+
+
+def pow_(x: Any, exponent: Any, y: Any) -> Operator:
+    return Operator("ELEMENT_WISE_POW", InputTensor=x, ExponentTensor=exponent, OutputTensor=y, ScaleBias=None)
+
+
+def join(inputs: Sequence[Any], y: Any, *, axis: int) -> Operator:
+    """JOIN (ONNX's Concat) of ``inputs`` along ``axis``."""
+    array = (dmlbridge.DML_TENSOR_DESC * len(inputs))(*inputs)
+    return Operator("JOIN", InputCount=len(inputs), InputTensors=array, OutputTensor=y, Axis=axis)
+
+
+def convolution_integer(x: Any, x_zero: Any, w: Any, w_zero: Any, y: Any, *, strides: Sequence[int],
+                        dilations: Sequence[int], start: Sequence[int], end: Sequence[int], groups: int) -> Operator:
+    """CONVOLUTION_INTEGER (ONNX's ConvInteger)."""
+    return Operator("CONVOLUTION_INTEGER", InputTensor=x, InputZeroPointTensor=x_zero, FilterTensor=w,
+                    FilterZeroPointTensor=w_zero, OutputTensor=y, DimensionCount=len(strides),
+                    Strides=tuple(strides), Dilations=tuple(dilations), StartPadding=tuple(start),
+                    EndPadding=tuple(end), GroupCount=groups)
+
+
+def matrix_multiply_integer(a: Any, a_zero: Any, b: Any, b_zero: Any, y: Any) -> Operator:
+    """MATRIX_MULTIPLY_INTEGER (ONNX's MatMulInteger)."""
+    return Operator("MATRIX_MULTIPLY_INTEGER", ATensor=a, AZeroPointTensor=a_zero, BTensor=b, BZeroPointTensor=b_zero,
+                    OutputTensor=y)
+
+
+def quantize_linear(x: Any, scale: Any, zero_point: Any, y: Any) -> Operator:
+    return Operator("ELEMENT_WISE_QUANTIZE_LINEAR", InputTensor=x, ScaleTensor=scale, ZeroPointTensor=zero_point,
+                    OutputTensor=y)
 
 
 def dequantize(x: Any, scales: Any, zero_points: Any, y: Any) -> Operator:
@@ -133,5 +167,24 @@ def gru(x: Any, w: Any, r: Any, b: Any, h0: Any, lengths: Any, y: Any, y_h: Any,
                   SequenceLengthsTensor=lengths, OutputSequenceTensor=y, OutputSingleTensor=y_h,
                   ActivationDescCount=len(names), ActivationDescs=array, Direction=RNN_DIRECTIONS[direction],
                   LinearBeforeReset=linear_before_reset)
+    op.keep.extend(activations)
+    return op
+
+
+def lstm(x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, lengths: Any, p: Any, y: Any, y_h: Any, y_c: Any, *,
+         direction: str) -> Operator:
+    """LSTM with ONNX's default activations (f = sigmoid, g = h = tanh) for each direction, no clip, input and
+    forget gates apart."""
+    per_direction = ("ACTIVATION_SIGMOID", "ACTIVATION_TANH", "ACTIVATION_TANH")
+    names = per_direction * (2 if direction == "bidirectional" else 1)
+    activations = [STRUCTS[name]() for name in names]
+    array = (dmlbridge.gpu.DML_OPERATOR_DESC * len(names))(
+        *(dmlbridge.gpu.DML_OPERATOR_DESC(OPERATOR_TYPES[name], ctypes.addressof(struct))
+          for name, struct in zip(names, activations, strict=True)))
+    op = Operator("LSTM", InputTensor=x, WeightTensor=w, RecurrenceTensor=r, BiasTensor=b, HiddenInitTensor=h0,
+                  CellMemInitTensor=c0, SequenceLengthsTensor=lengths, PeepholeTensor=p, OutputSequenceTensor=y,
+                  OutputSingleTensor=y_h, OutputCellSingleTensor=y_c, ActivationDescCount=len(names),
+                  ActivationDescs=array, Direction=RNN_DIRECTIONS[direction], ClipThreshold=0.0, UseClipThreshold=0,
+                  CoupleInputForget=0)
     op.keep.extend(activations)
     return op

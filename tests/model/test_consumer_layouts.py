@@ -408,3 +408,20 @@ def test_empty_constants_and_hostile_declarations_get_no_layout() -> None:
     assert (huge.sizes, huge.padding, tuple(c.facts() for c in huge.consumers)) == \
         ((5,), "leading", (Consumer("huge", "Gemm", 2, **gemm),))
     assert "does not declare" in (huge.layout_note or "")
+
+
+def test_a_scalar_output_is_read_at_one_element_and_its_manifest_reads_back(tmp_path: Path) -> None:
+    """A Mul of two scalars (a quantized model's scale times its input's scale): its output is 0-D, which
+    DirectML holds as one element, so the constant's consumer is laid out at [1] and the manifest that records
+    it is read back."""
+    node = helper.make_node("Mul", ["x", "s"], ["y"], name="scale_mul")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+                              [numpy_helper.from_array(np.array(0.5, np.float32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    plan = dmlbridge.convert_model(model, tmp_path / "w", progress=False)
+    consumer = plan.entries["s"].consumers[0]
+    assert (consumer.output_sizes, consumer.sizes) == ((1,), (1,))
+    plan.close()
+    with dmlbridge.load_plan(tmp_path / "w.json") as loaded:
+        assert loaded.entries["s"].consumers[0].output_sizes == (1,)
