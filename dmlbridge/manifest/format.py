@@ -50,7 +50,8 @@ from dmlbridge.manifest.sections import (
     target_from_json,
     uploaded_buffers,
 )
-from dmlbridge.model.consumers import PER_OPERATOR_VERSION, Consumer, NamedShape
+from dmlbridge.model.consumers import PER_OPERATOR_VERSION, Consumer
+from dmlbridge.model.named_sizes import NamedShape
 from dmlbridge.model.shapes import MOST_GRAPH_INPUTS, MOST_INPUT_DIMS, NO_SHAPES, GivenShapes, GraphInputs
 from dmlbridge.placement.cpu_read import UPLOADS, Upload
 from dmlbridge.placement.entries import PlanEntries, PlanEntry

@@ -29,11 +29,26 @@ consumer's desc. Manifests before format 7 recorded only the facts of format 6's
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple, cast
 
 from dmlbridge.model.constants import ModelConstant, find_constants
+from dmlbridge.model.named_sizes import (
+    MOST_CHANNEL_DIMS,
+    Declared,
+    NamedShape,
+    NamedSizes,
+    Shape,
+    fits,
+    free_names,
+    gemm_c_named,
+    int_attribute,
+    matmul_b_named,
+    named_axis_sizes,
+    named_broadcasts,
+    named_output_sizes,
+    text,
+)
 from dmlbridge.model.operators import (
     CONSUMER_LAYOUTS_VERSION,
     PER_OPERATOR_VERSION,
@@ -45,17 +60,12 @@ from dmlbridge.model.operators import (
 
 __all__ = [
     "CHANNEL_DIMS", "CONSUMER_DIMS_VERSION", "CONSUMER_LAYOUTS_VERSION", "MATRIX_PRODUCTS", "MOST_CHANNEL_DIMS",
-    "MOST_NAME",
-    "PER_OPERATOR_VERSION",
-    "Consumer", "NamedShape", "NamedSizes", "declared_shape", "find_consumers", "free_names", "node_dims",
-    "recorded",
+    "PER_OPERATOR_VERSION", "Consumer", "find_consumers", "node_dims", "recorded",
 ]
 
 CHANNEL_DIMS = 4
 """The dimension count of a per-channel input whose node's rank the model does not tell: DirectML's fewest for its
 NCHW convolution and normalization operators (a 1-D convolution runs as a 2-D one)."""
-MOST_CHANNEL_DIMS = 8
-"""The most dimensions a DirectML tensor has (feature level 3.0 on): a rank above it is no DirectML operator's."""
 CONSUMER_DIMS_VERSION = 5
 """The first manifest format version whose padding rule is consumer-aware (its per-channel consumers record
 ``dims``); versions 3 and 4 padded on the channel axis only when ``min_dims`` pads, and 1 and 2 never."""
@@ -72,16 +82,6 @@ MATRIX_PRODUCTS = frozenset({"MatMul", "MatMulInteger", "QLinearMatMul"})
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 
-Shape = tuple[int | None, ...]
-"""A value's shape as the model gives it: a constant's sizes, or a declared shape (None: a dimension the model
-does not fix, a ``dim_param`` or nothing)."""
-NamedShape = tuple[int | str | None, ...]
-"""A declared shape with its free dimensions' ``dim_param`` names where the graph inputs name them (None: a
-dimension the model neither fixes nor names so)."""
-NamedSizes = tuple[int | str, ...]
-"""Output sizes of which some are ``dim_param`` names of the graph inputs: sizes given at ``load_plan``."""
-MOST_NAME = 4096
-"""The most characters of a dim_param name a consumer's ``named_sizes`` hold (a key's most)."""
 
 
 class Consumer(NamedTuple):
@@ -132,7 +132,7 @@ class Consumer(NamedTuple):
         named = self.named_sizes
         if named is None or any(isinstance(size, str) and size not in dims for size in named):
             return self
-        sizes = _fits(tuple(dims[size] if isinstance(size, str) else size for size in named))
+        sizes = fits(tuple(dims[size] if isinstance(size, str) else size for size in named))
         # (A MatMul's B records the output's rank only while its batch sizes are not known.)
         known = None if sizes is not None and self.op_type in MATRIX_PRODUCTS else self.dims
         return self._replace(output_sizes=sizes, named_sizes=None, dims=known)
@@ -230,36 +230,14 @@ def find_consumers(
     for function in model.functions:
         scope = _function_scope(function)
         walk.use_opsets(function.opset_import)
-        declared = _Declared((), (), getattr(function, "value_info", ()), None)  # (inputs and outputs: names)
+        declared = Declared((), (), getattr(function, "value_info", ()), None)  # (inputs and outputs: names)
         _walk_nodes(scope, function.node, dict(by_scope.get(scope, {})), declared, walk)
     return {key: tuple(consumers) for key, consumers in walk.found.items()}
 
 
-def free_names(inputs: Any) -> frozenset[str]:
-    """The ``dim_param`` names of these graph inputs' free dimensions (at most MOST_NAME characters each): the
-    only names a consumer's ``named_sizes`` hold (ONNX's inference invents others, ``unk__0``, which no caller
-    can give)."""
-    return frozenset(name for value in inputs for name in declared_shape(value) or () if isinstance(name, str))
-
-
-def declared_shape(value: Any) -> NamedShape | None:
-    """The shape a ValueInfoProto declares, with the ``dim_param`` names of its free dimensions (None: no tensor
-    shape declared).
-
-        >>> from onnx import helper
-        >>> declared_shape(helper.make_tensor_value_info("x", 1, ["batch", 3, None]))
-        ('batch', 3, None)
-    """
-    if not value.type.HasField("tensor_type") or not value.type.tensor_type.HasField("shape"):
-        return None
-    return tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else
-                 _text(dim.dim_param) if dim.HasField("dim_param") and 0 < len(dim.dim_param) <= MOST_NAME else None
-                 for dim in value.type.tensor_type.shape.dim)
-
-
 def _function_scope(function: Any) -> str:
-    scope = f"functions/{_text(function.domain)}/{_text(function.name)}"
-    overload = _text(getattr(function, "overload", ""))
+    scope = f"functions/{text(function.domain)}/{text(function.name)}"
+    overload = text(getattr(function, "overload", ""))
     return f"{scope}:{overload}" if overload else scope
 
 
@@ -294,7 +272,7 @@ class _Walk:
 
     def use_opsets(self, imports: Any) -> None:
         """Read the opsets of a model's or a function's ``opset_import``."""
-        self.opsets = {("" if _text(o.domain) == "ai.onnx" else _text(o.domain)): int(o.version) for o in imports}
+        self.opsets = {("" if text(o.domain) == "ai.onnx" else text(o.domain)): int(o.version) for o in imports}
 
     def shape(self, key: str) -> tuple[int, ...]:
         if self._shapes is None:
@@ -302,37 +280,11 @@ class _Walk:
         return self._shapes[key]
 
 
-class _Declared:
-    """The shapes a graph's inputs, outputs and value_info declare (None: declared without a shape), read on first
-    use, before those of the graphs around it."""
-
-    def __init__(self, inputs: Any, outputs: Any, value_info: Any, outer: _Declared | None) -> None:
-        self._values, self._outer = (inputs, outputs, value_info), outer
-        self._shapes: dict[str, NamedShape | None] | None = None
-
-    def shape(self, name: str) -> Shape | None:
-        named = self.named(name)
-        return None if named is None else tuple(None if isinstance(size, str) else size for size in named)
-
-    def named(self, name: str) -> NamedShape | None:
-        """The declared shape with its dim_param names (see :func:`declared_shape`)."""
-        if self._shapes is None:
-            shapes: dict[str, NamedShape | None] = {}
-            for values in self._values:
-                for value in values:
-                    if shapes.get(_text(value.name)) is None:
-                        shapes[_text(value.name)] = declared_shape(value)
-            self._shapes = shapes
-        if name in self._shapes:
-            return self._shapes[name]
-        return None if self._outer is None else self._outer.named(name)
-
-
 class _Shapes:
     """The shapes of the values a scope's nodes read and write: a visible constant's, else what the graphs
     declare (``visible`` is the walk's own dict: a node output that shadows a constant is seen as it goes)."""
 
-    def __init__(self, visible: dict[str, str], declared: _Declared, walk: _Walk) -> None:
+    def __init__(self, visible: dict[str, str], declared: Declared, walk: _Walk) -> None:
         self.visible, self.declared, self.walk = visible, declared, walk
 
     def of(self, names: Any, position: int) -> Shape | None:
@@ -354,9 +306,6 @@ class _Shapes:
         nameable = self.walk.nameable
         return None if named is None else tuple(
             size if not isinstance(size, str) or size in nameable else None for size in named)
-
-
-_MOST_ELEMENTS = 2**32 - 1  # a DirectML tensor's most elements, and its most for one size
 
 
 def _rank_of(node: Any, op_type: str, shapes: _Shapes) -> int | None:
@@ -393,7 +342,7 @@ def _output_sizes(node: Any, shapes: _Shapes) -> tuple[int, ...] | None:
     is one element, [1]: DirectML has no tensor of no dimensions (and a manifest records at least one size)."""
     declared = shapes.of(node.output, 0)
     if declared is not None and None not in declared:
-        return _fits(declared or (1,))
+        return fits(declared or (1,))
     found: list[tuple[int, ...]] = []
     for position in range(len(node.input)):
         if not node.input[position]:
@@ -411,50 +360,7 @@ def _output_sizes(node: Any, shapes: _Shapes) -> tuple[int, ...] | None:
         if len(column) > 1:
             return None  # (they do not broadcast: a broken model's)
         sizes.append(column.pop() if column else 1)
-    return _fits(tuple(sizes) or (1,))
-
-
-def _named_output_sizes(node: Any, shapes: _Shapes) -> NamedSizes | None:
-    """Where :func:`_output_sizes` gives none, the output's sizes with the graph inputs' dim_param names where
-    they are free (the declared output's, else its inputs' broadcast: a column of a name and 1s is the name's, of a
-    name and a size more than 1 is the size); None where a size is neither known nor so named, or two names meet
-    (either may be 1)."""
-    declared = shapes.named(node.output, 0)
-    if declared is not None and None not in declared:
-        return _named_fits(cast(NamedSizes, declared))
-    found: list[NamedSizes] = []
-    for position in range(len(node.input)):
-        if not node.input[position]:
-            continue
-        shape = shapes.named(node.input, position)
-        if shape is None or None in shape:
-            return None
-        found.append(cast(NamedSizes, shape))
-    if not found:
-        return None
-    rank = max(len(shape) for shape in found)
-    sizes: list[int | str] = []
-    for k in range(rank):
-        column = {shape[k - rank + len(shape)] for shape in found if k - rank + len(shape) >= 0} - {1}
-        known = {size for size in column if isinstance(size, int)}
-        if len(known) > 1 or (not known and len(column) > 1):
-            return None
-        sizes.append(known.pop() if known else column.pop() if column else 1)
-    return _named_fits(tuple(sizes))
-
-
-def _named_fits(sizes: NamedSizes) -> NamedSizes | None:
-    """``sizes`` when some are names, and the others fit DirectML's most dimensions and elements."""
-    known = [size for size in sizes if isinstance(size, int)]
-    if len(known) == len(sizes) or len(sizes) > MOST_CHANNEL_DIMS or math.prod(known) > _MOST_ELEMENTS:
-        return None
-    return sizes
-
-
-def _named_broadcasts(shape: tuple[int, ...], sizes: NamedSizes) -> bool:
-    """Whether ``shape`` broadcasts to ``sizes`` whatever their names' sizes: a 1 under each name."""
-    pad = len(sizes) - len(shape)
-    return pad >= 0 and all(own == 1 or own == size for own, size in zip(shape, sizes[pad:], strict=True))
+    return fits(tuple(sizes) or (1,))
 
 
 def _axis_facts(node: Any, shapes: _Shapes) -> tuple[tuple[int, ...] | None, int | None]:
@@ -465,27 +371,9 @@ def _axis_facts(node: Any, shapes: _Shapes) -> tuple[tuple[int, ...] | None, int
         x = shapes.of(node.output, 0)
     if x is None or None in x or not x:
         return None, None
-    axis = next((int(attr.i) for attr in node.attribute if _text(attr.name) == "axis"), 1)
+    axis = next((int(attr.i) for attr in node.attribute if text(attr.name) == "axis"), 1)
     axis = axis + len(x) if axis < 0 else axis
-    return _fits(x), axis if 0 <= axis < len(x) else None  # (a scale that fits neither: its ONNX layout, noted)
-
-
-def _int_attribute(node: Any, name: str) -> int:
-    return next((int(attr.i) for attr in node.attribute if _text(attr.name) == name), 0)
-
-
-def _fits(sizes: tuple[int | None, ...]) -> tuple[int, ...] | None:
-    """``sizes`` when every one is known and DirectML can hold a tensor of them, else None."""
-    if any(size is None or size < 1 for size in sizes):
-        return None
-    known = tuple(size for size in sizes if size is not None)
-    return known if math.prod(known) <= _MOST_ELEMENTS and len(known) <= MOST_CHANNEL_DIMS else None
-
-
-def _named_axis_sizes(node: Any, shapes: _Shapes) -> NamedSizes | None:
-    """A (de)quantization's input sizes with their dim_param names where :func:`_axis_facts` finds none."""
-    x = shapes.named(node.input, 0)
-    return None if x is None or None in x or not x else _named_fits(cast(NamedSizes, x))
+    return fits(x), axis if 0 <= axis < len(x) else None  # (a scale that fits neither: its ONNX layout, noted)
 
 
 def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, ...] | None:
@@ -496,27 +384,12 @@ def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, 
         return None  # (an empty C is no DirectML tensor: it is skipped)
     c2 = (1,) * (2 - len(c)) + c
     a, b, y = shapes.of(node.input, 0), shapes.of(node.input, 1), shapes.of(node.output, 0)
-    from_a = a[1 if _int_attribute(node, "transA") else 0] if a is not None and len(a) == 2 else None
-    from_b = b[0 if _int_attribute(node, "transB") else 1] if b is not None and len(b) == 2 else None
+    from_a = a[1 if int_attribute(node, "transA") else 0] if a is not None and len(a) == 2 else None
+    from_b = b[0 if int_attribute(node, "transB") else 1] if b is not None and len(b) == 2 else None
     from_y = y if y is not None and len(y) == 2 else (None, None)
     m = c2[0] if c2[0] > 1 else from_a or from_y[0]
     n = c2[1] if c2[1] > 1 else from_b or from_y[1]
-    return _fits((m, n))
-
-
-def _gemm_c_named(node: Any, c: tuple[int, ...], shapes: _Shapes) -> NamedSizes | None:
-    """Where :func:`_gemm_c_sizes` gives none, a Gemm's C's sizes [M, N] with M or N a dim_param name of the graph
-    inputs (from A, B or the output, as there)."""
-    if len(c) > 2 or 0 in c:
-        return None
-    c2 = (1,) * (2 - len(c)) + c
-    a, b, y = shapes.named(node.input, 0), shapes.named(node.input, 1), shapes.named(node.output, 0)
-    from_a = a[1 if _int_attribute(node, "transA") else 0] if a is not None and len(a) == 2 else None
-    from_b = b[0 if _int_attribute(node, "transB") else 1] if b is not None and len(b) == 2 else None
-    from_y = y if y is not None and len(y) == 2 else (None, None)
-    m = c2[0] if c2[0] > 1 else from_a or from_y[0]
-    n = c2[1] if c2[1] > 1 else from_b or from_y[1]
-    return None if m is None or n is None else _named_fits((m, n))
+    return fits((m, n))
 
 
 def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | None, tuple[int, ...] | None]:
@@ -526,7 +399,7 @@ def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | Non
         return None, None  # (a 1-D B is a column of ONNX's making, not GEMM's B as it is; an empty one is skipped)
     a, y = shapes.of(node.input, 0), shapes.of(node.output, 0)
     if (a is not None and len(a) < 2) or (a is None and y is not None and len(y) < len(b)):
-        return None, _fits(b)  # a 1-D A: the output drops its M, and its batch sizes are B's own
+        return None, fits(b)  # a 1-D A: the output drops its M, and its batch sizes are B's own
     given = a if a is not None else y
     if given is None:
         return None, None
@@ -542,32 +415,12 @@ def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | Non
         else:
             out = y[-2 - k] if other is None and y is not None and len(y) == rank else None
             batch.append(other if other is not None else out)
-    sizes = _fits((*batch, *b[-2:]))
+    sizes = fits((*batch, *b[-2:]))
     return (None, sizes) if sizes is not None else (rank, None)
 
 
 Facts = tuple[int | None, tuple[int, ...] | None, int | None, NamedSizes | None]
 """(dims, output_sizes, axis, named_sizes) of a consumer (see :class:`Consumer`)."""
-
-
-def _matmul_b_named(node: Any, b: tuple[int, ...], shapes: _Shapes) -> NamedSizes | None:
-    """Where :func:`_matmul_b` gives only the output's rank, a MatMul's B's sizes with the batch sizes the graph
-    inputs name by their dim_params (as there: B's own where more than 1, else A's, else the output's)."""
-    a, y = shapes.named(node.input, 0), shapes.named(node.output, 0)
-    given = a if a is not None else y
-    if len(b) < 2 or given is None or len(given) < 2:
-        return None
-    rank = max(len(given), len(b))
-    batch: list[int | str] = []
-    for k in range(rank - 2, 0, -1):
-        own = b[-2 - k] if k <= len(b) - 2 else 1
-        other = given[-2 - k] if k <= len(given) - 2 else 1
-        out = y[-2 - k] if y is not None and len(y) == rank else None
-        size = own if own > 1 else other if other is not None else out
-        if size is None or (own > 1 and isinstance(other, int) and other not in (1, own)):
-            return None
-        batch.append(size)
-    return _named_fits((*batch, *b[-2:]))
 
 
 def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
@@ -579,16 +432,16 @@ def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], s
     if sizes is not None or layout not in ("axis", "broadcast"):
         return dims, sizes, axis, None
     if op_type in MATRIX_PRODUCTS:  # (its output's rank kept beside: the layout it has until the sizes are given)
-        return dims, None, None, None if dims is None else _matmul_b_named(node, constant, shapes)
+        return dims, None, None, None if dims is None else matmul_b_named(node, constant, shapes)
     if layout == "axis":
-        named = _named_axis_sizes(node, shapes)
-        axis = next((int(attr.i) for attr in node.attribute if _text(attr.name) == "axis"), 1)
+        named = named_axis_sizes(node, shapes)
+        axis = next((int(attr.i) for attr in node.attribute if text(attr.name) == "axis"), 1)
         axis = axis + len(named) if named is not None and axis < 0 else axis
         if named is None or not 0 <= axis < len(named):
             return dims, None, None, None
         return dims, None, axis if len(constant) == 1 else None, named
-    named = _gemm_c_named(node, constant, shapes) if op_type == "Gemm" else _named_output_sizes(node, shapes)
-    return dims, None, axis, named if named is not None and _named_broadcasts(constant, named) else None
+    named = gemm_c_named(node, constant, shapes) if op_type == "Gemm" else named_output_sizes(node, shapes)
+    return dims, None, axis, named if named is not None and named_broadcasts(constant, named) else None
 
 
 def _known_facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], shapes: _Shapes,
@@ -658,24 +511,24 @@ def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int
 
 def _by_attribute(node: Any, op_type: str, dml_operator: str | None) -> str | None:
     """The DirectML operator of a node whose attribute chooses it (a Mod's fmod, a BitShift's direction)."""
-    if op_type == "Mod" and _int_attribute(node, "fmod"):
+    if op_type == "Mod" and int_attribute(node, "fmod"):
         return "ELEMENT_WISE_MODULUS_TRUNCATE"
-    if op_type == "BitShift" and any(_text(attr.name) == "direction" and attr.s in (b"RIGHT", "RIGHT")
+    if op_type == "BitShift" and any(text(attr.name) == "direction" and attr.s in (b"RIGHT", "RIGHT")
                                      for attr in node.attribute):
         return "ELEMENT_WISE_BIT_SHIFT_RIGHT"
     return dml_operator
 
 
-def _walk(graph: Any, scope: str, outer: dict[str, str], outer_declared: _Declared | None, walk: _Walk) -> None:
+def _walk(graph: Any, scope: str, outer: dict[str, str], outer_declared: Declared | None, walk: _Walk) -> None:
     visible = dict(outer)
     for value in graph.input:
         visible.pop(value.name, None)  # a graph input shadows an outer constant (its own initializer wins below)
     visible.update(walk.by_scope.get(scope, {}))
-    declared = _Declared(graph.input, graph.output, graph.value_info, outer_declared)
+    declared = Declared(graph.input, graph.output, graph.value_info, outer_declared)
     _walk_nodes(scope, graph.node, visible, declared, walk)
 
 
-def _walk_nodes(scope: str, nodes: Any, visible: dict[str, str], declared: _Declared, walk: _Walk) -> None:
+def _walk_nodes(scope: str, nodes: Any, visible: dict[str, str], declared: Declared, walk: _Walk) -> None:
     own = walk.by_scope.get(scope, {})
     found, wanted = walk.found, walk.wanted
     shapes = _Shapes(visible, declared, walk)
@@ -683,12 +536,12 @@ def _walk_nodes(scope: str, nodes: Any, visible: dict[str, str], declared: _Decl
         onnx_domain = node.domain in _ONNX_DOMAINS
         if onnx_domain and node.op_type == "Constant":
             continue  # (its output is this scope's constant; it reads nothing and holds no subgraph)
-        op_type = _text(node.op_type)
+        op_type = text(node.op_type)
         node_key = None
-        if wanted[0] and (op_type if onnx_domain else f"{_text(node.domain)}:{op_type}") in wanted[0]:
+        if wanted[0] and (op_type if onnx_domain else f"{text(node.domain)}:{op_type}") in wanted[0]:
             node_key = _node_key(node, op_type, index, scope)
             wanted[1][node_key] = node
-        domain = _text(node.domain)
+        domain = text(node.domain)
         opset = walk.opsets.get("" if domain == "ai.onnx" else domain)
         rank: list[int | None] = []  # the node's rank, found when a convolution's input first needs it
         for position, name in enumerate(node.input):
@@ -699,7 +552,7 @@ def _walk_nodes(scope: str, nodes: Any, visible: dict[str, str], declared: _Decl
                                                            walk.shape(key), shapes, rank))
         for attr in node.attribute:  # subgraphs, scoped as constants.py scopes them
             if attr.HasField("g") or len(attr.graphs):
-                prefix = f"{_node_key(node, op_type, index, scope)}/{_text(attr.name)}"
+                prefix = f"{_node_key(node, op_type, index, scope)}/{text(attr.name)}"
                 if attr.HasField("g"):
                     _walk(attr.g, prefix, visible, declared, walk)
                 for k, graph in enumerate(attr.graphs):
@@ -711,9 +564,7 @@ def _walk_nodes(scope: str, nodes: Any, visible: dict[str, str], declared: _Decl
 
 def _node_key(node: Any, op_type: str, index: int, scope: str) -> str:
     """As constants name a node's scope: its name, or ``{op_type}_{index}``, under the enclosing scope."""
-    segment = _text(node.name) or f"{op_type}_{index}"
+    segment = text(node.name) or f"{op_type}_{index}"
     return f"{scope}/{segment}" if scope else segment
 
 
-def _text(value: str | bytes) -> str:
-    return value if isinstance(value, str) else value.decode("utf-8", "backslashreplace")

@@ -35,7 +35,7 @@ import onnx
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 from dmlbridge.errors import InvalidArgumentError
-from dmlbridge.model.consumers import MOST_NAME, NamedShape, declared_shape
+from dmlbridge.model.named_sizes import MOST_NAME, NamedShape, declared_shape
 
 __all__ = ["MOST_GRAPH_INPUTS", "MOST_INPUT_DIMS", "NO_SHAPES", "PROPAGATED_ELEMENTS", "GivenShapes", "GraphInputs",
            "inferred", "recorded_inputs"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast
 
 import numpy as np
@@ -60,7 +60,6 @@ __all__ = [
     "PlanEntries",
     "PlanEntry",
     "entry_layout",
-    "entry_with_dim_params",
     "place_constants",
     "refuse_oversized",
 ]
@@ -285,44 +284,6 @@ class PlanEntry:
             **({} if self.layout_note is None else {"layout_note": self.layout_note}),
             **({"consumers": [consumer.to_json(version) for consumer in self.consumers]} if self.consumers else {}),
         }
-
-
-def entry_with_dim_params(entry: PlanEntry, dims: Mapping[str, int], min_dims: int, max_dims: int,
-                          version: int | None = None) -> PlanEntry:
-    """``entry`` with its consumers' free dimensions given by ``dims`` (dim_param name -> size): each consumer's
-    facts as a conversion given those sizes records them (:meth:`Consumer.with_dim_params`), its desc and the
-    entry's layout made from them by the rule of manifest format ``version``. Only Sizes and Strides change:
-    InvalidArgumentError where DirectML cannot hold the entry at those sizes.
-
-    Example:
-        >>> from dmlbridge.model.consumers import Consumer
-        >>> desc = BufferTensorDesc(DmlDataType.FLOAT32, 0, (3,), None, 12, 256)
-        >>> add = Consumer("add", "Add", 1, None, None, "gpu", "ELEMENT_WISE_ADD", "broadcast", named_sizes=("n", 3))
-        >>> entry = PlanEntry("c", "initializer", OnnxDataType.FLOAT, (3,), "native", 0, desc, None,
-        ...                   consumers=plan_consumers("c", (3,), (add,), desc, OnnxDataType.FLOAT, "native", 1, 8))
-        >>> entry_with_dim_params(entry, {"n": 2}, 1, 8).sizes
-        (2, 3)
-    """
-    facts = tuple(consumer.facts() for consumer in entry.consumers)
-    given = tuple(consumer.with_dim_params(dims) for consumer in facts)
-    if given == facts:
-        return entry
-    layout = choose_layout(entry.shape, given, min_dims, version)
-    desc = entry.buffer_desc
-    if desc is not None and entry.conversion is not None:
-        try:
-            sizes, strides, total = entry_layout(entry.onnx_type, entry.shape, DmlDataType(desc.data_type),
-                                                 entry.conversion, min_dims, max_dims, layout)
-        except LayoutError as exc:
-            raise InvalidArgumentError(f"entry {entry.key!r} cannot be a DirectML tensor at the sizes given "
-                                       f"({exc}); convert the model with them instead") from None
-        if total != desc.total_tensor_size_in_bytes:  # (a layout sees the same bytes, whatever its sizes)
-            raise LayoutError(f"entry {entry.key!r} at the sizes given would take {total} bytes, not its "
-                              f"{desc.total_tensor_size_in_bytes}")
-        desc = desc._replace(sizes=sizes, strides=strides)
-    consumers = plan_consumers(entry.key, entry.shape, given, desc, entry.onnx_type, entry.conversion, min_dims,
-                               max_dims, version)
-    return replace(entry, buffer_desc=desc, padding=layout.padding, layout_note=layout.note, consumers=consumers)
 
 
 class PlanEntries(Mapping[str, PlanEntry]):

@@ -24,14 +24,18 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
+from dataclasses import replace
 
-from dmlbridge.errors import InvalidArgumentError
+from dmlbridge.errors import InvalidArgumentError, LayoutError
 from dmlbridge.manifest.format import Manifest
+from dmlbridge.model.consumer_layouts import choose_layout
 from dmlbridge.model.consumers import PER_OPERATOR_VERSION
 from dmlbridge.model.shapes import NO_SHAPES, GivenShapes
-from dmlbridge.placement.entries import PlanEntry, entry_with_dim_params
+from dmlbridge.placement.consumer_descs import plan_consumers
+from dmlbridge.placement.entries import PlanEntry, entry_layout
+from dmlbridge.types.data_types import DmlDataType
 
-__all__ = ["entries_at_sizes", "sizes_at_load"]
+__all__ = ["entries_at_sizes", "entry_with_dim_params", "sizes_at_load"]
 
 
 def sizes_at_load(manifest: Manifest, given: GivenShapes) -> dict[str, int]:
@@ -117,3 +121,43 @@ def entries_at_sizes(manifest: Manifest, dims: Mapping[str, int]) -> Mapping[str
             entries[key] = entry_with_dim_params(entry, dims, manifest.min_dims,
                                                  manifest.target.max_dimension_count, manifest.format_version)
     return types.MappingProxyType(entries)
+
+
+def entry_with_dim_params(entry: PlanEntry, dims: Mapping[str, int], min_dims: int, max_dims: int,
+                          version: int | None = None) -> PlanEntry:
+    """``entry`` with its consumers' free dimensions given by ``dims`` (dim_param name -> size): each consumer's
+    facts as a conversion given those sizes records them (:meth:`Consumer.with_dim_params`), its desc and the
+    entry's layout made from them by the rule of manifest format ``version``. Only Sizes and Strides change:
+    InvalidArgumentError where DirectML cannot hold the entry at those sizes.
+
+    Example:
+        >>> from dmlbridge.model.consumers import Consumer
+        >>> from dmlbridge.tensor.descs import BufferTensorDesc
+        >>> from dmlbridge.types.data_types import OnnxDataType
+        >>> desc = BufferTensorDesc(DmlDataType.FLOAT32, 0, (3,), None, 12, 256)
+        >>> add = Consumer("add", "Add", 1, None, None, "gpu", "ELEMENT_WISE_ADD", "broadcast", named_sizes=("n", 3))
+        >>> entry = PlanEntry("c", "initializer", OnnxDataType.FLOAT, (3,), "native", 0, desc, None,
+        ...                   consumers=plan_consumers("c", (3,), (add,), desc, OnnxDataType.FLOAT, "native", 1, 8))
+        >>> entry_with_dim_params(entry, {"n": 2}, 1, 8).sizes
+        (2, 3)
+    """
+    facts = tuple(consumer.facts() for consumer in entry.consumers)
+    given = tuple(consumer.with_dim_params(dims) for consumer in facts)
+    if given == facts:
+        return entry
+    layout = choose_layout(entry.shape, given, min_dims, version)
+    desc = entry.buffer_desc
+    if desc is not None and entry.conversion is not None:
+        try:
+            sizes, strides, total = entry_layout(entry.onnx_type, entry.shape, DmlDataType(desc.data_type),
+                                                 entry.conversion, min_dims, max_dims, layout)
+        except LayoutError as exc:
+            raise InvalidArgumentError(f"entry {entry.key!r} cannot be a DirectML tensor at the sizes given "
+                                       f"({exc}); convert the model with them instead") from None
+        if total != desc.total_tensor_size_in_bytes:  # (a layout sees the same bytes, whatever its sizes)
+            raise LayoutError(f"entry {entry.key!r} at the sizes given would take {total} bytes, not its "
+                              f"{desc.total_tensor_size_in_bytes}")
+        desc = desc._replace(sizes=sizes, strides=strides)
+    consumers = plan_consumers(entry.key, entry.shape, given, desc, entry.onnx_type, entry.conversion, min_dims,
+                               max_dims, version)
+    return replace(entry, buffer_desc=desc, padding=layout.padding, layout_note=layout.note, consumers=consumers)

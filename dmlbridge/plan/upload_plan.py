@@ -354,12 +354,9 @@ def plan_model(
     """The plan :func:`convert_model` would write, computed from the model's protobuf alone (no value is decoded
     and no external file opened, so value errors such as an INT64 too large to narrow are not found here).
 
-    The result has no buffer file: its entries, buffers, offsets and sizes are what conversion gives.
-    ``include``, ``exclude``, ``kinds`` and ``min_bytes`` choose the constants, and ``max_buffer_bytes`` splits
-    them into buffers, as for ``convert_model``: ``buffer_sizes`` tells how many buffers a limit gives and each
-    one's size, before anything is written. ``max_constants`` and ``max_nodes`` refuse a model of more constants or
-    nodes, as for ``convert_model``; ``input_shapes`` and ``dim_params`` give sizes the model leaves free, and
-    ``upload`` chooses what the upload buffers hold, as for ``convert_model``.
+    The result has no buffer file: its entries, buffers, offsets and sizes are what conversion gives, so
+    ``buffer_sizes`` tells how many buffers a ``max_buffer_bytes`` gives, before anything is written. Every keyword
+    is ``convert_model``'s (the selection, the limits, the free sizes, ``upload``).
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -369,8 +366,7 @@ def plan_model(
         >>> plan.entries["w"].sizes
         (1, 1, 2, 3)
     """
-    options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes, input_shapes,
-                                dim_params, upload)
+    options = PlanOptions.check(target, alignment, min_dims, 0, max_buffer_bytes, input_shapes, dim_params, upload)
     strict = check_flag("strict", strict)
     selection = Selection.check(include, exclude, kinds, min_bytes, drop_quantized_sources)
     return plan_with_notes(model, options, selection, strict, base_dir,
@@ -498,13 +494,11 @@ def load_plan(
     it in a ``with`` block, to let them go. ``bin_path=`` names the .bin of a format-1 manifest (written by
     earlier versions, whose buffer was ``PREFIX.bin``); later manifests list their own buffer files.
 
-    ``input_shapes`` (graph input -> its sizes) and ``dim_params`` (dim_param name -> size) give the model's free
-    dimensions, as for ``convert_model``, here at run time: each consumer whose output sizes the graph inputs'
-    dim_params name (an Add of ``x[batch, 3]``) gets its desc at those sizes, and its entry the layout its consumers
-    then agree on. The bytes never change, so one conversion serves many batch sizes. A name that is no graph input
-    or dim_param, a size that contradicts the model or the sizes the conversion was given, and a manifest before
-    format 7 (which records no free dimension) are refused (InvalidArgumentError). Without them, such a consumer
-    keeps its ONNX layout, its ``layout_note`` says so, and its ``as_ctypes()`` raises LayoutError.
+    ``input_shapes`` and ``dim_params`` give the model's free dimensions at run time, as ``convert_model``'s do:
+    each consumer whose output sizes a graph input's dim_param names (an Add of ``x[batch, 3]``) gets its desc at
+    those sizes, over the same bytes (:mod:`dmlbridge.plan.load_shapes`). What contradicts the model or the
+    conversion's own sizes, and a manifest before format 7, is refused (InvalidArgumentError); without them such a
+    consumer keeps its ONNX layout and a note, and its ``as_ctypes()`` raises LayoutError.
 
     Example:
         >>> import dmlbridge, numpy as np, os, shutil, tempfile
@@ -547,9 +541,8 @@ def read_plan(
             raise InvalidArgumentError(f"bin_path must be a path, got {bin_path!r}")
     else:
         bin_file = path[: -len(".json")] + ".bin" if path.endswith(".json") else ""
-    # A conversion into the prefix removes the previous conversion's buffer files as soon as it has published its
-    # manifest: a buffer file that vanished between reading the manifest and opening it belongs to a manifest
-    # that was replaced, so the new one is read (a manifest read again unchanged: the file is truly missing).
+    # A conversion into the prefix removes the previous one's buffer files once it has published: a buffer file that
+    # vanished since the manifest was read belongs to a replaced manifest (read unchanged again: truly missing).
     missing: BufferFileMissingError | None = None
     previous = b""
     for _ in range(_LOAD_ATTEMPTS):
@@ -592,9 +585,8 @@ def _plan_from(data: bytes, path: str, bin_file: str, bin_path: object, verify: 
     plan = UploadPlan(**{**vars(manifest), "buffers": buffers}, manifest_path=path,
                       load_sizes=tuple(sorted(sizes.items())), _files=files)
     try:
-        # Without check_fingerprint (dmlbridge verify), a buffer file that fails its fingerprint is for
-        # find_mismatches to report, with the constants that differ, from the bytes it reads anyway: the sampled
-        # bytes are not read here. Any other problem is an error here.
+        # Without check_fingerprint (dmlbridge verify), a buffer file that fails its fingerprint is find_mismatches'
+        # to report, with the constants that differ; any other problem is an error here.
         problems = [message for _, message in plan.buffer_checks(sha256=verify, fingerprint=check_fingerprint)]
         if problems:
             raise ManifestError(problems[0])

@@ -532,6 +532,7 @@ def _write_outputs(
     constants, scan, placement, plan = model_plan
     bar = Progress(options.progress, plan.total_size, os.path.basename(prefix))
     kept: list[int] = []  # the plan's own descriptors of the files it wrote
+    files: OpenBuffers | None = None  # (once made, it owns them)
     try:
         with Publication(prefix, fsync=options.fsync) as publication:
             try:
@@ -548,14 +549,20 @@ def _write_outputs(
                 external = () if reader is None else tuple(sorted(reader.files.items()))
                 if clamped:  # ("saturate" entries: their counts go into the manifest)
                     plan = replace(plan, entries=cast(PlanEntries, plan.entries).with_clamped(clamped))
+                files = OpenBuffers([b.path for b in buffers], kept)
                 written = replace(plan, conversion_id=publication.conversion_id, source_external=external,
                                   buffers=tuple(buffers),
                                   manifest_path=os.path.join(publication.directory, publication.manifest_name),
-                                  _files=OpenBuffers([b.path for b in buffers], kept))
+                                  _files=files)
                 removals = publication.publish(manifest_chunks(written))  # (streamed: never whole in memory)
             except BaseException:
-                for fd in kept:
-                    os.close(fd)
+                # Each descriptor closed once: closed here and again by the plan's files when collected, a number
+                # another thread had opened since (a lock, a pipe) was closed under it.
+                if files is not None:
+                    files.close()
+                else:
+                    for fd in kept:
+                        os.close(fd)
                 raise
         if removals.failed:
             _warn_left(prefix, publication.directory, removals)

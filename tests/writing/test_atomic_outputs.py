@@ -5,6 +5,7 @@ disk, fsync: the previous outputs stay as they were and no temporary file is lef
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import subprocess
 import sys
@@ -27,7 +28,9 @@ from models import (
 from onnx import external_data_helper, numpy_helper
 
 import dmlbridge
+import dmlbridge.writing.convert
 import dmlbridge.writing.image as image_writer
+import dmlbridge.writing.publish as publish
 from dmlbridge import convert_model, load_plan
 from dmlbridge.errors import (
     DestinationError,
@@ -205,3 +208,36 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
     assert result.returncode == 3, result.stderr
     assert "cannot write" in result.stdout
     assert _unchanged(tmp_path, before) and no_temp_files(tmp_path)
+
+
+def test_a_conversion_that_fails_to_publish_closes_each_of_its_files_once(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's own descriptors of the buffer files it wrote are closed once when publishing fails: closed by the
+    conversion and again by the plan's files when collected, a descriptor another thread had opened in between (a
+    lock, a pipe) was closed under it, and its writes went to the wrong file."""
+    closed: list[int] = []
+    real_close = os.close
+
+    def recording_close(fd: int) -> None:
+        closed.append(fd)
+        real_close(fd)
+
+    def failing_publish(self: Any, manifest: Any) -> Any:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(publish.Publication, "publish", failing_publish)
+    model = model_of({"a": np.ones(64, np.float32), "b": np.ones(64, np.float32)})
+    opened: list[int] = []
+    real_keep = dmlbridge.writing.convert.keep_open
+
+    def recording_keep(fd: int, path: str) -> int:
+        opened.append(real_keep(fd, path))
+        return opened[-1]
+
+    monkeypatch.setattr(dmlbridge.writing.convert, "keep_open", recording_keep)
+    monkeypatch.setattr(os, "close", recording_close)
+    with pytest.raises(DestinationError, match="disk is full"):
+        convert_model(model, tmp_path / "w", progress=False, max_buffer_bytes=256)
+    gc.collect()  # (the failed plan's files, if anything still held them)
+    monkeypatch.undo()
+    assert len(opened) == 2 and all(closed.count(fd) == 1 for fd in opened), (opened, closed)
