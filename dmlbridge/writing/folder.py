@@ -42,6 +42,7 @@ from dmlbridge.errors import DestinationError, InvalidArgumentError
 from dmlbridge.system.files import read_at, write_at
 from dmlbridge.system.identity import FileId, file_id, spelled_alike
 from dmlbridge.system.locks import try_lock
+from dmlbridge.system.names import MAX_NAME_BYTES, name_problem
 from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
 
@@ -116,6 +117,16 @@ def prefix_folder(prefix: str, what: str = "out_prefix") -> str:
             "manifest and the binding list name the buffer files in UTF-8, so no reader could find them; choose "
             "a name in UTF-8"
         ) from None
+    # The manifest's reader (and dmlupload) takes only plain names, on every system: a conversion it could not
+    # read, or one made on Linux that Windows could not (a ':' or a device name there), is refused before it is made.
+    problem = name_problem(f"{name}.{'0' * 16}.00000.bin")
+    if problem is not None:
+        raise InvalidArgumentError(
+            f"{what} {prefix!r} would name its buffer files {name + '.<id>.00000.bin'!r}, which {problem}: "
+            "load_plan reads only buffer files of plain names, which every system takes as files beside the "
+            "manifest (no ':' or '\\', no leading dot, no Windows device name such as CON or LPT1, at most "
+            f"{MAX_NAME_BYTES} bytes); choose another name, e.g. {os.path.join(os.path.dirname(prefix), 'model')!r}"
+        )
     given = os.path.dirname(prefix) or os.curdir
     try:
         directory = os.path.realpath(given, strict=True)
