@@ -173,14 +173,14 @@ def _refused_everywhere(folder: Path, name: str, reason: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "reason"), [
-    (".w", "begins with a dot"), ("w:x", "holds ':'"), ("model.onnx:x", "holds ':'"), ("w\\x", "holds '\\\\'"),
+    (".w", "begins with a dot"), ("wx:y", "holds ':'"), ("model.onnx:x", "holds ':'"), ("w\\x", "holds '\\\\'"),
     ("x" * 232, "is longer than 255 bytes"),
 ])
 def test_a_prefix_whose_files_the_manifest_reader_refuses_is_refused_before_anything_is_created(
     tmp_path: Path, name: str, reason: str
 ) -> None:
     """A prefix whose buffer files load_plan would not take as plain names beside the manifest: it converted
-    (`.w`, `w\\x` and `w:x` on Linux; on NTFS `model.onnx:x` writes streams into the model's file), and then
+    (`.w`, `w\\x` and `wx:y` on Linux; on NTFS `model.onnx:x` writes streams into the model's file), and then
     load_plan, verify, bindings and clean refused the result. It is refused first, on every system, by the reader's
     own rule (a conversion made on Linux must load on Windows); a leading dot stays refused, as the reader and
     dmlupload refuse it (hidden files, and the names of the prefix's temporary and retired files)."""
