@@ -46,8 +46,8 @@ from dmlbridge.system.names import MAX_NAME_BYTES, name_problem
 from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
 
-__all__ = ["LEFTOVERS", "LOCK_GONE", "LOCK_HELD", "LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "OutputFolder",
-           "Removals", "output_prefix", "prefix_folder"]
+__all__ = ["FILE_HELD", "LEFTOVERS", "LOCK_GONE", "LOCK_HELD", "LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX",
+           "OutputFolder", "Removals", "output_prefix", "prefix_folder"]
 
 TEMP_SUFFIX = ".dmlbridge-tmp"
 RETIRED_SUFFIX = ".dmlbridge-old"
@@ -75,6 +75,10 @@ _WAIT = "wait for it to finish, or choose another output prefix"
 _LOCK_TRIES, _WINDOWS_TRIES, _WINDOWS_PAUSE = 100, 20, 0.01
 _ERROR_ACCESS_DENIED = 5
 LOCK_HELD = "another process has it open"
+FILE_HELD = "another program has the file open" if _WINDOWS else "a live writer holds it"
+"""Why a leftover that someone holds stays: on Windows its removal met a handle opened without
+``FILE_SHARE_DELETE`` (a sharing violation: a reader's, such as Python's ``open()``, as well as a writer's); on
+POSIX a live writer's ``flock`` (a reader cannot keep a file from being removed there)."""
 LOCK_GONE = "it is no longer the lock that was held"
 
 
@@ -424,7 +428,7 @@ class OutputFolder:
             return
         except OSError as exc:
             if _WINDOWS and is_sharing_violation(exc):
-                removals.held.append(name)  # (Windows: a writer's handle forbids the removal)
+                removals.held.append(name)  # (Windows: another's handle without FILE_SHARE_DELETE forbids it)
             else:
                 removals.failed.append((name, exc.strerror or str(exc)))
             return
