@@ -40,9 +40,9 @@ def _no_constants(name: str) -> Any:
     raise ManifestError(f"{name} is not valid JSON (not a number)")
 
 
-PARSE_COST_FACTOR = 16
+PARSE_COST_FACTOR = 20
 """The most memory :func:`parse_json` may take, as a multiple of the document's size (:func:`parse_cost`, an upper
-bound, is checked before the parse). The manifests dmlbridge writes bound to about 14 times their size (their
+bound, is checked before the parse). The manifests dmlbridge writes bound to 14 to 15 times their size (their
 parse takes 4 to 5); a hostile one of ``{}`` objects took 25 times, of nested arrays 41."""
 
 # An upper bound of what parsing takes per byte of JSON's structure (CPython 3.12's sizes, with room): an object
