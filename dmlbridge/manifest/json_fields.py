@@ -45,8 +45,8 @@ PARSE_COST_FACTOR = 20
 bound, is checked before the parse). The manifests dmlbridge writes bound to 14 to 15 times their size (their
 parse takes 4 to 5); a hostile one of ``{}`` objects took 25 times, of nested arrays 41."""
 
-# An upper bound of what parsing takes per byte of JSON's structure (CPython 3.12's sizes, with room): an object
-# (a dict, its slot in its parent), an array, a value after a comma, a key (its slot in the dict, and the pair
+# An upper bound of what parsing takes per byte of JSON's structure (CPython 3.11's and 3.12's sizes, with room):
+# an object (a dict, its slot in its parent), an array, a value after a comma, a key (its slot in the dict, and the pair
 # the object hook takes it in meanwhile), a quote (each string is two), and the text itself (its str: 1 byte a
 # character, and the numbers' digits; up to 4 bytes a character, and a copy of a string, when it is not ASCII).
 _COSTS = ((b"{", 200), (b"[", 100), (b",", 40), (b":", 110), (b'"', 24))
