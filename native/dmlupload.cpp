@@ -294,8 +294,10 @@ static void OpenBufferFiles(BindingList& list, const std::string& dir) {
         BufferLine& b = list.buffers[i];
         std::string what = "buffer " + Str(i) + ": " + b.encoded;
         // FILE_FLAG_OPEN_REPARSE_POINT: a symbolic link is opened itself, and refused below, never followed.
-        b.file = CreateFileW((folder + L"\\" + b.name).c_str(), GENERIC_READ, FILE_SHARE_READ, nullptr, OPEN_EXISTING,
-                             FILE_FLAG_OPEN_REPARSE_POINT | FILE_FLAG_SEQUENTIAL_SCAN, nullptr);
+        // FILE_SHARE_DELETE: a conversion that replaces these files while they are read can still remove them (as
+        // dmlbridge's own readers allow); the removal is pending until this handle is closed.
+        b.file = CreateFileW((folder + L"\\" + b.name).c_str(), GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE,
+                             nullptr, OPEN_EXISTING, FILE_FLAG_OPEN_REPARSE_POINT | FILE_FLAG_SEQUENTIAL_SCAN, nullptr);
         if (b.file == INVALID_HANDLE_VALUE) BadInput(what + ": cannot open it in " + dir);
         BY_HANDLE_FILE_INFORMATION info = {};
         if (!GetFileInformationByHandle(b.file, &info) ||

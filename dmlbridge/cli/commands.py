@@ -44,6 +44,7 @@ from dmlbridge.types.mapping import mapping_table
 from dmlbridge.types.target import Target
 from dmlbridge.writing.cleanup import clean
 from dmlbridge.writing.convert import check_conversion, convert_model
+from dmlbridge.writing.folder import FILE_HELD
 
 __all__ = ["build_parser", "main"]
 
@@ -329,7 +330,7 @@ def _cmd_clean(args: argparse.Namespace) -> int:
         for path in report.removed:
             print(f"removed {path}")
     for path in report.held:
-        print(f"dmlbridge clean: kept {path}: a live writer holds it", file=sys.stderr)
+        print(f"dmlbridge clean: kept {path}: {FILE_HELD}", file=sys.stderr)
     for path, why in report.failed:
         print(f"dmlbridge clean: cannot remove {path}: {why}", file=sys.stderr)
     if not args.quiet and report.removed:

@@ -145,8 +145,10 @@ OUTPUT_RULE = (
     "and -o w.bin mean the prefix w. A folder gets <model>.dml in it: an existing folder (-o . or -o out), or a path "
     "ending in / (-o out/), which must exist. Refused: an empty -o; a folder that does not exist; a PREFIX ending in "
     ".onnx; a device, FIFO or socket at PREFIX; anything but a regular file at PREFIX.json (a symlink there is "
-    "replaced) or at PREFIX.lock; a folder on a kernel filesystem such as /dev, /proc or /sys. Default: the model's "
-    "path minus .onnx, plus .dml."
+    "replaced) or at PREFIX.lock; a folder on a kernel filesystem such as /dev, /proc or /sys; on every system, a "
+    "name that is not a plain file name everywhere (a : or \\, a leading dot, over 232 bytes) or a Windows device "
+    "name (CON, PRN, AUX, NUL, COM1, LPT1, CONIN$, ..., with any extension). Default: the model's path minus .onnx, "
+    "plus .dml."
 )
 
 

@@ -434,8 +434,41 @@ def manifest_schema() -> dict[str, Any]:
 
 def parse_manifest(raw: bytes, where: str, bin_name: str = "") -> Manifest:
     """The manifest in ``raw`` (the bytes of a PREFIX.json), every rule of its format version checked;
-    ManifestError names ``where`` and what is wrong. ``bin_name``: the name a format-1 manifest's .bin has."""
+    ManifestError names ``where`` and what is wrong. ``bin_name``: the name a format-1 manifest's .bin has.
+
+    What the parse may cost is bounded before it starts: the format and version at the head of the bytes are
+    checked first (where they are the first two fields, as dmlbridge writes them), and a document whose parse could
+    take more than ``PARSE_COST_FACTOR`` times its size is refused (:func:`~dmlbridge.manifest.json_fields.parse_json`).
+    """
+    _check_head(raw, f"manifest {where!r}")
     return _manifest_from_json(parse_json(raw, where), f"manifest {where!r}", bin_name)
+
+
+# The head of a manifest as dmlbridge writes it: its format and format_version, the first two fields (a manifest
+# with its fields in another order is checked by the parse alone).
+_HEAD = re.compile(rb'\s*\{\s*"format"\s*:\s*("(?:[^"\\]|\\.){0,200}")\s*,\s*"format_version"\s*:\s*([1-9][0-9]{0,17})'
+                   rb'\s*[,}]')
+_HEAD_BYTES = 512
+
+
+def _check_head(raw: bytes, where: str) -> None:
+    """Refuse, from its first bytes and before it is parsed, a manifest whose head names another format or a version
+    this dmlbridge does not read: a large file of another kind costs no parse."""
+    found = _HEAD.match(raw[:_HEAD_BYTES])
+    if found is None:
+        return
+    try:
+        name = json.loads(found[1])
+    except ValueError:
+        return  # (not JSON: the parse says so)
+    if name != MANIFEST_FORMAT:
+        raise ManifestError(f"{where} is not a dmlbridge upload plan (format {name!r})")
+    version = int(found[2])
+    if version not in READABLE_VERSIONS:
+        raise ManifestError(
+            f"{where} has format_version {version}; this dmlbridge reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))} (a newer dmlbridge may read it)"
+        )
 
 
 def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:

@@ -40,6 +40,7 @@ from dmlbridge.quantized.records import (
     dequantize_operator,
     quantized_rank,
 )
+from dmlbridge.system.names import name_problem
 from dmlbridge.tensor.descs import BufferTensorDesc
 from dmlbridge.tensor.layout import calc_buffer_tensor_size, check_strides
 from dmlbridge.types.data_types import DmlDataType, FeatureLevel, OnnxDataType
@@ -210,13 +211,11 @@ def buffers_from_json(
                         ("uploaded",) if version >= PER_OPERATOR_VERSION else ())
         name = fields.string("file", nonempty=True)
         tail = f".{conversion_id}.{index:05d}.bin"
-        if (
-            len(name.encode("utf-8", "surrogatepass")) > 255 or "/" in name or "\\" in name or ":" in name
-            or "\x00" in name or name.startswith(".") or not name.endswith(tail)
-        ):
+        problem = name_problem(name) or (None if name.endswith(tail) else f"does not end in {tail}")
+        if problem is not None:
             raise ManifestError(
-                f"{fields.at('file')} is {name[:80]!r}; it must be a file name beside the manifest (no folder) "
-                f"ending in {tail}"
+                f"{fields.at('file')} is {name[:80]!r}, which {problem}; it must be a plain file name beside the "
+                f"manifest (no folder) ending in {tail}"
             )
         size = fields.integer("size", 0, INT64_MAX if limit is None else limit)
         digests = sha256_field(fields, "fingerprint", False), sha256_field(fields, "sha256", True)

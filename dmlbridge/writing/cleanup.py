@@ -18,8 +18,10 @@ __all__ = ["CleanReport", "clean"]
 
 class CleanReport(NamedTuple):
     """What :func:`clean` did: the paths of the files it ``removed`` (a stale lock among them) and the bytes they
-    held (``freed``); the leftovers it left: those a live writer ``held``, and those whose removal ``failed``, each
-    as (path, why).
+    held (``freed``); the leftovers it left: those someone ``held`` (on POSIX a live writer, by its ``flock``; on
+    Windows another program that has the file open without ``FILE_SHARE_DELETE``, a reader as well as a writer:
+    :data:`~dmlbridge.writing.folder.FILE_HELD` says which), and those whose removal ``failed``, each as (path,
+    why).
 
     Example:
         >>> CleanReport(("out/.w.json.0123456789abcdef.dmlbridge-tmp",), 120, (), ()).freed

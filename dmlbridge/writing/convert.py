@@ -48,7 +48,7 @@ from dmlbridge.system.files import keep_open, open_regular, read_at
 from dmlbridge.system.identity import ids
 from dmlbridge.system.progress import Progress
 from dmlbridge.types.target import Target
-from dmlbridge.writing.folder import LEFTOVERS, LOCK_SUFFIX, OutputFolder, Removals, prefix_folder
+from dmlbridge.writing.folder import FILE_HELD, LEFTOVERS, LOCK_SUFFIX, OutputFolder, prefix_folder
 from dmlbridge.writing.image import write_image
 from dmlbridge.writing.publish import Publication
 
@@ -564,8 +564,9 @@ def _write_outputs(
                     for fd in kept:
                         os.close(fd)
                 raise
-        if removals.failed:
-            _warn_left(prefix, publication.directory, removals)
+        left = [*((name, FILE_HELD) for name in removals.held), *removals.failed]
+        if left:  # (every previous file that stays is named: held ones too, or they stayed unseen)
+            _warn_left(prefix, publication.directory, left)
         return written
     except OSError as exc:
         raise DestinationError(
@@ -576,12 +577,13 @@ def _write_outputs(
         bar.close()
 
 
-def _warn_left(prefix: str, directory: str, removals: Removals) -> None:
-    """The CleanupWarning of files the publication could not remove (the conversion is published)."""
-    shown = "; ".join(f"{os.path.join(directory, name)!r}: {why}" for name, why in removals.failed[:3])
-    more = f"; and {len(removals.failed) - 3} more" if len(removals.failed) > 3 else ""
+def _warn_left(prefix: str, directory: str, left: list[tuple[str, str]]) -> None:
+    """The CleanupWarning of files the publication could not remove, each with why (the conversion is
+    published)."""
+    shown = "; ".join(f"{os.path.join(directory, name)!r}: {why}" for name, why in left[:3])
+    more = f"; and {len(left) - 3} more" if len(left) > 3 else ""
     warnings.warn(CleanupWarning(
-        f"the conversion into {prefix!r} is published, but {counted(len(removals.failed), 'file')} it replaces could "
+        f"the conversion into {prefix!r} is published, but {counted(len(left), 'file')} it replaces could "
         "not be "
         f"removed ({shown}{more}); they stay on the disk until `dmlbridge clean {prefix}` (dmlbridge.clean) "
         "removes them"

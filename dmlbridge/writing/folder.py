@@ -42,11 +42,12 @@ from dmlbridge.errors import DestinationError, InvalidArgumentError
 from dmlbridge.system.files import read_at, write_at
 from dmlbridge.system.identity import FileId, file_id, spelled_alike
 from dmlbridge.system.locks import try_lock
+from dmlbridge.system.names import MAX_NAME_BYTES, name_problem
 from dmlbridge.system.windows import is_sharing_violation
 from dmlbridge.system.workers import sigint_deferred
 
-__all__ = ["LEFTOVERS", "LOCK_GONE", "LOCK_HELD", "LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX", "OutputFolder",
-           "Removals", "output_prefix", "prefix_folder"]
+__all__ = ["FILE_HELD", "LEFTOVERS", "LOCK_GONE", "LOCK_HELD", "LOCK_SUFFIX", "RETIRED_SUFFIX", "TEMP_SUFFIX",
+           "OutputFolder", "Removals", "output_prefix", "prefix_folder"]
 
 TEMP_SUFFIX = ".dmlbridge-tmp"
 RETIRED_SUFFIX = ".dmlbridge-old"
@@ -74,6 +75,10 @@ _WAIT = "wait for it to finish, or choose another output prefix"
 _LOCK_TRIES, _WINDOWS_TRIES, _WINDOWS_PAUSE = 100, 20, 0.01
 _ERROR_ACCESS_DENIED = 5
 LOCK_HELD = "another process has it open"
+FILE_HELD = "another program has the file open" if _WINDOWS else "a live writer holds it"
+"""Why a leftover that someone holds stays: on Windows its removal met a handle opened without
+``FILE_SHARE_DELETE`` (a sharing violation: a reader's, such as Python's ``open()``, as well as a writer's); on
+POSIX a live writer's ``flock`` (a reader cannot keep a file from being removed there)."""
 LOCK_GONE = "it is no longer the lock that was held"
 
 
@@ -116,6 +121,16 @@ def prefix_folder(prefix: str, what: str = "out_prefix") -> str:
             "manifest and the binding list name the buffer files in UTF-8, so no reader could find them; choose "
             "a name in UTF-8"
         ) from None
+    # The manifest's reader (and dmlupload) takes only plain names, on every system: a conversion it could not
+    # read, or one made on Linux that Windows could not (a ':' or a device name there), is refused before it is made.
+    problem = name_problem(f"{name}.{'0' * 16}.00000.bin")
+    if problem is not None:
+        raise InvalidArgumentError(
+            f"{what} {prefix!r} would name its buffer files {name + '.<id>.00000.bin'!r}, which {problem}: "
+            "load_plan reads only buffer files of plain names, which every system takes as files beside the "
+            "manifest (no ':' or '\\', no leading dot, no Windows device name such as CON or LPT1, at most "
+            f"{MAX_NAME_BYTES} bytes); choose another name, e.g. {os.path.join(os.path.dirname(prefix), 'model')!r}"
+        )
     given = os.path.dirname(prefix) or os.curdir
     try:
         directory = os.path.realpath(given, strict=True)
@@ -413,7 +428,7 @@ class OutputFolder:
             return
         except OSError as exc:
             if _WINDOWS and is_sharing_violation(exc):
-                removals.held.append(name)  # (Windows: a writer's handle forbids the removal)
+                removals.held.append(name)  # (Windows: another's handle without FILE_SHARE_DELETE forbids it)
             else:
                 removals.failed.append((name, exc.strerror or str(exc)))
             return

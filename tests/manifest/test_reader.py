@@ -103,6 +103,9 @@ MUTATIONS = {
     "buffer_hidden": _set("buffers.0.file", lambda v: "." + v),
     "buffer_other_conversion": _set("buffers.0.file", lambda v: v.replace(".0", ".1", 1)),
     "buffer_backslash": _set("buffers.0.file", lambda v: "a\\" + v),
+    "buffer_stream": _set("buffers.0.file", lambda v: "model.onnx:" + v),
+    "buffer_device": _set("buffers.0.file", lambda v: "LPT1" + v[v.index("."):]),
+    "buffer_device_spaced": _set("buffers.0.file", lambda v: "con " + v[v.index("."):]),
     "target_level": _set("target.feature_level", "9.9"),
     "target_supported": _set("target.supported", ["BOGUS"]),
     "target_supported_unsorted": _set("target.supported", lambda v: list(reversed(v))),
@@ -153,6 +156,21 @@ def test_load_plan_refuses_each_corrupted_field(written: tuple[Path, dict[str, A
     (tmp_path / "m.json").write_text(json.dumps(bad))
     _buffer(tmp_path, doc).write_bytes(buffer_path(directory / "out").read_bytes())
     with pytest.raises(ManifestError):
+        load_plan(tmp_path / "m.json")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="such a file cannot be made on Windows: the name is the device")
+def test_load_plan_refuses_a_buffer_file_named_as_a_windows_device(written: tuple[Path, dict[str, Any]],
+                                                                   tmp_path: Path) -> None:
+    """A manifest listing ``LPT1.<id>.00000.bin`` is refused by the name rule convert_model follows, not read:
+    on Windows that name is the printer port, whatever follows its dot."""
+    directory, doc = written
+    bad = copy.deepcopy(doc)
+    name = bad["buffers"][0]["file"]
+    bad["buffers"][0]["file"] = "LPT1" + name[name.index(".") :]
+    (tmp_path / "m.json").write_text(json.dumps(bad))
+    (tmp_path / bad["buffers"][0]["file"]).write_bytes(buffer_path(directory / "out").read_bytes())
+    with pytest.raises(ManifestError, match="LPT1, a Windows device name"):
         load_plan(tmp_path / "m.json")
 
 

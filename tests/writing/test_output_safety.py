@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 from builders import model_of
+from command_line import run
 from lock_holders import hold, release
 from models import output_names, retired_names
 from onnx import numpy_helper
@@ -380,7 +381,8 @@ def test_abandoned_files_are_removed_only_when_no_live_writer_holds_them(tmp_pat
         path.write_bytes(b"x")
     holders = [hold(live_temp), hold(live_buffer)]
     try:
-        convert_model(_model(), tmp_path / "w", progress=False)
+        with pytest.warns(dmlbridge.CleanupWarning, match="2 files it replaces could not be removed"):  # (named)
+            convert_model(_model(), tmp_path / "w", progress=False)
         assert live_temp.exists() and live_buffer.exists()
         assert not dead_temp.exists() and not dead_buffer.exists()
         assert all(path.exists() for path in others)
@@ -514,6 +516,30 @@ def test_a_previous_buffer_that_cannot_be_removed_is_a_warning_and_clean_removes
     assert report == dmlbridge.CleanReport((str(old),), 4000, (), ())
     first.close()  # (on Windows, the removal of a file a plan holds open is done when the plan closes it)
     assert sorted(os.listdir(tmp_path)) == sorted(["w.json", os.path.basename(second.bin_path or "")])
+
+
+def test_a_previous_buffer_another_program_holds_is_a_warning_saying_why(tmp_path: Path) -> None:
+    """A previous buffer file that another process holds stays, and is named: on Windows one that has it open
+    without FILE_SHARE_DELETE (Python's own open() does so, and so did dmlupload: a reader), on POSIX a live
+    writer's flock. The re-conversion is published and warns, naming the file, why it stays and `dmlbridge clean`
+    (it stayed unseen); `dmlbridge clean` keeps it saying the same, and removes it once it is let go."""
+    first = convert_model(_model(1.0, 1000), tmp_path / "w", progress=False)
+    first.close()
+    old = Path(first.bin_path or "")
+    why = "another program has the file open" if WINDOWS else "a live writer holds it"
+    holder = hold(old)  # (a child process: os.open, no FILE_SHARE_DELETE on Windows, and a lock)
+    try:
+        where, prefix = re.escape(repr(str(old))), re.escape(str(tmp_path / "w"))
+        with pytest.warns(dmlbridge.CleanupWarning, match=rf"published, but 1 file it replaces could not be removed "
+                          rf"\({where}: {why}\).*`dmlbridge clean {prefix}`"):
+            convert_model(_model(2.0, 1000), tmp_path / "w", progress=False).close()
+        assert old.exists() and load_plan(tmp_path / "w.json").array("w").tolist() == [2.0] * 1000
+        ran = run("clean", tmp_path / "w")
+        assert ran.returncode == 0 and f"kept {old}: {why}" in ran.stderr, ran
+        assert dmlbridge.clean(tmp_path / "w") == dmlbridge.CleanReport((), 0, (str(old),), ())
+    finally:
+        release(holder)
+    assert dmlbridge.clean(tmp_path / "w") == dmlbridge.CleanReport((str(old),), 4000, (), ())
 
 
 def test_clean_removes_what_conversions_left_and_nothing_else(tmp_path: Path) -> None:

@@ -88,3 +88,22 @@ def test_names_in_other_letter_case_are_the_prefixes_only_where_the_folder_ignor
     names = sorted(name.lower() for name in os.listdir(tmp_path))
     assert names == sorted(["model.json", buffer_path(tmp_path / "model").name.lower()]), names
     assert load_plan(tmp_path / "Model.json").array("w").tolist() == [2.0] * 3
+
+
+def test_a_reconversion_into_the_prefix_in_other_letter_case_leaves_no_previous_buffer_file(tmp_path: Path) -> None:
+    """``Model``, then ``model``: where the folder ignores case (Windows), the second replaces the first's
+    manifest, so the first's buffer file, which no manifest lists any more, is a previous buffer of ``model`` and
+    is removed by the conversion (it stayed, unseen by ``clean("model")`` too); where the folder keeps letter case
+    apart, both conversions stay whole."""
+    first = convert_model(_model(), tmp_path / "Model", progress=False)
+    let_go(first)
+    listed = buffer_path(tmp_path / "Model")
+    second = convert_model(_model(2.0), tmp_path / "model", progress=False)
+    let_go(second)
+    if not _ignores_case(tmp_path):
+        assert listed.exists() and load_plan(tmp_path / "Model.json").array("w").tolist() == [1.0] * 3
+        return
+    assert not listed.exists()
+    names = sorted(name.lower() for name in os.listdir(tmp_path))
+    assert names == sorted(["model.json", buffer_path(tmp_path / "model").name.lower()]), names
+    assert dmlbridge.clean(tmp_path / "model") == dmlbridge.CleanReport((), 0, (), ())

@@ -10,6 +10,7 @@ buffer file, a temporary manifest or a retired file of it) is refused. Each case
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -157,3 +158,45 @@ def test_a_model_whose_data_the_conversion_would_remove_is_refused_before_anythi
     with convert_model(model, tmp_path / "v", progress=False) as plan:
         assert plan.array("v").tolist() == [0, 1, 2, 3]
     assert listed.read_bytes()[:16] == data.tobytes()
+
+
+def _refused_everywhere(folder: Path, name: str, reason: str) -> None:
+    """``name`` as out_prefix and as -o is refused for ``reason``, naming the argument, and nothing is created."""
+    (folder / "m.onnx").write_bytes(_model().SerializeToString())  # type: ignore[attr-defined]
+    before = _files(folder)
+    prefix = os.path.join(str(folder), name)
+    with pytest.raises(InvalidArgumentError, match=rf"out_prefix .* which .*{re.escape(reason)}.* choose another"):
+        convert_model(_model(), prefix, progress=False)
+    line = one_line_error(run("convert", folder / "m.onnx", "-o", prefix, "--quiet"))
+    assert line.count("-o/--output") == 1 and reason in line, line
+    assert _files(folder) == before, name
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    (".w", "begins with a dot"), ("wx:y", "holds ':'"), ("model.onnx:x", "holds ':'"), ("w\\x", "holds '\\\\'"),
+    ("x" * 232, "is longer than 255 bytes"),
+])
+def test_a_prefix_whose_files_the_manifest_reader_refuses_is_refused_before_anything_is_created(
+    tmp_path: Path, name: str, reason: str
+) -> None:
+    """A prefix whose buffer files load_plan would not take as plain names beside the manifest: it converted
+    (`.w`, `w\\x` and `wx:y` on Linux; on NTFS `model.onnx:x` writes streams into the model's file), and then
+    load_plan, verify, bindings and clean refused the result. It is refused first, on every system, by the reader's
+    own rule (a conversion made on Linux must load on Windows); a leading dot stays refused, as the reader and
+    dmlupload refuse it (hidden files, and the names of the prefix's temporary and retired files)."""
+    if WINDOWS and "\\" in name:
+        pytest.skip("a backslash separates folders on Windows")
+    _refused_everywhere(tmp_path, name, reason)
+
+
+@pytest.mark.parametrize("name", ["LPT1", "prn", "CON", "CONIN$", "conout$", "COM9", "aux", "NUL", "lpt\u00b9",
+                                  "nul.x", "Com1 ", "CON.", "PRN . model"])
+def test_a_windows_device_name_as_a_prefix_is_refused_on_every_system(tmp_path: Path, name: str) -> None:
+    """A device name (with an extension after it, or trailing spaces and dots) is the device on Windows, not a file:
+    the conversion failed there naming the lock ('No such file or directory', 'Invalid handle'), and one made on
+    Linux could never be read on Windows. So it is refused by name on every system, naming out_prefix (-o)."""
+    _refused_everywhere(tmp_path, name, "a Windows device name")
+    (tmp_path / "sub").mkdir()  # (a name with no device in it is a prefix as any other)
+    convert_model(_model(), tmp_path / "sub" / "console", progress=False).close()
+    convert_model(_model(), tmp_path / "sub" / "w.con", progress=False).close()
+    assert load_plan(tmp_path / "sub" / "console.json").array("w").tolist() == [0, 1, 2, 3]
