@@ -79,6 +79,24 @@ class PreparedTensor(BufferDescMethods):
             values = decode(self.data, self.dml_type, self.sizes, self.strides)
         return restore_values(values, target).reshape(self.source_shape)
 
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """``np.asarray(tensor)``: its values as :meth:`to_numpy` gives them, as ``dtype`` when one is asked for.
+        They are decoded from ``data``, a new array every time: ``copy=False`` (numpy 2's "never copy") raises
+        InvalidArgumentError (a ValueError, as numpy asks of an object that cannot give its values without a
+        copy).
+
+        Example:
+            >>> import dmlbridge, numpy as np
+            >>> np.asarray(dmlbridge.prepare(np.array([1.5, -2.0], np.float16)), dtype=np.float32)
+            array([ 1.5, -2. ], dtype=float32)
+        """
+        if copy is False:
+            raise InvalidArgumentError("a PreparedTensor's values are decoded from its bytes, so they cannot be given "
+                                       "without a copy: use np.asarray(tensor) (copy=None), or tensor.data for the "
+                                       "bytes themselves")
+        values = self.to_numpy()
+        return values if dtype is None else values.astype(dtype, copy=False)
+
 
 
 @dataclass(frozen=True)
