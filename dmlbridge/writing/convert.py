@@ -377,10 +377,11 @@ def _output_prefix(out_prefix: Any) -> str:
                                    "'out/model' for out/model.json")
     if "\x00" in prefix:
         raise InvalidArgumentError(f"out_prefix {prefix!r} holds a NUL character; no file can be named so")
-    if prefix.endswith(tuple(s for s in (os.sep, os.altsep) if s)):
+    separator = prefix.endswith(tuple(s for s in (os.sep, os.altsep) if s))
+    if separator or os.path.isdir(prefix):  # (a folder's name would give its outputs beside it, named as it)
         raise InvalidArgumentError(
-            f"out_prefix {prefix!r} ends in a path separator, so it names a folder, not the outputs' names: give a "
-            f"prefix in it, e.g. {os.path.join(prefix, 'model')!r}"
+            f"out_prefix {prefix!r} {'ends in a path separator, so it names' if separator else 'is'} a folder, not "
+            f"the outputs' names: give a prefix in it, e.g. {os.path.join(prefix, 'model')!r}"
         )
     for extension in (".onnx", ".json", ".bin"):
         if prefix.lower().endswith(extension):

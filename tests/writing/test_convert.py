@@ -254,9 +254,13 @@ def test_out_prefixes_that_name_no_outputs_are_refused_before_anything_is_writte
     before = sorted(os.listdir(tmp_path))
     (tmp_path / "m.json").mkdir()
     (tmp_path / "k.lock").mkdir()
+    (tmp_path / "sub").mkdir()
     cases: list[tuple[Any, type[Exception], str]] = [
         ("", InvalidArgumentError, "out_prefix is empty"),
         (str(tmp_path / "folder") + os.sep, InvalidArgumentError, "out_prefix .* ends in a path separator"),
+        # (an existing folder's name: its outputs would be sub.json beside it, named as the folder)
+        (tmp_path / "sub", InvalidArgumentError, r"out_prefix .*sub' is a folder, not the outputs' names: give a "
+                                                 r"prefix in it, e\.g\. .*model'"),
         (path, InvalidArgumentError, r"out_prefix .* ends in \.onnx, a model's extension"),
         (tmp_path / "w.json", InvalidArgumentError, r"ends in \.json, an output's extension .*w\.json\.json'"),
         (tmp_path / "w.BIN", InvalidArgumentError, r"ends in \.BIN"),
@@ -279,7 +283,7 @@ def test_out_prefixes_that_name_no_outputs_are_refused_before_anything_is_writte
         for name in written:
             if name.startswith("null."):
                 os.unlink(os.path.join("/dev", name))
-    assert sorted(os.listdir(tmp_path)) == sorted([*before, "m.json", "k.lock"]) and not written
+    assert sorted(os.listdir(tmp_path)) == sorted([*before, "m.json", "k.lock", "sub"]) and not written
 
 
 def test_output_files_get_normal_permissions(tmp_path: Path) -> None:
