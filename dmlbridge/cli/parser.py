@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -191,7 +193,24 @@ class _Parser(argparse.ArgumentParser):
             unknown = self._unknown_arguments()
             if unknown:  # "dmlbridge --bogus": the flag is the mistake, not the command it left out
                 message = "unrecognized arguments: " + " ".join(unknown)
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self._did_you_mean(message)} (see {self.prog} --help)\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """"; did you mean 'convert'?" for a mistyped command, choice or flag, when one is close enough."""
+        choice = _INVALID_CHOICE.search(message)
+        if choice is not None:
+            words = [choice.group(1)]
+            known = [str(name) for action in self._actions if action.choices for name in action.choices]
+        elif message.startswith("unrecognized arguments: "):
+            words = [word.partition("=")[0] for word in message.split()[2:] if word.startswith("-")]
+            known = list(self._option_string_actions)
+        else:
+            return ""
+        for word in words:
+            close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+            if close:
+                return f"; did you mean {close[0]!r}?"
+        return ""
 
     def _unknown_arguments(self) -> list[str]:
         """What this parser leaves unrecognized in the arguments it was given, were nothing required."""
@@ -207,6 +226,9 @@ class _Parser(argparse.ArgumentParser):
             self._probing = False
             for action, was in required:
                 action.required = was
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)'")  # (argparse's words, 3.10 to 3.13)
 
 
 class _ProbeError(Exception):

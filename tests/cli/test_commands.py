@@ -817,3 +817,19 @@ def test_a_part_read_as_4_bit_says_so(sample: Path) -> None:
     qmatmul = next(line for line in lines if line.startswith("quantized 'qmatmul'"))
     assert "weight 'q_B' UINT4 (its UINT8 row's bytes, two 4-bit values each)" in qmatmul, qmatmul
     assert "scales 'q_scales' FLOAT32, zero points" in qmatmul, qmatmul
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    (("conver", "m.onnx"), "did you mean 'convert'?"),
+    (("inspct", "m.onnx"), "did you mean 'inspect'?"),
+    (("convert", "m.onnx", "--chekcsum"), "did you mean '--checksum'?"),
+    (("convert", "m.onnx", "--int64", "narow"), "did you mean 'narrow'?"),
+    (("inspect", "m.onnx", "--upload=al"), "did you mean 'all'?"),
+])
+def test_a_mistyped_command_choice_or_flag_gets_a_did_you_mean(args: tuple[str, ...], hint: str) -> None:
+    line = one_line_error(run(*args), hint)
+    assert line.endswith("--help)"), line
+
+
+def test_a_usage_error_far_from_any_word_gets_no_guess() -> None:
+    assert "did you mean" not in one_line_error(run("convert", "m.onnx", "--zzzz"), "unrecognized arguments: --zzzz")
