@@ -42,7 +42,7 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--unsupported", default="", metavar="TYPES",
         help="DML types the device lacks, comma-separated, from: "
-        + ",".join(t.name for t in DmlDataType if t is not DmlDataType.UNKNOWN)
+        + ", ".join(t.name for t in DmlDataType if t is not DmlDataType.UNKNOWN)
     )
     parser.add_argument(
         "--int64", choices=("emulate", "narrow", "saturate"), default="emulate",
@@ -90,7 +90,8 @@ def _add_plan_options(parser: argparse.ArgumentParser) -> None:
     choose.add_argument("--exclude", action="append", metavar="GLOB",
                         help="leave out constants whose key matches GLOB (repeatable)")
     choose.add_argument("--kinds", metavar="KINDS",
-                        help="only constants of these origin kinds, comma-separated, from: " + ",".join(CONSTANT_KINDS))
+                        help="only constants of these origin kinds, comma-separated, from: "
+                        + ", ".join(CONSTANT_KINDS))
     choose.add_argument("--min-bytes", type=_byte_count, default=0, metavar="BYTES",
                         help="only constants whose values take at least BYTES bytes (e.g. 4096 or 1KiB)")
     choose.add_argument("--drop-quantized-sources", action="store_true",

@@ -22,6 +22,7 @@ import dmlbridge
 from dmlbridge import plan_model
 from dmlbridge.cli import commands
 from dmlbridge.cli.demo import build_sample_model
+from dmlbridge.placement.selection import CONSTANT_KINDS
 
 
 def test_version() -> None:
@@ -833,3 +834,14 @@ def test_a_mistyped_command_choice_or_flag_gets_a_did_you_mean(args: tuple[str, 
 
 def test_a_usage_error_far_from_any_word_gets_no_guess() -> None:
     assert "did you mean" not in one_line_error(run("convert", "m.onnx", "--zzzz"), "unrecognized arguments: --zzzz")
+
+
+def test_help_wraps_its_lists_of_names_between_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80 columns, every DML type and origin kind the help lists stands whole on a line (the lists broke
+    mid-word: FLO / AT32)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    text = run("convert", "--help").stdout
+    words = {word.strip(",") for line in text.splitlines() for word in line.split()}
+    names = [t.name for t in dmlbridge.DmlDataType if t is not dmlbridge.DmlDataType.UNKNOWN]
+    kinds = list(CONSTANT_KINDS)
+    assert set(names) <= words and set(kinds) <= words, sorted(set(names + kinds) - words)
