@@ -377,11 +377,10 @@ def _output_prefix(out_prefix: Any) -> str:
                                    "'out/model' for out/model.json")
     if "\x00" in prefix:
         raise InvalidArgumentError(f"out_prefix {prefix!r} holds a NUL character; no file can be named so")
-    separator = prefix.endswith(tuple(s for s in (os.sep, os.altsep) if s))
-    if separator or os.path.isdir(prefix):  # (a folder's name would give its outputs beside it, named as it)
+    if prefix.endswith(tuple(s for s in (os.sep, os.altsep) if s)):
         raise InvalidArgumentError(
-            f"out_prefix {prefix!r} {'ends in a path separator, so it names' if separator else 'is'} a folder, not "
-            f"the outputs' names: give a prefix in it, e.g. {os.path.join(prefix, 'model')!r}"
+            f"out_prefix {prefix!r} ends in a path separator, so it names a folder, not the outputs' names: give a "
+            f"prefix in it, e.g. {os.path.join(prefix, 'model')!r}"
         )
     for extension in (".onnx", ".json", ".bin"):
         if prefix.lower().endswith(extension):
@@ -393,6 +392,9 @@ def _output_prefix(out_prefix: Any) -> str:
                 f"{stem if os.path.basename(stem) else os.path.join(stem, 'model')!r}"
             )
     directory = prefix_folder(prefix)
+    if os.path.isdir(prefix):  # (a folder's name would give outputs beside it, named as the folder)
+        raise InvalidArgumentError(f"out_prefix {prefix!r} is a folder, not the outputs' names: give a prefix in it, "
+                                   f"e.g. {os.path.join(prefix, 'model')!r}")
     kind = _special_kind(prefix, follow=True)
     if kind is not None:
         raise DestinationError(

@@ -519,7 +519,7 @@ def test_unknown_flags_are_named(small: Path, args: list[str]) -> None:
 def test_abbreviated_flags_are_refused_not_guessed(small: Path, args: list[str], given: str) -> None:
     """A flag is taken only as it is spelled: --check is not --checksum, --feature-leve not --feature-level."""
     line = one_line_error(run(*[a.format(small=small) for a in args]))
-    assert f"error: unrecognized arguments: {given} (see dmlbridge" in line, line
+    assert f"error: unrecognized arguments: {given}; did you mean '{given.split()[0]}" in line, line  # (a guess)
     assert sorted(p.name for p in small.parent.iterdir()) == ["small.onnx"]  # (convert --check wrote nothing)
 
 
