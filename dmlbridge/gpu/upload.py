@@ -61,20 +61,22 @@ class _Uploaded:
 
     def _fill(self, sizes: Sequence[int], fill: Any, doing: str) -> None:
         """Make one default-heap buffer per size and fill each (``fill(i)`` gives buffer i's fill function)."""
-        staging = Staging(self.device, self._chunk * 2, max(sizes, default=0))
-        self.staging_bytes = staging.size
-        try:
-            for index, size in enumerate(sizes):
-                self._resources.append(create_buffer(self.device, size, D3D12_HEAP_TYPE_DEFAULT,
-                                                     D3D12_RESOURCE_STATE_COPY_DEST, f"making buffer {index}"))
-                staging.upload(self._resources[-1], size, fill(index), f"{doing} {index}")
-            staging.flush()
-        finally:
-            staging.close()
+        with self.device.lock:
+            staging = Staging(self.device, self._chunk * 2, max(sizes, default=0))
+            self.staging_bytes = staging.size
+            try:
+                for index, size in enumerate(sizes):
+                    self._resources.append(create_buffer(self.device, size, D3D12_HEAP_TYPE_DEFAULT,
+                                                         D3D12_RESOURCE_STATE_COPY_DEST, f"making buffer {index}"))
+                    staging.upload(self._resources[-1], size, fill(index), f"{doing} {index}")
+                staging.flush()
+            finally:
+                staging.close()
 
     def resource(self, index: int = 0) -> int:
         """The ``ID3D12Resource*`` (an int) of buffer ``index``: a default-heap buffer in UNORDERED_ACCESS, the
-        state DirectML binds buffers in."""
+        state DirectML binds buffers in. The int is borrowed: it is valid while this upload is open (not closed,
+        and referenced); :meth:`binding` gives a binding that keeps the upload alive."""
         self._check_open()
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self._resources):
             raise InvalidArgumentError(f"there is no buffer {index!r}: the upload has {len(self._resources)} "
@@ -83,7 +85,8 @@ class _Uploaded:
 
     @property
     def resources(self) -> tuple[int, ...]:
-        """Every buffer's ``ID3D12Resource*``, by index: what ``Binding.as_ctypes(resources)`` takes."""
+        """Every buffer's ``ID3D12Resource*``, by index: what ``Binding.as_ctypes(resources)`` takes (borrowed ints,
+        valid while this upload is open, as :meth:`resource` says)."""
         self._check_open()
         return tuple(self._resources)
 
@@ -92,9 +95,13 @@ class _Uploaded:
 
     def binding(self, key: Any) -> DML_BUFFER_BINDING:
         """The ``DML_BUFFER_BINDING`` of ``key``: its buffer's resource, its offset and its
-        ``TotalTensorSizeInBytes``."""
+        ``TotalTensorSizeInBytes``. It keeps this upload alive (``.upload``), so that its buffer outlives every
+        binding of it; after ``close()``, ``run_operator`` and ``run_graph`` refuse it."""
         buffer, offset, desc = self._where(key)
-        return DML_BUFFER_BINDING(self.resource(buffer), offset, desc.total_tensor_size_in_bytes)
+        binding = DML_BUFFER_BINDING(self.resource(buffer), offset, desc.total_tensor_size_in_bytes)
+        binding.upload = self  # (a binding holds a raw resource pointer: the upload frees it when collected)
+        binding.tensor_desc = desc
+        return binding
 
     def binding_desc(self, key: Any) -> DML_BINDING_DESC:
         """The ``DML_BINDING_DESC`` (type BUFFER) of ``key``, for ``IDMLBindingTable::BindInputs``: it points at
@@ -117,9 +124,10 @@ class _Uploaded:
         if size > max_tensor_bytes:
             raise TensorTooLargeError(f"{key!r} holds {size} bytes, more than max_tensor_bytes={max_tensor_bytes}; "
                                       "pass a larger max_tensor_bytes= to read it if you have the memory")
-        if self._readback is None:
-            self._readback = Readback(self.device, max(256, self._chunk))
-        return self._readback.read(self.resource(buffer), offset, size)
+        with self.device.lock:  # (threads reading one upload share its readback heap and command list)
+            if self._readback is None:
+                self._readback = Readback(self.device, max(256, self._chunk))
+            return self._readback.read(self.resource(buffer), offset, size)
 
     def _decoded(self, desc: BufferTensorDesc, data: np.ndarray) -> np.ndarray:
         return decode(data, desc.data_type, desc.sizes, desc.strides)
@@ -135,9 +143,13 @@ class _Uploaded:
 
     def close(self) -> None:
         """Release the buffers (wait for the GPU first), and the device when the upload made its own."""
-        if self._closed:
-            return
-        self._closed = True
+        with self.device.lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
         try:
             if self._readback is not None:
                 self._readback.close()
