@@ -73,7 +73,16 @@ def _buffer_desc(binding: DML_BUFFER_BINDING | None) -> DML_BINDING_DESC:
 
 
 def check_inputs(inputs: Sequence[Any], owned_by_dml: Sequence[int]) -> tuple[list[DML_BUFFER_BINDING | None],
-                                                                                  set[int]]:
+                                                                                 set[int]]:
+    """A run's ``inputs`` and ``owned_by_dml`` checked before any COM call (what can be checked without the
+    device: each binding's resource and offset, and for a binding of an upload, that the upload is open and the
+    binding still fits its desc); the bindings, and the set of owned indices.
+
+    Example:
+        >>> bindings, owned = check_inputs([None, DML_BUFFER_BINDING(0x10000, 256, 16)], [1])
+        >>> bindings[1].Offset, owned
+        (256, {1})
+    """
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
         raise InvalidArgumentError("inputs must be a sequence of DML_BUFFER_BINDING (or None for an optional input "
                                    "left unbound), one per operator input, in the operator desc's order")
