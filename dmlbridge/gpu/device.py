@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from typing import Any
 
 from dmlbridge.errors import ComError, DeviceRemovedError, GpuUnavailableError, InvalidArgumentError
@@ -60,6 +61,10 @@ class Device:
 
     ``close()`` (or leaving a ``with`` block) releases them; a closed device refuses every call.
 
+    Threads may share a device: ``lock`` (a reentrant lock) is held around each record-submit-wait (an upload,
+    a read, a run), which share the queue, its fence and the event waits use; the work of two threads on one
+    device runs one after the other.
+
     Example:
         >>> import dmlbridge.gpu
         >>> with dmlbridge.gpu.create_device() as device:
@@ -79,6 +84,8 @@ class Device:
         self._event: Event | None = None
         self._fence_value = 0
         self._closed = False
+        self.lock = threading.RLock()
+        """Held around each record-submit-wait on this device (reentrant: a run's reads take it again)."""
         try:
             queue_desc = D3D12_COMMAND_QUEUE_DESC(D3D12_COMMAND_LIST_TYPE_DIRECT, 0, 0, 0)
             self.queue = self.create(ID3D12Device.CreateCommandQueue, ctypes.byref(queue_desc),
@@ -96,17 +103,20 @@ class Device:
 
     def submit(self, command_list: int) -> int:
         """Execute one closed command list on the queue; the fence value that says it is done."""
-        self._check_open()
-        lists = (ctypes.c_void_p * 1)(command_list)
-        invoke(self.queue, ID3D12CommandQueue.ExecuteCommandLists, 1, lists)
-        return self.signal()
+        with self.lock:
+            self._check_open()
+            lists = (ctypes.c_void_p * 1)(command_list)
+            invoke(self.queue, ID3D12CommandQueue.ExecuteCommandLists, 1, lists)
+            return self.signal()
 
     def signal(self) -> int:
         """Have the queue signal the fence when everything submitted so far is done; the value it will have."""
-        self._check_open()
-        self._fence_value += 1
-        self.check(self.queue, ID3D12CommandQueue.Signal, self.fence, self._fence_value, doing="signaling the fence")
-        return self._fence_value
+        with self.lock:
+            self._check_open()
+            self._fence_value += 1
+            self.check(self.queue, ID3D12CommandQueue.Signal, self.fence, self._fence_value,
+                       doing="signaling the fence")
+            return self._fence_value
 
     def completed(self) -> int:
         """The fence's value: every submission signaled up to it is done."""
@@ -116,17 +126,19 @@ class Device:
     def wait(self, value: int, doing: str = "") -> None:
         """Wait until the queue has done everything up to fence ``value``; DeviceRemovedError if the device is lost
         before (or while) it does."""
-        if self.completed() < value:
-            assert self._event is not None
-            self.check(self.fence, ID3D12Fence.SetEventOnCompletion, value, self._event.handle, doing=doing)
-            while self.completed() < value:
-                if not self._event.wait(_POLL_MS):
-                    self.check_removed(doing)
-        self.check_removed(doing)
+        with self.lock:  # (one event serves every wait: two waits at once would take each other's signal)
+            if self.completed() < value:
+                assert self._event is not None
+                self.check(self.fence, ID3D12Fence.SetEventOnCompletion, value, self._event.handle, doing=doing)
+                while self.completed() < value:
+                    if not self._event.wait(_POLL_MS):
+                        self.check_removed(doing)
+            self.check_removed(doing)
 
     def flush(self) -> None:
         """Wait until everything submitted so far is done."""
-        self.wait(self.signal(), "waiting for the queue")
+        with self.lock:
+            self.wait(self.signal(), "waiting for the queue")
 
     # --- COM calls -------------------------------------------------------------------------------------------
 
@@ -183,8 +195,12 @@ class Device:
 
     def close(self) -> None:
         """Wait for the queue, then release the fence, the queue and the devices (again: nothing)."""
-        if self._closed:
-            return
+        with self.lock:
+            if self._closed:
+                return
+            self._close()
+
+    def _close(self) -> None:
         try:
             if self.fence and self.queue and self._event is not None and not self.removed_reason()[1]:
                 self.flush()

@@ -22,6 +22,7 @@ from dmlbridge.gpu.interfaces import (
     IID,
     ID3D12DescriptorHeap,
     ID3D12Device,
+    ID3D12Resource,
     IDMLBindingTable,
     IDMLCommandRecorder,
     IDMLDevice,
@@ -35,6 +36,8 @@ from dmlbridge.gpu.structs import (
     D3D12_DESCRIPTOR_HEAP_TYPE_CBV_SRV_UAV,
     D3D12_GPU_DESCRIPTOR_HANDLE,
     D3D12_HEAP_TYPE_DEFAULT,
+    D3D12_RESOURCE_DESC,
+    D3D12_RESOURCE_DIMENSION_BUFFER,
     D3D12_RESOURCE_STATE_COPY_DEST,
     D3D12_RESOURCE_STATE_UNORDERED_ACCESS,
     DML_BINDING_DESC,
@@ -49,7 +52,7 @@ from dmlbridge.gpu.structs import (
 )
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
 
-__all__ = ["run_compiled", "run_operator"]
+__all__ = ["check_extents", "check_inputs", "run_compiled", "run_operator"]
 
 _PERSISTENT_ALIGNMENT = 256  # DML_PERSISTENT_BUFFER_ALIGNMENT
 
@@ -69,8 +72,17 @@ def _buffer_desc(binding: DML_BUFFER_BINDING | None) -> DML_BINDING_DESC:
     return desc
 
 
-def _check_inputs(inputs: Sequence[Any], owned_by_dml: Sequence[int]) -> tuple[list[DML_BUFFER_BINDING | None],
-                                                                                  set[int]]:
+def check_inputs(inputs: Sequence[Any], owned_by_dml: Sequence[int]) -> tuple[list[DML_BUFFER_BINDING | None],
+                                                                                 set[int]]:
+    """A run's ``inputs`` and ``owned_by_dml`` checked before any COM call (what can be checked without the
+    device: each binding's resource and offset, and for a binding of an upload, that the upload is open and the
+    binding still fits its desc); the bindings, and the set of owned indices.
+
+    Example:
+        >>> bindings, owned = check_inputs([None, DML_BUFFER_BINDING(0x10000, 256, 16)], [1])
+        >>> bindings[1].Offset, owned
+        (256, {1})
+    """
     if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
         raise InvalidArgumentError("inputs must be a sequence of DML_BUFFER_BINDING (or None for an optional input "
                                    "left unbound), one per operator input, in the operator desc's order")
@@ -82,6 +94,8 @@ def _check_inputs(inputs: Sequence[Any], owned_by_dml: Sequence[int]) -> tuple[l
         if item is not None and (not item.Buffer or item.Offset % 16):
             raise InvalidArgumentError(f"inputs[{index}] has no resource, or an offset that is not a multiple of 16 "
                                        "(which can remove the device instead of failing a call)")
+        if item is not None:
+            _check_from_upload(item, f"inputs[{index}]")
         bindings.append(item)
     owned = set()
     for index in owned_by_dml:
@@ -91,6 +105,45 @@ def _check_inputs(inputs: Sequence[Any], owned_by_dml: Sequence[int]) -> tuple[l
                                        "tensors are flagged DML_TENSOR_FLAG_OWNED_BY_DML")
         owned.add(index)
     return bindings, owned
+
+
+def _check_from_upload(binding: DML_BUFFER_BINDING, name: str) -> None:
+    """A binding an upload gave (``.upload``): refused once the upload is closed (its buffer freed), or where it
+    no longer fits the desc it binds (an offset off its GuaranteedBaseOffsetAlignment, a size short of its
+    TotalTensorSizeInBytes)."""
+    upload = getattr(binding, "upload", None)
+    if upload is None:
+        return
+    if upload.closed:
+        raise InvalidArgumentError(f"{name} is a binding of an upload that was closed, which freed its buffer; "
+                                   "keep the upload open until the run returns (close it after), or upload again")
+    desc = binding.tensor_desc
+    alignment = max(1, desc.guaranteed_base_offset_alignment)
+    if binding.Offset % alignment or binding.SizeInBytes < desc.total_tensor_size_in_bytes:
+        raise InvalidArgumentError(
+            f"{name} has Offset {binding.Offset} and SizeInBytes {binding.SizeInBytes}, where its tensor desc wants "
+            f"an offset that is a multiple of its GuaranteedBaseOffsetAlignment ({alignment}) and at least its "
+            f"TotalTensorSizeInBytes ({desc.total_tensor_size_in_bytes}) bytes; bind it as the upload's binding() "
+            "gives it")
+
+
+def check_extents(bindings: Sequence[DML_BUFFER_BINDING | None]) -> None:
+    """Each binding's Offset + SizeInBytes within its resource (``ID3D12Resource::GetDesc``'s Width): a binding
+    past its buffer can remove the device rather than fail a call (docs/bindings.md). Called on Windows, after the
+    checks of :func:`check_inputs`, before any GPU work."""
+    for index, binding in enumerate(bindings):
+        if binding is None:
+            continue
+        desc = D3D12_RESOURCE_DESC()
+        invoke(binding.Buffer, ID3D12Resource.GetDesc, ctypes.byref(desc))
+        if desc.Dimension != D3D12_RESOURCE_DIMENSION_BUFFER:
+            raise InvalidArgumentError(f"inputs[{index}]'s resource is not a buffer (D3D12_RESOURCE_DIMENSION "
+                                       f"{desc.Dimension}); DirectML binds buffers")
+        if binding.Offset + binding.SizeInBytes > desc.Width:
+            raise InvalidArgumentError(
+                f"inputs[{index}] binds bytes {binding.Offset} to {binding.Offset + binding.SizeInBytes} of a "
+                f"resource of {desc.Width} bytes: past its end, which can remove the device instead of failing a "
+                "call; give an Offset and SizeInBytes within the buffer")
 
 
 def _check_output_sizes(output_sizes: Sequence[int]) -> list[int]:
@@ -130,10 +183,11 @@ def run_operator(device: Any, operator: DML_OPERATOR_DESC, inputs: Sequence[DML_
     if not isinstance(operator, DML_OPERATOR_DESC):
         raise InvalidArgumentError(f"operator must be a DML_OPERATOR_DESC (dmlbridge.gpu.DML_OPERATOR_DESC), not "
                                    f"{type(operator).__name__}")
-    bindings, owned = _check_inputs(inputs, owned_by_dml)
+    bindings, owned = check_inputs(inputs, owned_by_dml)
     sizes = _check_output_sizes(output_sizes)
     held, owns = as_device(device)
     try:
+        check_extents(bindings)
         return _Run(held).run(operator, bindings, owned, sizes)
     finally:
         if owns:
@@ -154,10 +208,11 @@ def run_compiled(device: Any, compiled: int, inputs: Sequence[DML_BUFFER_BINDING
     """
     if isinstance(compiled, bool) or not isinstance(compiled, int) or not compiled:
         raise InvalidArgumentError("compiled must be the address (an int) of an IDMLCompiledOperator")
-    bindings, owned = _check_inputs(inputs, owned_by_dml)
+    bindings, owned = check_inputs(inputs, owned_by_dml)
     sizes = _check_output_sizes(output_sizes)
     held, owns = as_device(device)
     try:
+        check_extents(bindings)
         return _Run(held).run(None, bindings, owned, sizes, compiled=compiled)
     finally:
         if owns:
@@ -184,6 +239,11 @@ class _Run:
     def run(self, operator: DML_OPERATOR_DESC | None, inputs: list[DML_BUFFER_BINDING | None], owned: set[int],
             output_sizes: list[int], compiled: int = 0) -> list[np.ndarray]:
         """Run ``operator``, or the compiled operator (or graph) at ``compiled``, which the caller keeps."""
+        with self.device.lock:  # (one run's record-submit-wait at a time on a device: they share its queue)
+            return self._run(operator, inputs, owned, output_sizes, compiled)
+
+    def _run(self, operator: DML_OPERATOR_DESC | None, inputs: list[DML_BUFFER_BINDING | None], owned: set[int],
+             output_sizes: list[int], compiled: int) -> list[np.ndarray]:
         device = self.device
         commands = readback = None
         try:

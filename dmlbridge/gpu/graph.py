@@ -20,7 +20,7 @@ import numpy as np
 from dmlbridge.errors import ComError, InvalidArgumentError
 from dmlbridge.gpu.com import failed, hresult_text, invoke, out_pointer, release
 from dmlbridge.gpu.device import as_device
-from dmlbridge.gpu.dispatch import run_compiled
+from dmlbridge.gpu.dispatch import check_extents, check_inputs, run_compiled
 from dmlbridge.gpu.graph_structs import (
     DML_EXECUTION_FLAG_NONE,
     DML_GRAPH_DESC,
@@ -143,6 +143,7 @@ def run_graph(device: Any, operators: Sequence[DML_OPERATOR_DESC], input_edges: 
             isinstance(output_sizes, (str, bytes)) or not isinstance(output_sizes, Sequence):
         raise InvalidArgumentError("inputs and output_sizes must be sequences: one binding per graph input, one "
                                    "byte count per graph output")
+    bindings, _ = check_inputs(inputs, owned_by_dml)
     keep: list[Any] = []
     arrays = []
     for what, edges in (("input_edges", input_edges), ("intermediate_edges", intermediate_edges),
@@ -155,6 +156,7 @@ def run_graph(device: Any, operators: Sequence[DML_OPERATOR_DESC], input_edges: 
     held, owns = as_device(device)
     made: list[int] = []
     try:
+        check_extents(bindings)  # (before any GPU work: a binding past its buffer can remove the device)
         dml1 = out_pointer()
         hresult = invoke(held.dml, IUnknown.QueryInterface, ctypes.byref(IID.IDMLDevice1), ctypes.byref(dml1))
         if failed(hresult) or not dml1.value:

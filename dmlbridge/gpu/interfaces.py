@@ -122,7 +122,7 @@ ID3D12Resource = _Interface(_methods(
     "ID3D12Resource", 8,
     ("Map", HRESULT, (_U32, _P, _P)),
     ("Unmap", None, (_U32, _P)),
-    _SKIP,  # GetDesc
+    ("GetDesc", _P, (_P,)),  # (returns a struct: MSVC ABI)
     ("GetGPUVirtualAddress", _U64, ()),
 ))
 ID3D12DescriptorHeap = _Interface(_methods(

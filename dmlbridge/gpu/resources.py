@@ -158,6 +158,10 @@ class Readback:
     def read(self, source: int, offset: int, size: int, out: np.ndarray | None = None) -> np.ndarray:
         """``size`` bytes of the default-heap buffer ``source`` (in UNORDERED_ACCESS) from ``offset``, copied to the
         CPU a chunk at a time, into ``out`` (a new uint8 array if None)."""
+        with self.device.lock:  # (the heap and the command list are this reader's: one read at a time)
+            return self._read(source, offset, size, out)
+
+    def _read(self, source: int, offset: int, size: int, out: np.ndarray | None) -> np.ndarray:
         result = np.empty(size, np.uint8) if out is None else out
         want = min(self.chunk_bytes, size)
         if want > self.size:

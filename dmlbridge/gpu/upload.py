@@ -38,8 +38,11 @@ from dmlbridge.quantized.records import QuantizedPart
 from dmlbridge.tensor.decode import decode
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING, DML_BUFFER_TENSOR_DESC, BufferTensorDesc
 from dmlbridge.tensor.encode import PreparedTensor
+from dmlbridge.types.data_types import DmlDataType, FeatureLevel
+from dmlbridge.types.target import Target
 
-__all__ = ["PART_FORMS", "PART_ROLES", "UploadedPlan", "UploadedTensors", "upload", "upload_tensors"]
+__all__ = ["PART_FORMS", "PART_ROLES", "UploadedPlan", "UploadedTensors", "check_plan_fits", "upload",
+           "upload_tensors"]
 
 PART_FORMS = ("blocked", "split")
 """A quantized weight's forms (docs/bindings.md): ``blocked_form()`` and ``parts()``."""
@@ -61,20 +64,22 @@ class _Uploaded:
 
     def _fill(self, sizes: Sequence[int], fill: Any, doing: str) -> None:
         """Make one default-heap buffer per size and fill each (``fill(i)`` gives buffer i's fill function)."""
-        staging = Staging(self.device, self._chunk * 2, max(sizes, default=0))
-        self.staging_bytes = staging.size
-        try:
-            for index, size in enumerate(sizes):
-                self._resources.append(create_buffer(self.device, size, D3D12_HEAP_TYPE_DEFAULT,
-                                                     D3D12_RESOURCE_STATE_COPY_DEST, f"making buffer {index}"))
-                staging.upload(self._resources[-1], size, fill(index), f"{doing} {index}")
-            staging.flush()
-        finally:
-            staging.close()
+        with self.device.lock:
+            staging = Staging(self.device, self._chunk * 2, max(sizes, default=0))
+            self.staging_bytes = staging.size
+            try:
+                for index, size in enumerate(sizes):
+                    self._resources.append(create_buffer(self.device, size, D3D12_HEAP_TYPE_DEFAULT,
+                                                         D3D12_RESOURCE_STATE_COPY_DEST, f"making buffer {index}"))
+                    staging.upload(self._resources[-1], size, fill(index), f"{doing} {index}")
+                staging.flush()
+            finally:
+                staging.close()
 
     def resource(self, index: int = 0) -> int:
         """The ``ID3D12Resource*`` (an int) of buffer ``index``: a default-heap buffer in UNORDERED_ACCESS, the
-        state DirectML binds buffers in."""
+        state DirectML binds buffers in. The int is borrowed: it is valid while this upload is open (not closed,
+        and referenced); :meth:`binding` gives a binding that keeps the upload alive."""
         self._check_open()
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self._resources):
             raise InvalidArgumentError(f"there is no buffer {index!r}: the upload has {len(self._resources)} "
@@ -83,7 +88,8 @@ class _Uploaded:
 
     @property
     def resources(self) -> tuple[int, ...]:
-        """Every buffer's ``ID3D12Resource*``, by index: what ``Binding.as_ctypes(resources)`` takes."""
+        """Every buffer's ``ID3D12Resource*``, by index: what ``Binding.as_ctypes(resources)`` takes (borrowed ints,
+        valid while this upload is open, as :meth:`resource` says)."""
         self._check_open()
         return tuple(self._resources)
 
@@ -92,9 +98,13 @@ class _Uploaded:
 
     def binding(self, key: Any) -> DML_BUFFER_BINDING:
         """The ``DML_BUFFER_BINDING`` of ``key``: its buffer's resource, its offset and its
-        ``TotalTensorSizeInBytes``."""
+        ``TotalTensorSizeInBytes``. It keeps this upload alive (``.upload``), so that its buffer outlives every
+        binding of it; after ``close()``, ``run_operator`` and ``run_graph`` refuse it."""
         buffer, offset, desc = self._where(key)
-        return DML_BUFFER_BINDING(self.resource(buffer), offset, desc.total_tensor_size_in_bytes)
+        binding = DML_BUFFER_BINDING(self.resource(buffer), offset, desc.total_tensor_size_in_bytes)
+        binding.upload = self  # (a binding holds a raw resource pointer: the upload frees it when collected)
+        binding.tensor_desc = desc
+        return binding
 
     def binding_desc(self, key: Any) -> DML_BINDING_DESC:
         """The ``DML_BINDING_DESC`` (type BUFFER) of ``key``, for ``IDMLBindingTable::BindInputs``: it points at
@@ -117,9 +127,10 @@ class _Uploaded:
         if size > max_tensor_bytes:
             raise TensorTooLargeError(f"{key!r} holds {size} bytes, more than max_tensor_bytes={max_tensor_bytes}; "
                                       "pass a larger max_tensor_bytes= to read it if you have the memory")
-        if self._readback is None:
-            self._readback = Readback(self.device, max(256, self._chunk))
-        return self._readback.read(self.resource(buffer), offset, size)
+        with self.device.lock:  # (threads reading one upload share its readback heap and command list)
+            if self._readback is None:
+                self._readback = Readback(self.device, max(256, self._chunk))
+            return self._readback.read(self.resource(buffer), offset, size)
 
     def _decoded(self, desc: BufferTensorDesc, data: np.ndarray) -> np.ndarray:
         return decode(data, desc.data_type, desc.sizes, desc.strides)
@@ -135,9 +146,13 @@ class _Uploaded:
 
     def close(self) -> None:
         """Release the buffers (wait for the GPU first), and the device when the upload made its own."""
-        if self._closed:
-            return
-        self._closed = True
+        with self.device.lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
         try:
             if self._readback is not None:
                 self._readback.close()
@@ -309,6 +324,67 @@ class UploadedTensors(_Uploaded):
         return replace(self.tensors[index], data=data).to_numpy()
 
 
+def _listed(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def check_plan_fits(plan: UploadPlan, target: Target) -> None:
+    """Refuse (InvalidArgumentError) a plan that needs what a device of ``target`` lacks: an uploaded entry, or a
+    quantized part, of a type it does not support or with more dimensions than its level takes, or a quantized
+    record bound to DEQUANTIZE (feature level 6.3) below 6.3. The constants read on the CPU (in the buffers after
+    ``plan.upload_buffer_count``) never reach the device and keep their ONNX type (INT64, say): they do not count.
+    A plan made for a lower target fits.
+
+    Example:
+        >>> import dmlbridge, numpy as np
+        >>> from onnx import helper, numpy_helper
+        >>> w = numpy_helper.from_array(np.ones(4, np.float16), "w")
+        >>> plan = dmlbridge.plan_model(helper.make_model(helper.make_graph([], "g", [], [], [w])))
+        >>> check_plan_fits(plan, dmlbridge.Target("6.4"))
+        >>> try:
+        ...     check_plan_fits(plan, dmlbridge.Target("6.4", supported={"FLOAT32"}))
+        ... except dmlbridge.InvalidArgumentError as exc:
+        ...     print(str(exc).split("): ")[1].split(";")[0])
+        the device lacks what entry 'w' (FLOAT16) needs
+    """
+    uploaded = plan.upload_buffer_count
+    needs: list[str] = []
+    for entry in plan.converted:
+        if (entry.buffer or 0) >= uploaded or entry.buffer_desc is None:
+            continue  # (read on the CPU: never on the device)
+        why = _lacks(entry.buffer_desc, target)
+        if why:
+            needs.append(f"entry {entry.key!r} ({why})")
+    for record in plan.quantized.values():
+        if record.skipped is not None:
+            continue
+        if record.operator == "DEQUANTIZE" and target.feature_level < FeatureLevel.FL_6_3:
+            needs.append(f"quantized record {record.key!r} (DEQUANTIZE, from feature level 6.3)")
+        for role, part in zip(PART_ROLES, record.parts(), strict=True):
+            why = _lacks(part.buffer_desc, target) if part.buffer < uploaded else ""
+            if why:
+                needs.append(f"quantized record {record.key!r}'s {role} ({why})")
+    if needs:
+        types = ", ".join(sorted(t.name for t in target.types))
+        raise InvalidArgumentError(
+            f"this plan was converted for a richer target than the device (feature level "
+            f"{target.feature_level.dotted}, types {types}): the device lacks what {_listed(needs)} "
+            f"need{'s' if len(needs) == 1 else ''}; convert the model again with "
+            "target=dmlbridge.gpu.target_of(device), or upload to a device that has them")
+
+
+def _lacks(desc: BufferTensorDesc, target: Target) -> str:
+    """What a desc needs that ``target`` lacks (its type, its dimension count), or ""."""
+    dml_type = DmlDataType(desc.data_type)
+    if not target.supports(dml_type):
+        return dml_type.name
+    if not target.min_dimension_count <= len(desc.sizes) <= target.max_dimension_count:
+        return (f"{len(desc.sizes)} dimensions, where its level takes {target.min_dimension_count} to "
+                f"{target.max_dimension_count}")
+    return ""
+
+
 def upload(plan: UploadPlan, device: Any, *, staging_bytes: int = DEFAULT_STAGING_BYTES) -> UploadedPlan:
     """Upload a written plan (``load_plan``'s or ``convert_model``'s result) to the GPU: one default-heap buffer per
     buffer file, each filled through one reused upload heap of ``staging_bytes`` (64 MiB: the most in flight; a
@@ -317,7 +393,9 @@ def upload(plan: UploadPlan, device: Any, *, staging_bytes: int = DEFAULT_STAGIN
     ``device``: a ``create_device()`` result (used, not closed), or your ``IDMLDevice`` as an int address, a
     ``ctypes.c_void_p`` or a comtypes pointer (its Direct3D 12 device is found with ``GetParentDevice``; the upload
     makes its own queue on it, closed with the upload). The result binds every entry and part
-    (:class:`UploadedPlan`).
+    (:class:`UploadedPlan`). A plan converted for a richer target than the device (a type it lacks, DEQUANTIZE
+    below feature level 6.3) is refused, naming what needs it (:func:`check_plan_fits`); one for a lower target
+    uploads.
 
     Example:
         >>> import dmlbridge, dmlbridge.gpu, numpy as np, os, tempfile
@@ -339,6 +417,7 @@ def upload(plan: UploadPlan, device: Any, *, staging_bytes: int = DEFAULT_STAGIN
     staging = check_staging_bytes(staging_bytes)
     held, owned = as_device(device)
     try:
+        check_plan_fits(plan, Target(held.feature_level, supported=held.types))
         return UploadedPlan(plan, held, owned, staging)
     except BaseException:
         if owned:

@@ -66,9 +66,14 @@ class DML_BUFFER_BINDING(ctypes.Structure):  # noqa: N801 - the DirectML name
         >>> binding = dmlbridge.DML_BUFFER_BINDING(None, 256, 12)
         >>> binding.Offset, binding.SizeInBytes, ctypes.sizeof(binding) == 8 + 2 * 8
         (256, 12, True)
+
+    One an upload's ``binding()`` gives also holds the upload (``.upload``), which it keeps alive, and the
+    ``BufferTensorDesc`` it binds (``.tensor_desc``); ``dmlbridge.gpu``'s runs check a binding against both.
     """
 
     _fields_ = [("Buffer", ctypes.c_void_p), ("Offset", ctypes.c_uint64), ("SizeInBytes", ctypes.c_uint64)]
+    upload: Any
+    tensor_desc: Any
 
 
 class DML_BUFFER_TENSOR_DESC(ctypes.Structure):  # noqa: N801 - the DirectML name

@@ -4,8 +4,10 @@ InvalidArgumentError naming the argument), and well-formed arguments off Windows
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 import dmlbridge
@@ -44,3 +46,16 @@ def test_off_windows_a_graph_says_it_needs_windows(monkeypatch: pytest.MonkeyPat
 def test_run_compiled_wants_a_compiled_operators_address(compiled: Any) -> None:
     with pytest.raises(dmlbridge.InvalidArgumentError, match="compiled must be the address"):
         dmlbridge.gpu.run_compiled(0x20000, compiled, [], [16])
+
+
+def test_a_binding_of_a_closed_upload_is_refused_before_any_com_call() -> None:
+    binding = dmlbridge.DML_BUFFER_BINDING(0x40000, 0, 16)  # (no resource there: never called)
+    binding.upload = SimpleNamespace(closed=True)
+    binding.tensor_desc = dmlbridge.prepare(np.ones(4, np.float32)).buffer_desc
+    arguments = ([OP], [InputEdge(0, 0, 0)], [], [OutputEdge(0, 0, 0)], [binding], [16])
+    with pytest.raises(dmlbridge.InvalidArgumentError, match=r"inputs\[0\] is a binding of an upload that was closed"):
+        dmlbridge.gpu.run_graph(0x20000, *arguments)
+    binding.upload = SimpleNamespace(closed=False)
+    binding.SizeInBytes = 8
+    with pytest.raises(dmlbridge.InvalidArgumentError, match=r"TotalTensorSizeInBytes \(16\)"):
+        dmlbridge.gpu.run_compiled(0x20000, 0x30000, [binding], [16])
