@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from dmlbridge.errors import InvalidArgumentError, ManifestError, counted
+from dmlbridge.manifest.free_sizes import graph_inputs_from_json, graph_inputs_json, shapes_from_json
 from dmlbridge.manifest.json_fields import INT64_MAX, Fields, kind_of, parse_json, whole_number
 from dmlbridge.manifest.sections import (
     BufferFile,
@@ -51,11 +52,10 @@ from dmlbridge.manifest.sections import (
     uploaded_buffers,
 )
 from dmlbridge.model.consumers import PER_OPERATOR_VERSION, Consumer
-from dmlbridge.model.named_sizes import NamedShape
-from dmlbridge.model.shapes import MOST_GRAPH_INPUTS, MOST_INPUT_DIMS, NO_SHAPES, GivenShapes, GraphInputs
+from dmlbridge.model.shapes import NO_SHAPES, GivenShapes, GraphInputs
 from dmlbridge.placement.cpu_read import UPLOADS, Upload
 from dmlbridge.placement.entries import PlanEntries, PlanEntry
-from dmlbridge.placement.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES, MAX_KEY_LENGTH
+from dmlbridge.placement.options import MAX_ALIGNMENT, MAX_BUFFER_BYTES
 from dmlbridge.placement.selection import EVERY_CONSTANT, Selection
 from dmlbridge.quantized.records import QuantizedWeight, part_keys
 from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
@@ -224,11 +224,6 @@ def _head(manifest: Manifest) -> dict[str, Any]:
         **({} if not manifest.graph_inputs or manifest.format_version < PER_OPERATOR_VERSION else
            {"graph_inputs": graph_inputs_json(manifest.graph_inputs)}),
     }
-
-
-def graph_inputs_json(graph_inputs: GraphInputs) -> dict[str, Any]:
-    """The manifest form of ``Manifest.graph_inputs``: an object of each input's shape (an array, or null)."""
-    return {name: None if shape is None else list(shape) for name, shape in graph_inputs}
 
 
 def manifest_document(manifest: Manifest) -> dict[str, Any]:
@@ -529,12 +524,12 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
                                      max_buffer_bytes, version)
     selection = (EVERY_CONSTANT if version < 3 else
                  selection_from_json(top.get("selection"), top.at("selection"), version))
-    shapes = NO_SHAPES if "shapes" not in top.value else _shapes_from_json(top.get("shapes"), top.at("shapes"))
+    shapes = NO_SHAPES if "shapes" not in top.value else shapes_from_json(top.get("shapes"), top.at("shapes"))
     upload = top.value.get("upload", "all")
     if upload not in UPLOADS:
         raise ManifestError(f"{top.at('upload')} is {json.dumps(upload)[:40]}; it must be \"bound\" or \"all\"")
     uploaded = uploaded_buffers(buffers, upload, top.at("buffers"))
-    graph_inputs = () if "graph_inputs" not in top.value else _graph_inputs_from_json(top.get("graph_inputs"),
+    graph_inputs = () if "graph_inputs" not in top.value else graph_inputs_from_json(top.get("graph_inputs"),
                                                                                        top.at("graph_inputs"))
     raw_entries = top.get("entries")
     if not isinstance(raw_entries, list):
@@ -558,46 +553,6 @@ def _manifest_from_json(document: Any, where: str, bin_name: str) -> Manifest:
     return Manifest(types.MappingProxyType(entries), target, alignment, min_dims, total_size, source_name,
                     source_size, dmlbridge_version, conversion_id, buffers, version, source_sha256, source_external,
                     selection, max_buffer_bytes, quantized, shapes, upload, uploaded, graph_inputs)
-
-
-def _shapes_from_json(value: Any, where: str) -> GivenShapes:
-    """A format-7 manifest's ``shapes``: the sizes the conversion was given, as ``GivenShapes.check`` takes them."""
-    fields = Fields(value, where, ("input_shapes", "dim_params"))
-    try:
-        return GivenShapes.check(fields.get("input_shapes"), fields.get("dim_params"))
-    except InvalidArgumentError as exc:
-        raise ManifestError(f"{where}: {exc}") from None
-
-
-def _graph_inputs_from_json(value: Any, where: str) -> GraphInputs:
-    """A format-7 manifest's ``graph_inputs``: an object of at most MOST_GRAPH_INPUTS names (1 to MAX_KEY_LENGTH
-    characters), each an array of at most MOST_INPUT_DIMS sizes (1 to 2^63 - 1), dim_param names (1 to
-    MAX_KEY_LENGTH characters) or nulls, or null; one that names a free dimension at least."""
-    if not isinstance(value, dict) or not 0 < len(value) <= MOST_GRAPH_INPUTS:
-        raise ManifestError(f"{where} must be an object of 1 to {MOST_GRAPH_INPUTS} graph inputs' shapes, got "
-                            f"{kind_of(value)}")
-    inputs: list[tuple[str, NamedShape | None]] = []
-    for name, shape in value.items():
-        at = f"{where}[{json.dumps(name)[:80]}]"
-        if not 0 < len(name) <= MAX_KEY_LENGTH:
-            raise ManifestError(f"{where} has a graph input name of {len(name)} characters, not 1 to "
-                                f"{MAX_KEY_LENGTH}")
-        if shape is None:
-            inputs.append((name, None))
-            continue
-        if not isinstance(shape, list) or len(shape) > MOST_INPUT_DIMS:
-            raise ManifestError(f"{at} must be null or an array of at most {MOST_INPUT_DIMS} sizes, dim_param names "
-                                f"or nulls, got {kind_of(shape)}")
-        dims: list[int | str | None] = []
-        for k, dim in enumerate(shape):
-            if isinstance(dim, str) and not 0 < len(dim) <= MAX_KEY_LENGTH:
-                raise ManifestError(f"{at}[{k}] must be a dim_param name of 1 to {MAX_KEY_LENGTH} characters")
-            dims.append(dim if dim is None or isinstance(dim, str) else whole_number(dim, f"{at}[{k}]", 1, INT64_MAX))
-        inputs.append((name, tuple(dims)))
-    if not any(isinstance(dim, str) for _, shape in inputs for dim in shape or ()):
-        raise ManifestError(f"{where} names no free dimension (a dim_param); a manifest records graph_inputs only "
-                            "when one does")
-    return tuple(inputs)
 
 
 def read_manifest_file(path: str, limit: int) -> bytes:
