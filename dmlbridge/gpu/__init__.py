@@ -73,6 +73,7 @@ from dmlbridge.operator_descs.operator_structs import (
     DML_QUANTIZED_LINEAR_CONVOLUTION_OPERATOR_DESC,
     DML_QUANTIZED_LINEAR_MATRIX_MULTIPLY_OPERATOR_DESC,
     DML_RNN_OPERATOR_DESC,
+    DML_SLICE1_OPERATOR_DESC,
     OperatorStruct,
     operator_desc,
     operator_desc_array,
@@ -168,6 +169,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "DML_QUANTIZED_LINEAR_CONVOLUTION_OPERATOR_DESC",
     "DML_QUANTIZED_LINEAR_MATRIX_MULTIPLY_OPERATOR_DESC",
     "DML_RNN_OPERATOR_DESC",
+    "DML_SLICE1_OPERATOR_DESC",
     "DML_SCALAR_UNION",
     "DML_SCALE_BIAS",
     # Errors

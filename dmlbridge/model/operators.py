@@ -119,9 +119,10 @@ def _gpu(operator: str, layouts: dict[int, Layout] | None = None, others: Layout
     return OperatorRule(inputs, None if others is None else InputRule("gpu", operator, others), source)
 
 
-def _cpu_inputs(indices: Iterable[int], source: str = "OperatorRegistration.cpp") -> OperatorRule:
-    """A row whose ``indices`` are read on the CPU, its other inputs bound as they are."""
-    return OperatorRule(dict.fromkeys(indices, _CPU), InputRule("gpu", None, "leading"), source)
+def _cpu_inputs(indices: Iterable[int], source: str = "OperatorRegistration.cpp",
+                binds: str | None = None) -> OperatorRule:
+    """A row whose ``indices`` are read on the CPU, its other inputs bound as they are (to ``binds``, where named)."""
+    return OperatorRule(dict.fromkeys(indices, _CPU), InputRule("gpu", binds, "leading"), source)
 
 
 def _not_run(source: str = "no DirectML kernel") -> OperatorRule:
@@ -217,7 +218,7 @@ OPERATORS: dict[Key, OperatorRule] = {
     (_ONNX, "Einsum", 12): _gpu("GEMM", others="unknown", source="DmlOperatorEinSum.cpp"),
     # --- inputs read on the CPU, as attributes (requiredConstantCpuInputs) -----------------------------------------
     (_ONNX, "Reshape", 5): _cpu_inputs((1,)),
-    (_ONNX, "Slice", 10): _cpu_inputs((1, 2, 3, 4)),
+    (_ONNX, "Slice", 10): _cpu_inputs((1, 2, 3, 4), "DmlOperatorSlice.cpp", "SLICE1"),
     (_ONNX, "Resize", 10): _cpu_inputs((1,)),
     (_ONNX, "Resize", 11): _cpu_inputs((1, 2, 3)),
     (_ONNX, "Upsample", 9): _cpu_inputs((1,)),

@@ -26,7 +26,7 @@ __all__ = [
     "DML_JOIN_OPERATOR_DESC", "DML_LSTM_OPERATOR_DESC", "DML_MATRIX_MULTIPLY_INTEGER_OPERATOR_DESC",
     "DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC", "DML_MULTIHEAD_ATTENTION_OPERATOR_DESC", "DML_OPERATOR_DESC",
     "DML_QUANTIZED_LINEAR_CONVOLUTION_OPERATOR_DESC", "DML_QUANTIZED_LINEAR_MATRIX_MULTIPLY_OPERATOR_DESC",
-    "DML_RNN_OPERATOR_DESC", "OperatorStruct", "operator_desc", "operator_desc_array",
+    "DML_RNN_OPERATOR_DESC", "DML_SLICE1_OPERATOR_DESC", "OperatorStruct", "operator_desc", "operator_desc_array",
 ]
 
 _P = ctypes.c_void_p  # every pointer: a DML_TENSOR_DESC, an array, a DML_OPERATOR_DESC, a DML_SCALE_BIAS
@@ -227,6 +227,22 @@ class DML_GATHER_OPERATOR_DESC(OperatorStruct):  # noqa: N801 - the DirectML nam
 
     OPERATOR_TYPE = DmlOperatorType.GATHER
     _fields_ = [("InputTensor", _P), ("IndicesTensor", _P), ("OutputTensor", _P), ("Axis", _U), ("IndexDimensions", _U)]
+
+
+class DML_SLICE1_OPERATOR_DESC(OperatorStruct):  # noqa: N801 - the DirectML name
+    """``DML_SLICE1_OPERATOR_DESC``: the window of Input at ``InputWindowOffsets`` of ``InputWindowSizes``, read every
+    ``InputWindowStrides`` (ONNX's Slice: its data bound, its starts, ends, axes and steps read on the CPU).
+
+    Example:
+        >>> import ctypes, dmlbridge.gpu as gpu
+        >>> desc = gpu.DML_SLICE1_OPERATOR_DESC()
+        >>> desc.OPERATOR_TYPE, ctypes.sizeof(desc)
+        (<DmlOperatorType.SLICE1: 111>, 48)
+    """
+
+    OPERATOR_TYPE = DmlOperatorType.SLICE1
+    _fields_ = [("InputTensor", _P), ("OutputTensor", _P), ("DimensionCount", _U), ("InputWindowOffsets", _P),
+                ("InputWindowSizes", _P), ("InputWindowStrides", _P)]
 
 
 class DML_BATCH_NORMALIZATION_OPERATOR_DESC(OperatorStruct):  # noqa: N801 - the DirectML name

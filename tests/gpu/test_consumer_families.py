@@ -228,3 +228,29 @@ def test_a_bidirectional_gru_takes_every_constant_input_in_four_dimensions(devic
             results.append(within(got, want, "close", control=at is not None)
                            & within(got_h.reshape(want_h.shape), want_h, "close", control=at is not None))
         assert results == [True, False]
+
+
+# --- Slice's data --------------------------------------------------------------------------------------------
+
+
+def test_a_slices_constant_data_is_taken_by_slice1_as_emitted(device: dmlbridge.gpu.Device, tmp_path: Path) -> None:
+    """A Slice of a constant: its data bound to SLICE1 at its own layout, its starts, ends, axes and steps read on
+    the CPU (the window worked out by hand: rows 1 to 2, every second column)."""
+    data = -np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 1.25  # (not the spare's values: the control differs)
+    node = helper.make_node("Slice", ["d", "starts", "ends", "axes", "steps"], ["y"], name="n")
+    window = {"starts": [1, 0], "ends": [3, 2**63 - 1], "axes": [1, 2], "steps": [1, 2]}
+    model = one_node(node, {}, (F32, None), {"d": data, **{k: np.array(v, np.int64) for k, v in window.items()}},
+                     opset=13)
+    with ConsumerRun(device, tmp_path, model, {}) as run:
+        want = run.expected["y"]
+        assert want.tolist() == data[:, 1:3, ::2].tolist()
+        consumer = run.plan.entries["d"].consumers[0]
+        assert (consumer.reads_on, consumer.dml_operator, consumer.sizes) == ("gpu", "SLICE1", (2, 3, 4))
+        assert all(run.plan.entries[key].reads_on == "cpu" for key in window)
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            (got,) = run.run(ops.slice1(run.consumer("d", at=at), run.output(want.shape, np.float32),
+                                        offsets=(0, 1, 0), sizes=(2, 2, 4), strides=(1, 1, 2)))
+            results.append(within(got, want, "exact", control=at is not None))
+        assert results == [True, False]

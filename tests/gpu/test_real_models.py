@@ -439,6 +439,33 @@ def build_gather(node: NodeRun) -> Built:
     return op, [(_leading(want, dims), "exact", {})]
 
 
+def build_slice(node: NodeRun) -> Built:
+    """Slice of a constant: SLICE1 over the window its starts, ends, axes and steps give (constants read on the CPU,
+    as ONNX Runtime's provider reads them: ONNX's clamping), at the data's consumer desc's dimension count."""
+    names = list(node.node.input) + [""] * (5 - len(node.node.input))
+
+    def ints(name: str) -> list[int] | None:
+        found = node.values.get(name, node.model.constants.get(name)) if name else None
+        return None if found is None else [int(v) for v in np.asarray(found).reshape(-1)]
+
+    data, want = node.model.constants[names[0]], node.values[node.node.output[0]]
+    starts, ends = ints(names[1]) or [], ints(names[2]) or []
+    axes = [a % data.ndim for a in ints(names[3]) or range(len(starts))]
+    steps = ints(names[4]) or [1] * len(axes)
+    offsets, sizes, strides = [0] * data.ndim, list(data.shape), [1] * data.ndim
+    for axis, start, end, step in zip(axes, starts, ends, steps, strict=True):
+        if step < 1:
+            raise NotRunError("a Slice of a negative step")
+        dim = data.shape[axis]
+        start, end = (min(max(v + dim if v < 0 else v, 0), dim) for v in (start, end))
+        offsets[axis], sizes[axis], strides[axis] = start, max(end - start, 0), step
+    dims = len(node.sizes(0) or data.shape)
+    grow = dims - data.ndim
+    op = ops.slice1(node.input(0), node.output(_leading(want, dims).shape, want.dtype), offsets=[0] * grow + offsets,
+                    sizes=[1] * grow + sizes, strides=[1] * grow + strides)
+    return op, [(_leading(want, dims), "exact", {})]
+
+
 def build_layer_normalization(node: NodeRun) -> Built:
     x, want = node.value(0), node.values[node.node.output[0]]
     dims = len(node.sizes(1))
@@ -536,6 +563,7 @@ BUILDERS: dict[str, Callable[[NodeRun, str], Built]] = {
     "GEMM": lambda node, dml: build_matmul(node) if node.node.op_type == "MatMul" else build_gemm(node),
     "MATRIX_MULTIPLY_INTEGER": lambda node, dml: build_matmul_integer(node),
     "GATHER": lambda node, dml: build_gather(node),
+    "SLICE1": lambda node, dml: build_slice(node),
     "MEAN_VARIANCE_NORMALIZATION1": lambda node, dml: build_layer_normalization(node),
     "JOIN": lambda node, dml: build_join(node),
     "GRU": build_recurrent,

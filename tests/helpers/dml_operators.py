@@ -24,7 +24,7 @@ STRUCTS: dict[str, type[dmlbridge.gpu.OperatorStruct]] = {
         "ELEMENT_WISE_QUANTIZE_LINEAR", "ELEMENT_WISE_POW", "ELEMENT_WISE_MIN", "ELEMENT_WISE_LOGICAL_EQUALS",
         "ELEMENT_WISE_LOGICAL_GREATER_THAN", "ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL",
         "ELEMENT_WISE_LOGICAL_LESS_THAN", "ELEMENT_WISE_LOGICAL_LESS_THAN_OR_EQUAL", "ELEMENT_WISE_LOGICAL_AND",
-        "ELEMENT_WISE_LOGICAL_OR", "ELEMENT_WISE_LOGICAL_XOR",
+        "ELEMENT_WISE_LOGICAL_OR", "ELEMENT_WISE_LOGICAL_XOR", "SLICE1",
     )
 }
 """The desc struct of each operator the suite builds (``dmlbridge.gpu``'s ``DML_<key>_OPERATOR_DESC``)."""
@@ -78,6 +78,12 @@ def gemm(a: Any, b: Any, c: Any, y: Any, *, trans_a: bool = False, trans_b: bool
 def gather(data: Any, indices: Any, y: Any, *, axis: int, index_dimensions: int) -> Operator:
     return Operator("GATHER", InputTensor=data, IndicesTensor=indices, OutputTensor=y, Axis=axis,
                     IndexDimensions=index_dimensions)
+
+
+def slice1(x: Any, y: Any, *, offsets: Sequence[int], sizes: Sequence[int], strides: Sequence[int]) -> Operator:
+    """SLICE1 (ONNX's Slice): the window of ``sizes`` at ``offsets``, read every ``strides`` (positive here)."""
+    return Operator("SLICE1", InputTensor=x, OutputTensor=y, DimensionCount=len(offsets),
+                    InputWindowOffsets=tuple(offsets), InputWindowSizes=tuple(sizes), InputWindowStrides=tuple(strides))
 
 
 def batch_normalization(x: Any, mean: Any, variance: Any, scale: Any, bias: Any, y: Any, *,
