@@ -51,8 +51,10 @@ from dmlbridge.onnx.wire import (
     VARINT,
     RecordWalk,
     field_position_runs,
+    read_tag,
     span_text,
     spans_equal,
+    varint,
     varints,
 )
 
@@ -217,17 +219,17 @@ def _walk_one(data: bytes, at: int, end: int) -> Iterator[_Fields | None]:
     while at < end:
         fields: list[tuple[int, int, int, int]] = []
         while at < end and len(fields) < _RUN:
-            tag, at = _varint(data, at, end)
+            tag, at = read_tag(data, at, end)
             if tag < 8:
                 yield None
                 return
             number, wire = tag >> 3, tag & 7
             value, payload = 0, at
             if wire == VARINT:
-                value, at = _varint(data, at, end)
+                value, at = varint(data, at, end)
                 value = min(value, 0)  # (-1: malformed; a value is never used)
             elif wire == LENGTH:
-                value, payload = _varint(data, at, end)
+                value, payload = varint(data, at, end)
                 at = payload + value
             elif wire in (FIXED64, FIXED32):
                 at += 8 if wire == FIXED64 else 4
@@ -244,37 +246,32 @@ def _walk_one(data: bytes, at: int, end: int) -> Iterator[_Fields | None]:
         yield _Fields(np.zeros(len(fields), dtype=np.int64), *columns)
 
 
-def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """A varint of up to 10 bytes at ``at`` and where it ends; (-1, end + 1) when malformed."""
-    value = shift = 0
-    while at < end and shift <= 63:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    return -1, end + 1
-
-
 def _skip_group(data: bytes, at: int, end: int, number: int) -> int:
-    """Where the group of field ``number`` that starts at ``at`` ends (after its end tag); end + 1 if never."""
+    """Where the group of field ``number`` that starts at ``at`` ends (after its end tag); end + 1 if never, or
+    when groups nest more than _MOST_LEVELS deep in it (protobuf parses no deeper nesting). One loop and a stack of
+    the open groups' numbers: a model of nested groups never recurses."""
+    open_groups = [number]
     while at < end:
-        tag, at = _varint(data, at, end)
+        tag, at = read_tag(data, at, end)
         if tag < 8:
             return end + 1
         wire = tag & 7
         if wire == 4:
-            return at if tag >> 3 == number else end + 1
-        if wire == VARINT:
-            at = _varint(data, at, end)[1]
+            if tag >> 3 != open_groups.pop():
+                return end + 1
+            if not open_groups:
+                return at
+        elif wire == VARINT:
+            at = varint(data, at, end)[1]
         elif wire == LENGTH:
-            length, at = _varint(data, at, end)
+            length, at = varint(data, at, end)
             at = at + length if length >= 0 else end + 1
         elif wire in (FIXED64, FIXED32):
             at += 8 if wire == FIXED64 else 4
         elif wire == 3:
-            at = _skip_group(data, at, end, tag >> 3)
+            if len(open_groups) >= _MOST_LEVELS:
+                return end + 1
+            open_groups.append(tag >> 3)
         else:
             return end + 1
     return end + 1

@@ -22,6 +22,7 @@ import dmlbridge
 from dmlbridge.model import census, onnx_file
 from dmlbridge.model.census import MIN_ENTRY_LINE, count_constants
 from dmlbridge.model.constants import find_constants
+from dmlbridge.onnx import wire
 
 
 def test_the_field_numbers_are_onnx_s() -> None:
@@ -159,6 +160,62 @@ def test_a_group_in_an_unknown_field_is_walked_over() -> None:
     assert len(onnx.load_model_from_string(odd).graph.initializer) == 1
     count = count_constants(odd)
     assert count is not None and count.total == 1
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        if not value:
+            return bytes(out + bytes([low]))
+        out.append(low | 0x80)
+
+
+def _parses(data: bytes) -> bool:
+    try:
+        onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError
+        return False
+    return True
+
+
+def test_groups_are_skipped_to_protobufs_depth_without_recursing() -> None:
+    """Groups nested 100 deep in an unknown field are skipped, as protobuf skips them; 101 and 10,000 deep are
+    malformed to both (the count read them recursively before: 1,000 deep was a RecursionError)."""
+    data = model_of({"w": np.ones(2, np.float32)}).SerializeToString()
+    for depth, parsed in ((100, True), (101, False), (10_000, False)):
+        odd = _varint(15 << 3 | 3) * depth + _varint(15 << 3 | 4) * depth + data
+        assert _parses(odd) is parsed, depth
+        count = count_constants(odd)
+        assert (count is not None and count.total == 1) if parsed else count is None, depth
+    crossed = _varint(15 << 3 | 3) + _varint(16 << 3 | 4) + data  # a group ended by another field's end tag
+    assert not _parses(crossed) and count_constants(crossed) is None
+
+
+def test_tags_and_varints_are_read_as_protobuf_reads_them() -> None:
+    """One varint reader for the count and the wire format: up to 10 bytes, the bits past the 64th dropped, as
+    protobuf's parser does (a 10th byte of 0x7e in a value is accepted by both); a tag of over 5 bytes or of 2^32
+    and more is malformed to both (the 10-byte tag ending in 0x7e was an OverflowError)."""
+    assert wire.varint(_varint((1 << 64) - 1), 0, 10) == ((1 << 64) - 1, 10)  # -1 as an int64: 10 bytes
+    assert wire.varint(b"\xff" * 9 + b"\x7e", 0, 10) == ((1 << 63) - 1, 10)  # (0x7e: bit 63 clear)
+    assert wire.varint(b"\xff" * 10 + b"\x00", 0, 11) == (-1, 12)  # 11 bytes
+    assert wire.read_tag(_varint(((1 << 29) - 1) << 3), 0, 5) == (((1 << 29) - 1) << 3, 5)
+    assert wire.read_tag(b"\x88\x80\x80\x80\x00", 0, 5) == (8, 5)  # an overlong 5-byte tag
+    data = model_of({"w": np.ones(2, np.float32)}).SerializeToString()
+    for tag in (b"\x80" * 9 + b"\x7e", b"\x80" * 9 + b"\x01", b"\x88" + b"\x80" * 4 + b"\x00", _varint(1 << 32)):
+        odd = tag + b"\x05" + data
+        assert not _parses(odd) and count_constants(odd) is None, tag
+        with pytest.raises(dmlbridge.InvalidArgumentError, match="not a valid ONNX model"):
+            dmlbridge.plan_model(odd)
+    for last in (b"\x01", b"\x7e"):  # an unknown varint field of 10 bytes: a negative int64, or more bits
+        odd = bytes([15 << 3]) + b"\xff" * 9 + last + data
+        count = count_constants(odd)
+        assert _parses(odd) and count is not None and count.total == 1
+    # A negative attribute, in the main graph the byte scan reads field by field: read, not given up on.
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    graph = helper.make_graph([node], "g", [], [], [_tensor("w")])
+    serialized = graph.SerializeToString()
+    assert wire.field_positions(serialized, 0, len(serialized)) is not None
 
 
 # --- the limits, before the parse -----------------------------------------------------------------------------
