@@ -12,15 +12,19 @@ level's nodes are read, so that refusing such a model takes no memory per node.
 
 What it reads (onnx.proto's field numbers; ``tests/model/test_census.py`` checks them against onnx's descriptors):
 
-- ModelProto: ``graph`` (7), ``functions`` (25);
+- ModelProto: ``graph`` (7), ``training_info`` (20), ``functions`` (25);
+- TrainingInfoProto: ``initialization`` (1), ``algorithm`` (2);
 - GraphProto: ``node`` (1), ``initializer`` (5), ``sparse_initializer`` (15);
-- FunctionProto: ``node`` (7);
+- FunctionProto: ``node`` (7), ``attribute_proto`` (11);
 - NodeProto: ``name`` (3), ``op_type`` (4), ``attribute`` (5), ``domain`` (7);
 - AttributeProto: ``name`` (1), ``g`` (6), ``graphs`` (11).
 
 A constant here is an initializer, a sparse initializer or a Constant node of the ONNX domain, in the main graph,
 a subgraph at any depth or a function: what :func:`dmlbridge.model.constants.find_constants` finds, or a few more
-(a function's Constant whose value is a reference to the caller's attribute has none). A message that occurs
+(a function's Constant whose value is a reference to the caller's attribute has none). The graphs of
+``training_info`` and the graphs of a function's attribute defaults are not converted, but protobuf parses them
+all the same: their nodes count among the nodes, and their constants, counted apart
+(:attr:`ConstantCount.apart`), among the constants ``max_constants`` holds to. A message that occurs
 twice is counted twice, as protobuf merges it (its repeated fields joined). Each key is at least its scope and a
 character, each origin at least ``initializer`` and the scope: :attr:`ConstantCount.name_chars` is a lower bound
 of what their manifest lines hold.
@@ -79,7 +83,13 @@ _RUN = 1 << 20  # fields of one message read at a time (a main graph may have mi
 
 class ModelField(IntEnum):
     GRAPH = 7
+    TRAINING_INFO = 20
     FUNCTIONS = 25
+
+
+class TrainingInfoField(IntEnum):
+    INITIALIZATION = 1
+    ALGORITHM = 2
 
 
 class GraphField(IntEnum):
@@ -89,6 +99,7 @@ class GraphField(IntEnum):
 
 
 FUNCTION_NODE = 7  # FunctionProto.node
+FUNCTION_ATTRIBUTE_PROTO = 11  # FunctionProto.attribute_proto: attributes' defaults, which may hold graphs
 
 
 class NodeField(IntEnum):
@@ -115,7 +126,9 @@ class ConstantCount(NamedTuple):
     reads them again otherwise). ``nodes``: every node of every graph, subgraph and function (Constant nodes
     included), ``nodes_in_subgraphs`` those in subgraphs and ``node_depth`` the deepest level that holds one;
     ``nodes_partial``: the count stopped at a level of more than ``max_nodes`` (``nodes`` counts the levels
-    down to it, and the other counts are not whole)."""
+    down to it, and the other counts are not whole). ``apart``: the constants of the graphs a conversion does not
+    read (``training_info``'s, a function's attribute defaults', and their subgraphs), which ``total`` leaves
+    out."""
 
     total: int
     in_subgraphs: int
@@ -128,14 +141,19 @@ class ConstantCount(NamedTuple):
     nodes_in_subgraphs: int = 0
     node_depth: int = 0
     nodes_partial: bool = False
+    apart: int = 0
 
     def where(self) -> str:
         """Where the constants are, for a message: ``"12 in the main graph"`` or with the subgraphs'."""
+        elsewhere = "in training_info graphs and function attribute graphs, which are not converted but parsed"
+        if not self.total and self.apart:
+            return f"{self.apart} {elsewhere}"
+        apart = f"; {self.apart} more {elsewhere}" if self.apart else ""
         if not self.in_subgraphs:
-            return "all in the main graph and functions"
+            return f"all in the main graph and functions{apart}"
         under = (f", {self.under_busiest} of them under node {self.busiest!r}" if self.busiest is not None
                  else "")
-        return f"{self.in_subgraphs} in subgraphs nested up to {self.depth} deep{under}"
+        return f"{self.in_subgraphs} in subgraphs nested up to {self.depth} deep{under}{apart}"
 
 
 def check_max_constants(value: object) -> int | None:
@@ -166,9 +184,10 @@ def check_count(count: ConstantCount, max_constants: int | None, max_manifest_by
             "command line): protobuf's parsed model takes about 360 bytes a node while a conversion runs "
             "(docs/guide.md, Streaming); raise the limit if you trust this model and have the memory"
         )
-    if max_constants is not None and count.total > max_constants:
+    if max_constants is not None and count.total + count.apart > max_constants:
         raise InvalidArgumentError(
-            f"the model holds {count.total} constants ({count.where()}), more than max_constants={max_constants} "
+            f"the model holds {count.total + count.apart} constants ({count.where()}), more than "
+            f"max_constants={max_constants} "
             "(--max-constants on the command line): a conversion keeps a record of each while it runs (about 550 "
             "bytes in the main graph and 900 in subgraphs, as measured, with its key and origin, which grow with "
             "every level of subgraphs around it; docs/guide.md, "
@@ -290,11 +309,13 @@ class _Read(NamedTuple):
 
 def _fields(
     data: bytes, source: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: tuple[int, ...],
-    counted: tuple[int, ...] = (), *, large: bool = False, with_positions: bool = False, most: int | None = None,
+    counted: tuple[int, ...] = (), *, large: bool | np.ndarray = False, with_positions: bool = False,
+    most: int | None = None,
 ) -> _Read | None:
     """The fields ``wanted`` of the records data[starts[i]:ends[i]] (LENGTH ones: spans), and the number of
     those ``counted``: read together with numpy, and one record at a time those numpy leaves (more than
-    MAX_ROUNDS fields, 10-byte varints, groups), or all of them when they are ``large`` (a main graph). Only what
+    MAX_ROUNDS fields, 10-byte varints, groups), or all of them when they are ``large`` (a main graph; or a mask of
+    the records that are). Only what
     is asked for is kept: a level of subgraphs may hold millions of fields. ``most``: of the records read one at a
     time, keep no more than this many fields ``wanted`` (once past it, they are only counted: the caller refuses
     the model by the counts and reads no field). None when a record is not a message."""
@@ -313,13 +334,13 @@ def _fields(
         chosen &= length
         pieces.append((rows[chosen], numbers[chosen], wires[chosen], values[chosen], payload[chosen]))
 
-    if large:
+    if large is True:
         broken = np.ones(count, dtype=bool)
     else:
         walk = RecordWalk(source, starts, ends)
         for fields in walk.rounds():
             keep(*fields)
-        broken = walk.broken
+        broken = walk.broken if large is False else walk.broken | large
     positions: dict[int, np.ndarray] = {}
     kept = 0  # fields wanted, of the records read one at a time
     if broken.any():
@@ -408,13 +429,19 @@ def _digits(values: np.ndarray) -> np.ndarray:
 
 class _Level(NamedTuple):
     """The graphs (or functions' node lists) of one level: their spans, which field holds their nodes, their
-    scope's length and the main-graph node they are under (-1: none)."""
+    scope's length, the main-graph node they are under (-1: none) and whether they are apart (not converted)."""
 
     starts: np.ndarray
     ends: np.ndarray
     node_field: np.ndarray
     scope: np.ndarray
     root: np.ndarray
+    apart: np.ndarray
+
+
+def _empty_level() -> _Level:
+    empty = np.zeros(0, dtype=np.int64)
+    return _Level(empty, empty, empty, empty, empty, np.zeros(0, dtype=bool))
 
 
 def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | None = None) -> ConstantCount | None:
@@ -424,19 +451,29 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
     past it, before its nodes are read (the count is then ``nodes_partial``): the count's own memory stays within
     what the limit allows, whatever the model holds."""
     source = np.frombuffer(data, dtype=np.uint8)
-    read = _message_fields(data, source, 0, len(data), (ModelField.GRAPH, ModelField.FUNCTIONS), (), False)
+    read = _message_fields(data, source, 0, len(data),
+                           (ModelField.GRAPH, ModelField.FUNCTIONS, ModelField.TRAINING_INFO), (), False)
     if read is None:
         return None
     top = read[0]
     _, graph_starts, graph_ends = top.spans(ModelField.GRAPH)
     _, function_starts, function_ends = top.spans(ModelField.FUNCTIONS)
-    starts = np.concatenate([graph_starts, function_starts])
-    ends = np.concatenate([graph_ends, function_ends])
-    kinds = np.r_[np.full(len(graph_starts), GraphField.NODE), np.full(len(function_starts), FUNCTION_NODE)]
+    _, training_starts, training_ends = top.spans(ModelField.TRAINING_INFO)
+    training = _fields(data, source, training_starts, training_ends,
+                       (TrainingInfoField.INITIALIZATION, TrainingInfoField.ALGORITHM))
+    if training is None:
+        return None
+    apart_starts, apart_ends = training.fields.payload, training.fields.payload + training.fields.values
+    starts = np.concatenate([graph_starts, function_starts, apart_starts])
+    ends = np.concatenate([graph_ends, function_ends, apart_ends])
+    kinds = np.r_[np.full(len(graph_starts), GraphField.NODE), np.full(len(function_starts), FUNCTION_NODE),
+                  np.full(len(apart_starts), GraphField.NODE)]
     # (A function's scope is functions/DOMAIN/NAME: at least 11 characters.)
-    scope = np.r_[np.zeros(len(graph_starts), np.int64), np.full(len(function_starts), 11, np.int64)]
-    level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64))
-    total = in_subgraphs = depth = name_chars = 0
+    scope = np.r_[np.zeros(len(graph_starts), np.int64), np.full(len(function_starts), 11, np.int64),
+                  np.zeros(len(apart_starts), np.int64)]
+    apart = np.r_[np.zeros(len(graph_starts) + len(function_starts), dtype=bool), np.ones(len(apart_starts), bool)]
+    level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64), apart)
+    total = in_subgraphs = depth = name_chars = apart_total = 0
     node_total = node_subgraphs = node_depth = 0
     main_fields = None
     under = np.zeros(0, dtype=np.int64)  # constants under each main-graph node
@@ -451,7 +488,8 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
         if isinstance(counted, int):  # (more nodes than max_nodes: refused by them alone)
             subgraphs = counted if depth_now else 0
             return ConstantCount(total, in_subgraphs, depth, name_chars, None, 0, None, node_total + counted,
-                                 node_subgraphs + subgraphs, depth_now if subgraphs else node_depth, True)
+                                 node_subgraphs + subgraphs, depth_now if subgraphs else node_depth, True,
+                                 apart_total)
         per_graph, children, nodes, positions = counted
         node_total += len(nodes[0])
         if depth_now > 0 and len(nodes[0]):
@@ -460,6 +498,8 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
         if depth_now == 0:
             main_fields, main_nodes = positions, nodes
             under = np.zeros(max(len(nodes[0]), 1), dtype=np.int64)
+        apart_total += int(per_graph[level.apart].sum())
+        per_graph = np.where(level.apart, 0, per_graph)
         here = int(per_graph.sum())
         total += here
         scope = level.scope
@@ -478,7 +518,7 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
         most = int(under[node])
         busiest = _node_label(data, source, main_nodes, node)
     return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields, node_total,
-                         node_subgraphs, node_depth)
+                         node_subgraphs, node_depth, False, apart_total)
 
 
 def _count_level(
@@ -490,10 +530,13 @@ def _count_level(
     count = len(level.starts)
     is_graph = level.node_field == GraphField.NODE
 
+    # (The main graph is read field by field, the other graphs of its level, if any, as every level's are.)
+    large = (np.arange(count) == 0) if main and count > 1 else main
+
     def graph_fields_within(limit: int | None) -> _Read | None:
         return _fields(data, source, level.starts, level.ends, (GraphField.NODE, FUNCTION_NODE),
                        (GraphField.INITIALIZER, GraphField.SPARSE_INITIALIZER, GraphField.NODE, FUNCTION_NODE),
-                       large=main, with_positions=main and graph_fields, most=limit)
+                       large=large, with_positions=main and graph_fields, most=limit)
 
     read = graph_fields_within(most)
     if read is None:
@@ -530,9 +573,11 @@ def _count_level(
         return None
     subgraphs = read.fields  # (most models have none: the names below are read only for those that do)
     nodes_read = (node_starts, node_ends, op_type[0], op_type[1], node_index)
+    defaults = _default_graphs(data, source, level)
+    if defaults is None:
+        return None
     if not len(subgraphs.rows):
-        empty = np.zeros(0, dtype=np.int64)
-        return per_graph, _Level(empty, empty, empty, empty, empty), nodes_read, positions
+        return per_graph, defaults, nodes_read, positions
     # A subgraph's scope: its node's (name, or {op_type}_{index}), then its attribute's name.
     holders = np.unique(subgraphs.rows)
     read = _fields(data, source, attribute_starts[holders], attribute_ends[holders], (AttributeField.NAME,))
@@ -562,11 +607,35 @@ def _count_level(
             scope = scope + 2 + _digits(k)
         root = np.where(level.root[graph] >= 0, level.root[graph], np.where(level.node_field[graph] == GraphField.NODE,
                                                                              node if main else -1, -1))
-        children.append((starts, ends, scope, root))
-    child_starts, child_ends, child_scope, child_root = (np.concatenate([c[k] for c in children]) for k in range(4))
+        root = np.where(level.apart[graph], -1, root)
+        children.append((starts, ends, scope, root, level.apart[graph]))
+    children.append(tuple(defaults[k] for k in (0, 1, 3, 4, 5)))
+    child_starts, child_ends, child_scope, child_root, child_apart = (np.concatenate([c[k] for c in children])
+                                                                      for k in range(5))
     next_level = _Level(child_starts, child_ends, np.full(len(child_starts), GraphField.NODE, dtype=np.int64),
-                        child_scope, child_root)
+                        child_scope, child_root, child_apart)
     return per_graph, next_level, nodes_read, positions
+
+
+def _default_graphs(data: bytes, source: np.ndarray, level: _Level) -> _Level | None:
+    """The graphs of the attribute defaults of the functions of ``level`` (FunctionProto.attribute_proto's g and
+    graphs): not converted, but parsed, so their nodes and constants are counted (apart). None when a record is
+    not a message."""
+    functions = np.flatnonzero(level.node_field == FUNCTION_NODE)
+    if not functions.size:
+        return _empty_level()
+    read = _fields(data, source, level.starts[functions], level.ends[functions], (FUNCTION_ATTRIBUTE_PROTO,))
+    if read is None:
+        return None
+    _, starts, ends = read.fields.spans(FUNCTION_ATTRIBUTE_PROTO)
+    read = _fields(data, source, starts, ends, (AttributeField.G, AttributeField.GRAPHS))
+    if read is None:
+        return None
+    graphs = read.fields
+    count = len(graphs.rows)
+    none = np.zeros(count, dtype=np.int64)
+    return _Level(graphs.payload, graphs.payload + graphs.values, np.full(count, GraphField.NODE, dtype=np.int64),
+                  none, none - 1, np.ones(count, dtype=bool))
 
 
 def _node_label(data: bytes, source: np.ndarray, nodes: tuple[np.ndarray, ...], node: int) -> str:

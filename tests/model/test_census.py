@@ -105,23 +105,40 @@ def _nodes(nodes: Any, depth: int = 0) -> list[int]:
 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(drawn=_graphs(0, ""), functions=st.integers(0, 2))
-def test_the_count_is_what_find_constants_finds(drawn: tuple[Any, list[int]], functions: int) -> None:
+@given(drawn=_graphs(0, ""), functions=st.integers(0, 2), apart=st.lists(_graphs(1, "t"), max_size=3))
+def test_the_count_is_what_find_constants_finds(
+    drawn: tuple[Any, list[int]], functions: int, apart: list[tuple[Any, list[int]]]
+) -> None:
+    """The counts equal what find_constants finds and what the parsed model holds; the graphs a conversion does
+    not read (``training_info``'s and a function's attribute defaults') count among the nodes and, apart, among the
+    constants."""
     graph, under = drawn
     function_list = [helper.make_function("local", f"f{k}", ["x"], ["y"], [
         helper.make_node("Constant", [], ["k"], value=_tensor("k")), helper.make_node("Identity", ["x"], ["y"])],
         [helper.make_opsetid("", 17)]) for k in range(functions)]
     model = helper.make_model(graph, functions=function_list)
+    apart_graphs = [g for g, _ in apart]
+    for k, extra in enumerate(apart_graphs):
+        if k % 2 == 0 or not function_list:
+            info = model.training_info.add()
+            (info.initialization if k % 4 == 0 else info.algorithm).CopyFrom(extra)
+        else:
+            model.functions[-1].attribute_proto.append(helper.make_attribute("body", extra))
     data = model.SerializeToString()
     count = count_constants(data)
     found = find_constants(onnx.load_model_from_string(data))
     assert count is not None
     assert count.total == len(found)
+    assert count.apart == sum(_constants_in(g) for g in apart_graphs)
     subgraph = [c for c in found if c.scope and not c.scope.startswith("functions/")]
     assert count.in_subgraphs == len(subgraph) == sum(under)
     assert count.name_chars <= sum(len(c.key) + len(c.origin) for c in found)
     parsed = onnx.load_model_from_string(data)
     depths = _nodes(parsed.graph.node) + [d for function in parsed.functions for d in _nodes(function.node)]
+    depths += [d for info in parsed.training_info for g in (info.initialization, info.algorithm)
+               for d in _nodes(g.node)]
+    depths += [d for function in parsed.functions for attribute in function.attribute_proto
+               for d in _nodes(attribute.g.node, 1)]
     assert count.nodes == len(depths)
     assert count.nodes_in_subgraphs == sum(d > 0 for d in depths)
     assert count.node_depth == max(depths, default=0)
@@ -133,6 +150,31 @@ def test_the_count_is_what_find_constants_finds(drawn: tuple[Any, list[int]], fu
         assert 1 <= count.depth <= 3
     else:
         assert count.depth == 0 and count.busiest is None
+
+
+def test_graphs_that_are_not_converted_are_counted_and_held_to_the_limits(tmp_path: Path, never_parsed: None) -> None:
+    """``training_info``'s graphs and a function's attribute default graphs: protobuf parses them, so their nodes
+    pass max_nodes and their constants max_constants as the main graph's do (they took 690 MiB for 5 million
+    nodes past the default limit), before the parse, for a path and bytes."""
+    nodes = [helper.make_node("Identity", [f"x{i}"], [f"y{i}"]) for i in range(30)]
+    body = helper.make_graph(nodes, "body", [], [], [_tensor(f"w{i}") for i in range(20)])
+    trained = helper.make_model(helper.make_graph([], "g", [], []))
+    trained.training_info.add().algorithm.CopyFrom(body)
+    function = helper.make_function("local", "f", ["x"], ["y"], [helper.make_node("Identity", ["x"], ["y"])],
+                                    [helper.make_opsetid("", 17)])
+    function.attribute_proto.append(helper.make_attribute("body", body))
+    defaults = helper.make_model(helper.make_graph([], "g", [], []), functions=[function])
+    for model, nodes_in_all in ((trained, 30), (defaults, 31)):
+        path = tmp_path / "m.onnx"
+        path.write_bytes(model.SerializeToString())
+        for form in (path, path.read_bytes()):
+            with pytest.raises(dmlbridge.InvalidArgumentError, match=rf"holds at least {nodes_in_all} nodes"):
+                dmlbridge.plan_model(form, max_nodes=29)
+            with pytest.raises(dmlbridge.InvalidArgumentError,
+                               match=r"holds 20 constants \(20 in training_info graphs and function attribute "
+                                     r"graphs, which are not converted but parsed\), more than max_constants=19"):
+                dmlbridge.convert_model(form, tmp_path / "out", progress=False, max_constants=19)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
 def test_the_depth_is_the_deepest_level_holding_a_constant() -> None:
