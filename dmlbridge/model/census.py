@@ -609,7 +609,7 @@ def _count_level(
                                                                              node if main else -1, -1))
         root = np.where(level.apart[graph], -1, root)
         children.append((starts, ends, scope, root, level.apart[graph]))
-    children.append(tuple(defaults[k] for k in (0, 1, 3, 4, 5)))
+    children.append((defaults.starts, defaults.ends, defaults.scope, defaults.root, defaults.apart))
     child_starts, child_ends, child_scope, child_root, child_apart = (np.concatenate([c[k] for c in children])
                                                                       for k in range(5))
     next_level = _Level(child_starts, child_ends, np.full(len(child_starts), GraphField.NODE, dtype=np.int64),
