@@ -63,7 +63,7 @@ from dmlbridge.onnx.wire import (
 )
 
 __all__ = ["DEFAULT_MAX_CONSTANTS", "DEFAULT_MAX_NODES", "MIN_ENTRY_LINE", "ConstantCount", "check_count",
-           "check_max_constants", "check_max_nodes", "count_constants"]
+           "check_max_constants", "check_max_nodes", "check_text_model", "count_constants", "text_bound"]
 
 DEFAULT_MAX_CONSTANTS = 1 << 19
 """The most constants a model may hold unless the caller raises the limit (524,288; real models hold a few
@@ -201,6 +201,42 @@ def check_count(count: ConstantCount, max_constants: int | None, max_manifest_by
             f"line), which load_plan also needs to read it: at least {least} bytes, {count.name_chars} of them "
             f"their keys and origins ({count.where()}); raise the limit on both if you trust this model"
         )
+
+
+# --- text models ----------------------------------------------------------------------------------------------
+
+
+def text_bound(data: bytes, text_format: str) -> int:
+    """At least as many as the nodes, and as the constants, of the text-format model ``data`` (``json``,
+    ``textproto`` or ``onnxtxt``, as onnx names them), counted from its text alone, at the speed of
+    ``bytes.count``: every node and every constant is a message of its own, and in JSON and protobuf's text
+    format each message is written between braces (``{`` or, in text format, ``<``); in ONNX's own text syntax
+    each node and each initializer has its ``=``. (Counting ``node`` tokens bounds nothing: ``"node": [{...},
+    {...}]`` writes any number of nodes with one.)
+
+        >>> text_bound(b'{"graph": {"node": [{"opType": "Relu"}, {}]}}', "json")
+        4
+    """
+    if text_format == "onnxtxt":
+        return data.count(b"=")
+    return data.count(b"{") + (data.count(b"<") if text_format == "textproto" else 0)
+
+
+def check_text_model(data: bytes, text_format: str, what: str, max_constants: int | None,
+                     max_nodes: int | None) -> None:
+    """InvalidArgumentError, before the text model ``data`` is parsed (onnx parses text models slowly: 3 MB of
+    JSON take a minute and 220 MiB), when :func:`text_bound` passes ``max_nodes`` or ``max_constants``. ``what``
+    names the model. The model parsed is counted exactly as a binary one is, from its serialization."""
+    bound = text_bound(data, text_format)
+    for limit, keyword, things in ((max_nodes, "max_nodes", "nodes"), (max_constants, "max_constants", "constants")):
+        if limit is not None and bound > limit:
+            marks = "'='" if text_format == "onnxtxt" else "message braces"
+            raise InvalidArgumentError(
+                f"{what} is a {text_format} text model of {bound} {marks}, so it may hold that many {things}, "
+                f"more than {keyword}={limit} (--{keyword.replace('_', '-')} on the command line): a text model is "
+                "counted from its text before it is parsed; save it as a binary .onnx (onnx.save_model) to have "
+                "it counted exactly, or raise the limit if you trust it"
+            )
 
 
 # --- the walk ---------------------------------------------------------------------------------------------------
