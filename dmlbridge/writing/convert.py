@@ -41,6 +41,7 @@ from dmlbridge.placement.options import (
     PlanOptions,
 )
 from dmlbridge.placement.selection import Selection
+from dmlbridge.plan.external_files import external_data_bytes
 from dmlbridge.plan.fingerprint import bin_fingerprint
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.upload_plan import ModelAndPlan, UploadPlan, plan_loaded
@@ -283,7 +284,7 @@ def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan
     try:
         need_reader(model_plan.not_in_the_bytes(), reader)
         _refuse_too_large(constants, placement, options.max_tensor_bytes)
-        _refuse_large_output(loaded, constants, placement, options)
+        _refuse_large_output(loaded, constants, placement, options, reader)
         refuse_oversized(constants, placement, options.layout.max_buffer_bytes)
         check_manifest_size(placement.entries, options.max_manifest_bytes)
     except BaseException:
@@ -327,14 +328,16 @@ def _refuse_too_large(constants: list[ModelConstant], placement: Placement, max_
 
 
 def _refuse_large_output(
-    loaded: LoadedModel, constants: list[ModelConstant], placement: Placement, options: ConvertOptions
+    loaded: LoadedModel, constants: list[ModelConstant], placement: Placement, options: ConvertOptions,
+    reader: ExternalDataReader | None,
 ) -> None:
     """Refuse, before any output exists, an upload image larger than ``max_output_bytes`` (see convert_model)."""
     limit = options.max_output_bytes
     if limit is None:
-        external = sum(c.packed_nbytes for c in constants if c.storage == "external")
+        external = external_data_bytes(constants, reader)  # (each byte of a file once, however many name it)
         limit = 8 * (loaded.size + external) + options.layout.alignment * len(constants) + (64 << 20)
-        how = "8 times the model's bytes, plus one alignment per constant and 64 MiB"
+        how = ("8 times the model's bytes (its external data's counted once each), plus one alignment per constant "
+               "and 64 MiB")
     else:
         how = "max_output_bytes"
     if placement.total > limit:
