@@ -13,7 +13,7 @@ import onnx
 import pytest
 from budget import examples
 from builders import model_of, sparse
-from command_line import run
+from command_line import one_line_error, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, helper, numpy_helper
@@ -417,3 +417,20 @@ def test_the_command_line_names_max_nodes_flag(tmp_path: Path) -> None:
     for command in (["convert", path, "-o", tmp_path / "x"], ["inspect", path], ["verify", tmp_path / "w.json", path]):
         refused = run(*command, "--max-nodes", "-1")
         assert refused.returncode == 2 and "--max-nodes must be a non-negative integer" in refused.stderr
+
+
+def test_the_command_line_refuses_models_the_count_read_wrongly_in_one_line(tmp_path: Path) -> None:
+    """Groups nested 1,000 deep and a 10-byte tag: one line and exit 2 from inspect, convert and verify (they were
+    a traceback and exit 1)."""
+    good = tmp_path / "good.onnx"
+    good.write_bytes(model_of({"w": np.ones(2, np.float32)}).SerializeToString())
+    assert run("convert", good, "-o", tmp_path / "w", "--quiet").returncode == 0
+    data = good.read_bytes()
+    for name, odd in (("groups.onnx", _varint(15 << 3 | 3) * 1000 + _varint(15 << 3 | 4) * 1000 + data),
+                      ("tag.onnx", b"\x80" * 9 + b"\x7e" + b"\x05" + data)):
+        path = tmp_path / name
+        path.write_bytes(odd)
+        for command in (["inspect", path], ["convert", path, "-o", tmp_path / "x"],
+                        ["verify", tmp_path / "w.json", path]):
+            one_line_error(run(*command), name, "is not a valid ONNX model")
+    assert not (tmp_path / "x.json").exists()
