@@ -5,6 +5,8 @@ or nodes, how deep and (constants) under which node."""
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,15 @@ from command_line import one_line_error, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, helper, numpy_helper
+from onnx.serialization import registry
 
 import dmlbridge
 from dmlbridge.model import census, onnx_file
-from dmlbridge.model.census import MIN_ENTRY_LINE, count_constants
+from dmlbridge.model.census import MIN_ENTRY_LINE, AttributeField, GraphField, ModelField, NodeField, count_constants
 from dmlbridge.model.constants import find_constants
 from dmlbridge.onnx import wire
+
+STATS: Counter[str] = Counter()
 
 
 def test_the_field_numbers_are_onnx_s() -> None:
@@ -434,3 +439,123 @@ def test_the_command_line_refuses_models_the_count_read_wrongly_in_one_line(tmp_
                         ["verify", tmp_path / "w.json", path]):
             one_line_error(run(*command), name, "is not a valid ONNX model")
     assert not (tmp_path / "x.json").exists()
+
+
+# --- structure-aware fuzzing: odd wire forms in every place, and text models ---------------------------------
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+_UNKNOWN = 1000  # a field number no ONNX message has
+
+
+@st.composite
+def _odd_fields(draw: Any) -> bytes:
+    """An unknown field in a form protobuf's serializer never writes: groups nested near protobuf's depth and
+    past it, tags of 5 and 10 bytes, varints of 10 bytes with every last byte."""
+    form = draw(st.sampled_from(["groups", "long_tag", "ten_byte_tag", "ten_byte_value"]))
+    if form == "groups":
+        depth = draw(st.sampled_from([1, 2, 97, 98, 99, 100, 101, 102, 1000]))
+        return _varint(_UNKNOWN << 3 | 3) * depth + _varint(_UNKNOWN << 3 | 4) * depth
+    if form == "long_tag":  # an overlong tag of 5 bytes (read) or 6 (refused)
+        tag = _varint(_UNKNOWN << 3)
+        length = draw(st.sampled_from([5, 6]))
+        return bytes(b | 0x80 for b in tag) + b"\x80" * (length - len(tag) - 1) + b"\x00" + b"\x05"
+    if form == "ten_byte_tag":
+        return b"\x80" * 9 + bytes([draw(st.integers(0, 0x7F))]) + b"\x05"
+    return _varint(_UNKNOWN << 3) + b"\xff" * 9 + bytes([draw(st.integers(0, 0x7F))])
+
+
+def _parsed_counts(model: Any) -> tuple[int, int]:
+    """The nodes of every graph protobuf parsed (subgraphs, functions, training_info's graphs and function
+    attribute graphs) and the constants of the graphs a conversion does not read."""
+    nodes = len(_nodes(model.graph.node)) + sum(len(_nodes(f.node)) for f in model.functions)
+    apart_graphs = [g for info in model.training_info for g in (info.initialization, info.algorithm)]
+    apart_graphs += [a.g for f in model.functions for a in f.attribute_proto if a.HasField("g")]
+    nodes += sum(len(_nodes(g.node)) for g in apart_graphs)
+    return nodes, sum(_constants_in(g) for g in apart_graphs)
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=_graphs(1, "x"), odd=st.lists(_odd_fields(), min_size=1, max_size=3),
+       places=st.lists(st.sampled_from(["model", "graph", "node", "subgraph", "training_info", "function_graph"]),
+                       min_size=1, max_size=3))
+def test_odd_wire_forms_in_every_place_are_counted_as_protobuf_parses_them(
+    drawn: tuple[Any, list[int]], odd: list[bytes], places: list[str]
+) -> None:
+    """Odd fields put into the model, a graph, a node, a subgraph, a training_info graph and a function's
+    attribute graph: the count raises nothing; wherever protobuf parses the bytes, the count reads them and
+    equals what protobuf parsed (no count below protobuf's), and the entry points raise only DmlBridgeError."""
+    graph = drawn[0]
+    body = graph.SerializeToString()
+    node = helper.make_node("Identity", ["a"], ["b"]).SerializeToString()
+    data = helper.make_model(helper.make_graph([], "g", [], [])).SerializeToString()
+    for k, place in enumerate(places):
+        junk = odd[k % len(odd)]
+        if place == "model":
+            data += junk
+        elif place == "graph":  # (a second graph field: protobuf merges it into the first)
+            data += _field(ModelField.GRAPH, body + junk)
+        elif place == "node":
+            data += _field(ModelField.GRAPH, _field(GraphField.NODE, node + junk))
+        elif place == "subgraph":
+            attribute = _field(AttributeField.NAME, b"then_branch") + _field(AttributeField.G, body + junk)
+            holder = _field(NodeField.OP_TYPE, b"If") + _field(NodeField.ATTRIBUTE, attribute)
+            data += _field(ModelField.GRAPH, _field(GraphField.NODE, holder))
+        elif place == "training_info":
+            data += _field(ModelField.TRAINING_INFO, _field(census.TrainingInfoField.ALGORITHM, body + junk))
+        else:
+            attribute = _field(AttributeField.NAME, b"body") + _field(AttributeField.G, body + junk)
+            function = _field(1, b"f") + _field(10, b"local") + _field(census.FUNCTION_ATTRIBUTE_PROTO, attribute)
+            data += _field(ModelField.FUNCTIONS, function)
+    count = count_constants(data)
+    try:
+        parsed = onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError
+        parsed = None
+    STATS["parsed by protobuf" if parsed is not None else "refused by protobuf"] += 1
+    if parsed is not None:
+        assert count is not None
+        assert count.total == len(find_constants(parsed))
+        assert (count.nodes, count.apart) == _parsed_counts(parsed)
+    try:
+        dmlbridge.plan_model(data)
+    except dmlbridge.DmlBridgeError:
+        pass
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=_graphs(0, ""), apart=st.booleans(),
+       text_format=st.sampled_from(["json", "textproto", "onnxtxt"]))
+def test_a_text_models_bound_is_never_below_what_it_parses_to(
+    drawn: tuple[Any, list[int]], apart: bool, text_format: str
+) -> None:
+    """The bound counted from a text model's text (JSON, protobuf's text format, ONNX's text syntax) is at least
+    its nodes and at least its constants, however its graphs nest, training_info's graphs included."""
+    model = helper.make_model(drawn[0])
+    if apart:
+        model.training_info.add().algorithm.CopyFrom(drawn[0])
+    serializer = registry.get(text_format)
+    assert serializer is not None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (onnx calls its own text syntax experimental)
+            text = serializer.serialize_proto(model)
+            parsed = serializer.deserialize_proto(text, onnx.ModelProto())
+    except Exception:  # noqa: BLE001 - onnx's own text syntax does not print every model it can read back
+        STATS["text models onnx could not print and read back"] += 1
+        return
+    STATS[f"{text_format} models bounded"] += 1
+    text = text if isinstance(text, bytes) else text.encode()
+    nodes, apart_constants = _parsed_counts(parsed)
+    bound = census.text_bound(text, text_format)
+    assert bound >= nodes
+    assert bound >= len(find_constants(parsed)) + apart_constants
+
+
+def test_report_fuzz_statistics() -> None:
+    """Prints how the structure-aware examples of this module ended (run with -s to see it)."""
+    if STATS:
+        print("\ncensus fuzzing: " + ", ".join(f"{k} {v}" for k, v in sorted(STATS.items())))
