@@ -18,7 +18,16 @@ from builders import model_of, sparse
 from command_line import one_line_error, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, helper, numpy_helper
+from onnx import (
+    AttributeProto,
+    FunctionProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    TrainingInfoProto,
+    helper,
+    numpy_helper,
+)
 from onnx.serialization import registry
 
 import dmlbridge
@@ -37,6 +46,9 @@ def test_the_field_numbers_are_onnx_s() -> None:
         for field in names:
             assert message.DESCRIPTOR.fields_by_name[field.name.lower()].number == field, (message, field)
     assert FunctionProto.DESCRIPTOR.fields_by_name["node"].number == census.FUNCTION_NODE
+    assert FunctionProto.DESCRIPTOR.fields_by_name["attribute_proto"].number == census.FUNCTION_ATTRIBUTE_PROTO
+    for field in census.TrainingInfoField:
+        assert TrainingInfoProto.DESCRIPTOR.fields_by_name[field.name.lower()].number == field
 
 
 # --- the counts ---------------------------------------------------------------------------------------------------
@@ -478,7 +490,7 @@ def _parsed_counts(model: Any) -> tuple[int, int]:
     return nodes, sum(_constants_in(g) for g in apart_graphs)
 
 
-@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(drawn=_graphs(1, "x"), odd=st.lists(_odd_fields(), min_size=1, max_size=3),
        places=st.lists(st.sampled_from(["model", "graph", "node", "subgraph", "training_info", "function_graph"]),
                        min_size=1, max_size=3))
