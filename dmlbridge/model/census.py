@@ -128,7 +128,7 @@ class ConstantCount(NamedTuple):
     ``nodes_partial``: the count stopped at a level of more than ``max_nodes`` (``nodes`` counts the levels
     down to it, and the other counts are not whole). ``apart``: the constants of the graphs a conversion does not
     read (``training_info``'s, a function's attribute defaults', and their subgraphs), which ``total`` leaves
-    out."""
+    out; ``nodes_apart``: the nodes of those graphs, which ``nodes`` counts."""
 
     total: int
     in_subgraphs: int
@@ -142,6 +142,7 @@ class ConstantCount(NamedTuple):
     node_depth: int = 0
     nodes_partial: bool = False
     apart: int = 0
+    nodes_apart: int = 0
 
     def where(self) -> str:
         """Where the constants are, for a message: ``"12 in the main graph"`` or with the subgraphs'."""
@@ -178,6 +179,9 @@ def check_count(count: ConstantCount, max_constants: int | None, max_manifest_by
     if max_nodes is not None and count.nodes > max_nodes:
         where = (f"{count.nodes_in_subgraphs} in subgraphs nested up to {count.node_depth} deep"
                  if count.nodes_in_subgraphs else "all in the main graph and functions")
+        if count.nodes_apart:
+            where += (f"; {'at least ' if count.nodes_partial else ''}{count.nodes_apart} in training_info graphs "
+                      "and function attribute graphs, which are not converted but parsed")
         raise InvalidArgumentError(
             f"the model holds {'at least ' if count.nodes_partial else ''}{count.nodes} nodes ({where}), more than "
             f"max_nodes={max_nodes} (--max-nodes on the "
@@ -510,7 +514,7 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
     apart = np.r_[np.zeros(len(graph_starts) + len(function_starts), dtype=bool), np.ones(len(apart_starts), bool)]
     level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64), apart)
     total = in_subgraphs = depth = name_chars = apart_total = 0
-    node_total = node_subgraphs = node_depth = 0
+    node_total = node_subgraphs = node_depth = nodes_apart = 0
     main_fields = None
     under = np.zeros(0, dtype=np.int64)  # constants under each main-graph node
     main_nodes: tuple[np.ndarray, ...] = ()  # the main graph's nodes: their spans, op types and indices
@@ -521,13 +525,14 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
                                None if max_nodes is None else max_nodes - node_total)
         if counted is None:
             return None
-        if isinstance(counted, int):  # (more nodes than max_nodes: refused by them alone)
-            subgraphs = counted if depth_now else 0
-            return ConstantCount(total, in_subgraphs, depth, name_chars, None, 0, None, node_total + counted,
+        if isinstance(counted, _Over):  # (more nodes than max_nodes: refused by them alone)
+            subgraphs = counted.nodes if depth_now else 0
+            return ConstantCount(total, in_subgraphs, depth, name_chars, None, 0, None, node_total + counted.nodes,
                                  node_subgraphs + subgraphs, depth_now if subgraphs else node_depth, True,
-                                 apart_total)
-        per_graph, children, nodes, positions = counted
+                                 apart_total, nodes_apart + counted.apart)
+        per_graph, children, nodes, positions, apart_here = counted
         node_total += len(nodes[0])
+        nodes_apart += apart_here
         if depth_now > 0 and len(nodes[0]):
             node_subgraphs += len(nodes[0])
             node_depth = depth_now
@@ -554,15 +559,23 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
         most = int(under[node])
         busiest = _node_label(data, source, main_nodes, node)
     return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields, node_total,
-                         node_subgraphs, node_depth, False, apart_total)
+                         node_subgraphs, node_depth, False, apart_total, nodes_apart)
+
+
+class _Over(NamedTuple):
+    """A level of more nodes than the count may read: how many, and how many of them are in graphs apart."""
+
+    nodes: int
+    apart: int
 
 
 def _count_level(
     data: bytes, source: np.ndarray, level: _Level, main: bool, graph_fields: bool, most: int | None
-) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None] | int | None:
+) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None, int] | _Over | None:
     """The constants of each graph of ``level``, the graphs of the next level, this level's nodes (their spans,
-    op_type spans and index in their graph) and, for the one main graph, where its fields begin; or, when the
-    level holds more than ``most`` nodes, how many (its nodes not read)."""
+    op_type spans and index in their graph), for the one main graph where its fields begin, and how many of the
+    nodes are in graphs apart; or, when the level holds more than ``most`` nodes, how many, and how many of them
+    apart (its nodes not read)."""
     count = len(level.starts)
     is_graph = level.node_field == GraphField.NODE
 
@@ -577,9 +590,11 @@ def _count_level(
     read = graph_fields_within(most)
     if read is None:
         return None
-    level_nodes = int(np.where(is_graph, read.counts[GraphField.NODE], read.counts[FUNCTION_NODE]).sum())
+    per_graph_nodes = np.where(is_graph, read.counts[GraphField.NODE], read.counts[FUNCTION_NODE])
+    level_nodes = int(per_graph_nodes.sum())
+    apart_nodes = int(per_graph_nodes[level.apart].sum())
     if most is not None and level_nodes > most:
-        return level_nodes
+        return _Over(level_nodes, apart_nodes)
     if read.over:  # (the fields kept passed ``most``, a function's names among them, but its nodes did not)
         read = graph_fields_within(None)
         if read is None:
@@ -613,7 +628,7 @@ def _count_level(
     if defaults is None:
         return None
     if not len(subgraphs.rows):
-        return per_graph, defaults, nodes_read, positions
+        return per_graph, defaults, nodes_read, positions, apart_nodes
     # A subgraph's scope: its node's (name, or {op_type}_{index}), then its attribute's name.
     holders = np.unique(subgraphs.rows)
     read = _fields(data, source, attribute_starts[holders], attribute_ends[holders], (AttributeField.NAME,))
@@ -650,7 +665,7 @@ def _count_level(
                                                                       for k in range(5))
     next_level = _Level(child_starts, child_ends, np.full(len(child_starts), GraphField.NODE, dtype=np.int64),
                         child_scope, child_root, child_apart)
-    return per_graph, next_level, nodes_read, positions
+    return per_graph, next_level, nodes_read, positions, apart_nodes
 
 
 def _default_graphs(data: bytes, source: np.ndarray, level: _Level) -> _Level | None:

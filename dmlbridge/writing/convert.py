@@ -131,8 +131,9 @@ def convert_model(
             file may be empty or incomplete.
         max_output_bytes: refuse (TensorTooLargeError, before any file is created) a conversion whose upload image
             would be larger. None (the default) allows 8 times the model's bytes (the model file and the
-            external data it uses: 8 times is the largest widening, FLOAT4E2M1 to FLOAT32), plus one alignment per
-            constant and 64 MiB: a few bytes that claim gigabytes (sparse tensors densified, say) need the option.
+            external data it uses, each byte of a file once however many tensors name it: 8 times is the largest
+            widening, FLOAT4E2M1 to FLOAT32), plus one alignment per constant and 64 MiB: a few bytes that claim
+            gigabytes (sparse tensors densified, say) need the option.
         max_manifest_bytes: refuse (InvalidArgumentError, before any file is created) a conversion whose manifest
             would be larger; ``load_plan`` reads no larger manifest unless given the same limit.
         flags: the DML_TENSOR_FLAGS of every converted entry: 0, or 1 / ``"owned-by-dml"``

@@ -181,11 +181,14 @@ def test_graphs_that_are_not_converted_are_counted_and_held_to_the_limits(tmp_pa
                                     [helper.make_opsetid("", 17)])
     function.attribute_proto.append(helper.make_attribute("body", body))
     defaults = helper.make_model(helper.make_graph([], "g", [], []), functions=[function])
-    for model, nodes_in_all in ((trained, 30), (defaults, 31)):
+    for model, where in ((trained, r"30 nodes \(all in the main graph and functions; at least 30 in training_info"),
+                         (defaults, r"31 nodes \(30 in subgraphs nested up to 1 deep; at least 30 in training_info")):
         path = tmp_path / "m.onnx"
         path.write_bytes(model.SerializeToString())
-        for form in (path, path.read_bytes()):
-            with pytest.raises(dmlbridge.InvalidArgumentError, match=rf"holds at least {nodes_in_all} nodes"):
+        for form in (path, path.read_bytes(), model):
+            with pytest.raises(dmlbridge.InvalidArgumentError,
+                               match=rf"holds at least {where} graphs and function attribute graphs, which are "
+                                     r"not converted but parsed\), more than max_nodes=29"):
                 dmlbridge.plan_model(form, max_nodes=29)
             with pytest.raises(dmlbridge.InvalidArgumentError,
                                match=r"holds 20 constants \(20 in training_info graphs and function attribute "
@@ -480,14 +483,14 @@ def _odd_fields(draw: Any) -> bytes:
     return _varint(_UNKNOWN << 3) + b"\xff" * 9 + bytes([draw(st.integers(0, 0x7F))])
 
 
-def _parsed_counts(model: Any) -> tuple[int, int]:
+def _parsed_counts(model: Any) -> tuple[int, int, int]:
     """The nodes of every graph protobuf parsed (subgraphs, functions, training_info's graphs and function
-    attribute graphs) and the constants of the graphs a conversion does not read."""
+    attribute graphs), and the constants and nodes of the graphs a conversion does not read."""
     nodes = len(_nodes(model.graph.node)) + sum(len(_nodes(f.node)) for f in model.functions)
     apart_graphs = [g for info in model.training_info for g in (info.initialization, info.algorithm)]
     apart_graphs += [a.g for f in model.functions for a in f.attribute_proto if a.HasField("g")]
-    nodes += sum(len(_nodes(g.node)) for g in apart_graphs)
-    return nodes, sum(_constants_in(g) for g in apart_graphs)
+    apart_nodes = sum(len(_nodes(g.node)) for g in apart_graphs)
+    return nodes + apart_nodes, sum(_constants_in(g) for g in apart_graphs), apart_nodes
 
 
 @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -531,7 +534,7 @@ def test_odd_wire_forms_in_every_place_are_counted_as_protobuf_parses_them(
     if parsed is not None:
         assert count is not None
         assert count.total == len(find_constants(parsed))
-        assert (count.nodes, count.apart) == _parsed_counts(parsed)
+        assert (count.nodes, count.apart, count.nodes_apart) == _parsed_counts(parsed)
     try:
         dmlbridge.plan_model(data)
     except dmlbridge.DmlBridgeError:
@@ -561,7 +564,7 @@ def test_a_text_models_bound_is_never_below_what_it_parses_to(
         return
     STATS[f"{text_format} models bounded"] += 1
     text = text if isinstance(text, bytes) else text.encode()
-    nodes, apart_constants = _parsed_counts(parsed)
+    nodes, apart_constants, _ = _parsed_counts(parsed)
     bound = census.text_bound(text, text_format)
     assert bound >= nodes
     assert bound >= len(find_constants(parsed)) + apart_constants
