@@ -361,7 +361,8 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 verification failed, 2 user error, 130 Ctrl-C).
+    """Run the command line; returns the exit status (0 ok, 1 verification failed, 2 user error, 3 a fault of
+    dmlbridge's own, 130 Ctrl-C).
     Ctrl-C prints one line from the first instruction on (files being written are removed first)."""
     command = "dmlbridge"
     try:
@@ -388,6 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - a fault of dmlbridge's own: one line still, never a traceback
+        print(f"{command}: internal error: {type(exc).__name__}: {one_line(str(exc))} (a fault in dmlbridge, not "
+              "in what it was given: please report it, with the command and the model)", file=sys.stderr)
+        return 3
 
 
 def _escape_unencodable_output() -> None:

@@ -12,15 +12,19 @@ level's nodes are read, so that refusing such a model takes no memory per node.
 
 What it reads (onnx.proto's field numbers; ``tests/model/test_census.py`` checks them against onnx's descriptors):
 
-- ModelProto: ``graph`` (7), ``functions`` (25);
+- ModelProto: ``graph`` (7), ``training_info`` (20), ``functions`` (25);
+- TrainingInfoProto: ``initialization`` (1), ``algorithm`` (2);
 - GraphProto: ``node`` (1), ``initializer`` (5), ``sparse_initializer`` (15);
-- FunctionProto: ``node`` (7);
+- FunctionProto: ``node`` (7), ``attribute_proto`` (11);
 - NodeProto: ``name`` (3), ``op_type`` (4), ``attribute`` (5), ``domain`` (7);
 - AttributeProto: ``name`` (1), ``g`` (6), ``graphs`` (11).
 
 A constant here is an initializer, a sparse initializer or a Constant node of the ONNX domain, in the main graph,
 a subgraph at any depth or a function: what :func:`dmlbridge.model.constants.find_constants` finds, or a few more
-(a function's Constant whose value is a reference to the caller's attribute has none). A message that occurs
+(a function's Constant whose value is a reference to the caller's attribute has none). The graphs of
+``training_info`` and the graphs of a function's attribute defaults are not converted, but protobuf parses them
+all the same: their nodes count among the nodes, and their constants, counted apart
+(:attr:`ConstantCount.apart`), among the constants ``max_constants`` holds to. A message that occurs
 twice is counted twice, as protobuf merges it (its repeated fields joined). Each key is at least its scope and a
 character, each origin at least ``initializer`` and the scope: :attr:`ConstantCount.name_chars` is a lower bound
 of what their manifest lines hold.
@@ -51,13 +55,15 @@ from dmlbridge.onnx.wire import (
     VARINT,
     RecordWalk,
     field_position_runs,
+    read_tag,
     span_text,
     spans_equal,
+    varint,
     varints,
 )
 
 __all__ = ["DEFAULT_MAX_CONSTANTS", "DEFAULT_MAX_NODES", "MIN_ENTRY_LINE", "ConstantCount", "check_count",
-           "check_max_constants", "check_max_nodes", "count_constants"]
+           "check_max_constants", "check_max_nodes", "check_text_model", "count_constants", "text_bound"]
 
 DEFAULT_MAX_CONSTANTS = 1 << 19
 """The most constants a model may hold unless the caller raises the limit (524,288; real models hold a few
@@ -77,7 +83,13 @@ _RUN = 1 << 20  # fields of one message read at a time (a main graph may have mi
 
 class ModelField(IntEnum):
     GRAPH = 7
+    TRAINING_INFO = 20
     FUNCTIONS = 25
+
+
+class TrainingInfoField(IntEnum):
+    INITIALIZATION = 1
+    ALGORITHM = 2
 
 
 class GraphField(IntEnum):
@@ -87,6 +99,7 @@ class GraphField(IntEnum):
 
 
 FUNCTION_NODE = 7  # FunctionProto.node
+FUNCTION_ATTRIBUTE_PROTO = 11  # FunctionProto.attribute_proto: attributes' defaults, which may hold graphs
 
 
 class NodeField(IntEnum):
@@ -113,7 +126,9 @@ class ConstantCount(NamedTuple):
     reads them again otherwise). ``nodes``: every node of every graph, subgraph and function (Constant nodes
     included), ``nodes_in_subgraphs`` those in subgraphs and ``node_depth`` the deepest level that holds one;
     ``nodes_partial``: the count stopped at a level of more than ``max_nodes`` (``nodes`` counts the levels
-    down to it, and the other counts are not whole)."""
+    down to it, and the other counts are not whole). ``apart``: the constants of the graphs a conversion does not
+    read (``training_info``'s, a function's attribute defaults', and their subgraphs), which ``total`` leaves
+    out; ``nodes_apart``: the nodes of those graphs, which ``nodes`` counts."""
 
     total: int
     in_subgraphs: int
@@ -126,14 +141,20 @@ class ConstantCount(NamedTuple):
     nodes_in_subgraphs: int = 0
     node_depth: int = 0
     nodes_partial: bool = False
+    apart: int = 0
+    nodes_apart: int = 0
 
     def where(self) -> str:
         """Where the constants are, for a message: ``"12 in the main graph"`` or with the subgraphs'."""
+        elsewhere = "in training_info graphs and function attribute graphs, which are not converted but parsed"
+        if not self.total and self.apart:
+            return f"{self.apart} {elsewhere}"
+        apart = f"; {self.apart} more {elsewhere}" if self.apart else ""
         if not self.in_subgraphs:
-            return "all in the main graph and functions"
+            return f"all in the main graph and functions{apart}"
         under = (f", {self.under_busiest} of them under node {self.busiest!r}" if self.busiest is not None
                  else "")
-        return f"{self.in_subgraphs} in subgraphs nested up to {self.depth} deep{under}"
+        return f"{self.in_subgraphs} in subgraphs nested up to {self.depth} deep{under}{apart}"
 
 
 def check_max_constants(value: object) -> int | None:
@@ -158,15 +179,19 @@ def check_count(count: ConstantCount, max_constants: int | None, max_manifest_by
     if max_nodes is not None and count.nodes > max_nodes:
         where = (f"{count.nodes_in_subgraphs} in subgraphs nested up to {count.node_depth} deep"
                  if count.nodes_in_subgraphs else "all in the main graph and functions")
+        if count.nodes_apart:
+            where += (f"; {'at least ' if count.nodes_partial else ''}{count.nodes_apart} in training_info graphs "
+                      "and function attribute graphs, which are not converted but parsed")
         raise InvalidArgumentError(
             f"the model holds {'at least ' if count.nodes_partial else ''}{count.nodes} nodes ({where}), more than "
             f"max_nodes={max_nodes} (--max-nodes on the "
             "command line): protobuf's parsed model takes about 360 bytes a node while a conversion runs "
             "(docs/guide.md, Streaming); raise the limit if you trust this model and have the memory"
         )
-    if max_constants is not None and count.total > max_constants:
+    if max_constants is not None and count.total + count.apart > max_constants:
         raise InvalidArgumentError(
-            f"the model holds {count.total} constants ({count.where()}), more than max_constants={max_constants} "
+            f"the model holds {count.total + count.apart} constants ({count.where()}), more than "
+            f"max_constants={max_constants} "
             "(--max-constants on the command line): a conversion keeps a record of each while it runs (about 550 "
             "bytes in the main graph and 900 in subgraphs, as measured, with its key and origin, which grow with "
             "every level of subgraphs around it; docs/guide.md, "
@@ -180,6 +205,42 @@ def check_count(count: ConstantCount, max_constants: int | None, max_manifest_by
             f"line), which load_plan also needs to read it: at least {least} bytes, {count.name_chars} of them "
             f"their keys and origins ({count.where()}); raise the limit on both if you trust this model"
         )
+
+
+# --- text models ----------------------------------------------------------------------------------------------
+
+
+def text_bound(data: bytes, text_format: str) -> int:
+    """At least as many as the nodes, and as the constants, of the text-format model ``data`` (``json``,
+    ``textproto`` or ``onnxtxt``, as onnx names them), counted from its text alone, at the speed of
+    ``bytes.count``: every node and every constant is a message of its own, and in JSON and protobuf's text
+    format each message is written between braces (``{`` or, in text format, ``<``); in ONNX's own text syntax
+    each node and each initializer has its ``=``. (Counting ``node`` tokens bounds nothing: ``"node": [{...},
+    {...}]`` writes any number of nodes with one.)
+
+        >>> text_bound(b'{"graph": {"node": [{"opType": "Relu"}, {}]}}', "json")
+        4
+    """
+    if text_format == "onnxtxt":
+        return data.count(b"=")
+    return data.count(b"{") + (data.count(b"<") if text_format == "textproto" else 0)
+
+
+def check_text_model(data: bytes, text_format: str, what: str, max_constants: int | None,
+                     max_nodes: int | None) -> None:
+    """InvalidArgumentError, before the text model ``data`` is parsed (onnx parses text models slowly: 3 MB of
+    JSON take a minute and 220 MiB), when :func:`text_bound` passes ``max_nodes`` or ``max_constants``. ``what``
+    names the model. The model parsed is counted exactly as a binary one is, from its serialization."""
+    bound = text_bound(data, text_format)
+    for limit, keyword, things in ((max_nodes, "max_nodes", "nodes"), (max_constants, "max_constants", "constants")):
+        if limit is not None and bound > limit:
+            marks = "'='" if text_format == "onnxtxt" else "message braces"
+            raise InvalidArgumentError(
+                f"{what} is a {text_format} text model of {bound} {marks}, so it may hold that many {things}, "
+                f"more than {keyword}={limit} (--{keyword.replace('_', '-')} on the command line): a text model is "
+                "counted from its text before it is parsed; save it as a binary .onnx (onnx.save_model) to have "
+                "it counted exactly, or raise the limit if you trust it"
+            )
 
 
 # --- the walk ---------------------------------------------------------------------------------------------------
@@ -217,17 +278,17 @@ def _walk_one(data: bytes, at: int, end: int) -> Iterator[_Fields | None]:
     while at < end:
         fields: list[tuple[int, int, int, int]] = []
         while at < end and len(fields) < _RUN:
-            tag, at = _varint(data, at, end)
+            tag, at = read_tag(data, at, end)
             if tag < 8:
                 yield None
                 return
             number, wire = tag >> 3, tag & 7
             value, payload = 0, at
             if wire == VARINT:
-                value, at = _varint(data, at, end)
+                value, at = varint(data, at, end)
                 value = min(value, 0)  # (-1: malformed; a value is never used)
             elif wire == LENGTH:
-                value, payload = _varint(data, at, end)
+                value, payload = varint(data, at, end)
                 at = payload + value
             elif wire in (FIXED64, FIXED32):
                 at += 8 if wire == FIXED64 else 4
@@ -244,37 +305,32 @@ def _walk_one(data: bytes, at: int, end: int) -> Iterator[_Fields | None]:
         yield _Fields(np.zeros(len(fields), dtype=np.int64), *columns)
 
 
-def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """A varint of up to 10 bytes at ``at`` and where it ends; (-1, end + 1) when malformed."""
-    value = shift = 0
-    while at < end and shift <= 63:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    return -1, end + 1
-
-
 def _skip_group(data: bytes, at: int, end: int, number: int) -> int:
-    """Where the group of field ``number`` that starts at ``at`` ends (after its end tag); end + 1 if never."""
+    """Where the group of field ``number`` that starts at ``at`` ends (after its end tag); end + 1 if never, or
+    when groups nest more than _MOST_LEVELS deep in it (protobuf parses no deeper nesting). One loop and a stack of
+    the open groups' numbers: a model of nested groups never recurses."""
+    open_groups = [number]
     while at < end:
-        tag, at = _varint(data, at, end)
+        tag, at = read_tag(data, at, end)
         if tag < 8:
             return end + 1
         wire = tag & 7
         if wire == 4:
-            return at if tag >> 3 == number else end + 1
-        if wire == VARINT:
-            at = _varint(data, at, end)[1]
+            if tag >> 3 != open_groups.pop():
+                return end + 1
+            if not open_groups:
+                return at
+        elif wire == VARINT:
+            at = varint(data, at, end)[1]
         elif wire == LENGTH:
-            length, at = _varint(data, at, end)
+            length, at = varint(data, at, end)
             at = at + length if length >= 0 else end + 1
         elif wire in (FIXED64, FIXED32):
             at += 8 if wire == FIXED64 else 4
         elif wire == 3:
-            at = _skip_group(data, at, end, tag >> 3)
+            if len(open_groups) >= _MOST_LEVELS:
+                return end + 1
+            open_groups.append(tag >> 3)
         else:
             return end + 1
     return end + 1
@@ -293,11 +349,13 @@ class _Read(NamedTuple):
 
 def _fields(
     data: bytes, source: np.ndarray, starts: np.ndarray, ends: np.ndarray, wanted: tuple[int, ...],
-    counted: tuple[int, ...] = (), *, large: bool = False, with_positions: bool = False, most: int | None = None,
+    counted: tuple[int, ...] = (), *, large: bool | np.ndarray = False, with_positions: bool = False,
+    most: int | None = None,
 ) -> _Read | None:
     """The fields ``wanted`` of the records data[starts[i]:ends[i]] (LENGTH ones: spans), and the number of
     those ``counted``: read together with numpy, and one record at a time those numpy leaves (more than
-    MAX_ROUNDS fields, 10-byte varints, groups), or all of them when they are ``large`` (a main graph). Only what
+    MAX_ROUNDS fields, 10-byte varints, groups), or all of them when they are ``large`` (a main graph; or a mask of
+    the records that are). Only what
     is asked for is kept: a level of subgraphs may hold millions of fields. ``most``: of the records read one at a
     time, keep no more than this many fields ``wanted`` (once past it, they are only counted: the caller refuses
     the model by the counts and reads no field). None when a record is not a message."""
@@ -316,13 +374,13 @@ def _fields(
         chosen &= length
         pieces.append((rows[chosen], numbers[chosen], wires[chosen], values[chosen], payload[chosen]))
 
-    if large:
+    if large is True:
         broken = np.ones(count, dtype=bool)
     else:
         walk = RecordWalk(source, starts, ends)
         for fields in walk.rounds():
             keep(*fields)
-        broken = walk.broken
+        broken = walk.broken if large is False else walk.broken | large
     positions: dict[int, np.ndarray] = {}
     kept = 0  # fields wanted, of the records read one at a time
     if broken.any():
@@ -411,13 +469,19 @@ def _digits(values: np.ndarray) -> np.ndarray:
 
 class _Level(NamedTuple):
     """The graphs (or functions' node lists) of one level: their spans, which field holds their nodes, their
-    scope's length and the main-graph node they are under (-1: none)."""
+    scope's length, the main-graph node they are under (-1: none) and whether they are apart (not converted)."""
 
     starts: np.ndarray
     ends: np.ndarray
     node_field: np.ndarray
     scope: np.ndarray
     root: np.ndarray
+    apart: np.ndarray
+
+
+def _empty_level() -> _Level:
+    empty = np.zeros(0, dtype=np.int64)
+    return _Level(empty, empty, empty, empty, empty, np.zeros(0, dtype=bool))
 
 
 def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | None = None) -> ConstantCount | None:
@@ -427,20 +491,30 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
     past it, before its nodes are read (the count is then ``nodes_partial``): the count's own memory stays within
     what the limit allows, whatever the model holds."""
     source = np.frombuffer(data, dtype=np.uint8)
-    read = _message_fields(data, source, 0, len(data), (ModelField.GRAPH, ModelField.FUNCTIONS), (), False)
+    read = _message_fields(data, source, 0, len(data),
+                           (ModelField.GRAPH, ModelField.FUNCTIONS, ModelField.TRAINING_INFO), (), False)
     if read is None:
         return None
     top = read[0]
     _, graph_starts, graph_ends = top.spans(ModelField.GRAPH)
     _, function_starts, function_ends = top.spans(ModelField.FUNCTIONS)
-    starts = np.concatenate([graph_starts, function_starts])
-    ends = np.concatenate([graph_ends, function_ends])
-    kinds = np.r_[np.full(len(graph_starts), GraphField.NODE), np.full(len(function_starts), FUNCTION_NODE)]
+    _, training_starts, training_ends = top.spans(ModelField.TRAINING_INFO)
+    training = _fields(data, source, training_starts, training_ends,
+                       (TrainingInfoField.INITIALIZATION, TrainingInfoField.ALGORITHM))
+    if training is None:
+        return None
+    apart_starts, apart_ends = training.fields.payload, training.fields.payload + training.fields.values
+    starts = np.concatenate([graph_starts, function_starts, apart_starts])
+    ends = np.concatenate([graph_ends, function_ends, apart_ends])
+    kinds = np.r_[np.full(len(graph_starts), GraphField.NODE), np.full(len(function_starts), FUNCTION_NODE),
+                  np.full(len(apart_starts), GraphField.NODE)]
     # (A function's scope is functions/DOMAIN/NAME: at least 11 characters.)
-    scope = np.r_[np.zeros(len(graph_starts), np.int64), np.full(len(function_starts), 11, np.int64)]
-    level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64))
-    total = in_subgraphs = depth = name_chars = 0
-    node_total = node_subgraphs = node_depth = 0
+    scope = np.r_[np.zeros(len(graph_starts), np.int64), np.full(len(function_starts), 11, np.int64),
+                  np.zeros(len(apart_starts), np.int64)]
+    apart = np.r_[np.zeros(len(graph_starts) + len(function_starts), dtype=bool), np.ones(len(apart_starts), bool)]
+    level = _Level(starts, ends, kinds.astype(np.int64), scope, np.full(len(starts), -1, dtype=np.int64), apart)
+    total = in_subgraphs = depth = name_chars = apart_total = 0
+    node_total = node_subgraphs = node_depth = nodes_apart = 0
     main_fields = None
     under = np.zeros(0, dtype=np.int64)  # constants under each main-graph node
     main_nodes: tuple[np.ndarray, ...] = ()  # the main graph's nodes: their spans, op types and indices
@@ -451,18 +525,22 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
                                None if max_nodes is None else max_nodes - node_total)
         if counted is None:
             return None
-        if isinstance(counted, int):  # (more nodes than max_nodes: refused by them alone)
-            subgraphs = counted if depth_now else 0
-            return ConstantCount(total, in_subgraphs, depth, name_chars, None, 0, None, node_total + counted,
-                                 node_subgraphs + subgraphs, depth_now if subgraphs else node_depth, True)
-        per_graph, children, nodes, positions = counted
+        if isinstance(counted, _Over):  # (more nodes than max_nodes: refused by them alone)
+            subgraphs = counted.nodes if depth_now else 0
+            return ConstantCount(total, in_subgraphs, depth, name_chars, None, 0, None, node_total + counted.nodes,
+                                 node_subgraphs + subgraphs, depth_now if subgraphs else node_depth, True,
+                                 apart_total, nodes_apart + counted.apart)
+        per_graph, children, nodes, positions, apart_here = counted
         node_total += len(nodes[0])
+        nodes_apart += apart_here
         if depth_now > 0 and len(nodes[0]):
             node_subgraphs += len(nodes[0])
             node_depth = depth_now
         if depth_now == 0:
             main_fields, main_nodes = positions, nodes
             under = np.zeros(max(len(nodes[0]), 1), dtype=np.int64)
+        apart_total += int(per_graph[level.apart].sum())
+        per_graph = np.where(level.apart, 0, per_graph)
         here = int(per_graph.sum())
         total += here
         scope = level.scope
@@ -481,29 +559,42 @@ def count_constants(data: bytes, graph_fields: bool = True, max_nodes: int | Non
         most = int(under[node])
         busiest = _node_label(data, source, main_nodes, node)
     return ConstantCount(total, in_subgraphs, depth, name_chars, busiest, most, main_fields, node_total,
-                         node_subgraphs, node_depth)
+                         node_subgraphs, node_depth, False, apart_total, nodes_apart)
+
+
+class _Over(NamedTuple):
+    """A level of more nodes than the count may read: how many, and how many of them are in graphs apart."""
+
+    nodes: int
+    apart: int
 
 
 def _count_level(
     data: bytes, source: np.ndarray, level: _Level, main: bool, graph_fields: bool, most: int | None
-) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None] | int | None:
+) -> tuple[np.ndarray, _Level, tuple[np.ndarray, ...], np.ndarray | None, int] | _Over | None:
     """The constants of each graph of ``level``, the graphs of the next level, this level's nodes (their spans,
-    op_type spans and index in their graph) and, for the one main graph, where its fields begin; or, when the
-    level holds more than ``most`` nodes, how many (its nodes not read)."""
+    op_type spans and index in their graph), for the one main graph where its fields begin, and how many of the
+    nodes are in graphs apart; or, when the level holds more than ``most`` nodes, how many, and how many of them
+    apart (its nodes not read)."""
     count = len(level.starts)
     is_graph = level.node_field == GraphField.NODE
+
+    # (The main graph is read field by field, the other graphs of its level, if any, as every level's are.)
+    large = (np.arange(count) == 0) if main and count > 1 else main
 
     def graph_fields_within(limit: int | None) -> _Read | None:
         return _fields(data, source, level.starts, level.ends, (GraphField.NODE, FUNCTION_NODE),
                        (GraphField.INITIALIZER, GraphField.SPARSE_INITIALIZER, GraphField.NODE, FUNCTION_NODE),
-                       large=main, with_positions=main and graph_fields, most=limit)
+                       large=large, with_positions=main and graph_fields, most=limit)
 
     read = graph_fields_within(most)
     if read is None:
         return None
-    level_nodes = int(np.where(is_graph, read.counts[GraphField.NODE], read.counts[FUNCTION_NODE]).sum())
+    per_graph_nodes = np.where(is_graph, read.counts[GraphField.NODE], read.counts[FUNCTION_NODE])
+    level_nodes = int(per_graph_nodes.sum())
+    apart_nodes = int(per_graph_nodes[level.apart].sum())
     if most is not None and level_nodes > most:
-        return level_nodes
+        return _Over(level_nodes, apart_nodes)
     if read.over:  # (the fields kept passed ``most``, a function's names among them, but its nodes did not)
         read = graph_fields_within(None)
         if read is None:
@@ -533,9 +624,11 @@ def _count_level(
         return None
     subgraphs = read.fields  # (most models have none: the names below are read only for those that do)
     nodes_read = (node_starts, node_ends, op_type[0], op_type[1], node_index)
+    defaults = _default_graphs(data, source, level)
+    if defaults is None:
+        return None
     if not len(subgraphs.rows):
-        empty = np.zeros(0, dtype=np.int64)
-        return per_graph, _Level(empty, empty, empty, empty, empty), nodes_read, positions
+        return per_graph, defaults, nodes_read, positions, apart_nodes
     # A subgraph's scope: its node's (name, or {op_type}_{index}), then its attribute's name.
     holders = np.unique(subgraphs.rows)
     read = _fields(data, source, attribute_starts[holders], attribute_ends[holders], (AttributeField.NAME,))
@@ -565,11 +658,35 @@ def _count_level(
             scope = scope + 2 + _digits(k)
         root = np.where(level.root[graph] >= 0, level.root[graph], np.where(level.node_field[graph] == GraphField.NODE,
                                                                              node if main else -1, -1))
-        children.append((starts, ends, scope, root))
-    child_starts, child_ends, child_scope, child_root = (np.concatenate([c[k] for c in children]) for k in range(4))
+        root = np.where(level.apart[graph], -1, root)
+        children.append((starts, ends, scope, root, level.apart[graph]))
+    children.append((defaults.starts, defaults.ends, defaults.scope, defaults.root, defaults.apart))
+    child_starts, child_ends, child_scope, child_root, child_apart = (np.concatenate([c[k] for c in children])
+                                                                      for k in range(5))
     next_level = _Level(child_starts, child_ends, np.full(len(child_starts), GraphField.NODE, dtype=np.int64),
-                        child_scope, child_root)
-    return per_graph, next_level, nodes_read, positions
+                        child_scope, child_root, child_apart)
+    return per_graph, next_level, nodes_read, positions, apart_nodes
+
+
+def _default_graphs(data: bytes, source: np.ndarray, level: _Level) -> _Level | None:
+    """The graphs of the attribute defaults of the functions of ``level`` (FunctionProto.attribute_proto's g and
+    graphs): not converted, but parsed, so their nodes and constants are counted (apart). None when a record is
+    not a message."""
+    functions = np.flatnonzero(level.node_field == FUNCTION_NODE)
+    if not functions.size:
+        return _empty_level()
+    read = _fields(data, source, level.starts[functions], level.ends[functions], (FUNCTION_ATTRIBUTE_PROTO,))
+    if read is None:
+        return None
+    _, starts, ends = read.fields.spans(FUNCTION_ATTRIBUTE_PROTO)
+    read = _fields(data, source, starts, ends, (AttributeField.G, AttributeField.GRAPHS))
+    if read is None:
+        return None
+    graphs = read.fields
+    count = len(graphs.rows)
+    none = np.zeros(count, dtype=np.int64)
+    return _Level(graphs.payload, graphs.payload + graphs.values, np.full(count, GraphField.NODE, dtype=np.int64),
+                  none, none - 1, np.ones(count, dtype=bool))
 
 
 def _node_label(data: bytes, source: np.ndarray, nodes: tuple[np.ndarray, ...], node: int) -> str:

@@ -31,6 +31,7 @@ from dmlbridge.model.census import (
     DEFAULT_MAX_NODES,
     ConstantCount,
     check_count,
+    check_text_model,
     count_constants,
 )
 from dmlbridge.model.constants import ModelConstant, find_constants, iter_external_tensors
@@ -38,9 +39,13 @@ from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+PROTOBUF_MAX_BYTES = (1 << 31) - 1
+"""The most bytes protobuf parses or serializes as one message: a model file (or bytes) over it is refused by its
+size before a byte of it is read or copied; weights over 2 GB belong in external data."""
 _DIR_FD = os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY")
 
-__all__ = ["LoadedModel", "checked_path_only", "external_data_reader", "model_constants", "need_reader", "read_model"]
+__all__ = ["PROTOBUF_MAX_BYTES", "LoadedModel", "checked_path_only", "external_data_reader", "model_constants",
+           "need_reader", "read_model"]
 
 
 def checked_path_only() -> bool:
@@ -90,7 +95,8 @@ def read_model(
     Unreadable files and data that is not an ONNX model raise InvalidArgumentError (never DecodeError/OSError).
     Before the bytes are parsed, their nodes and constants are counted (:mod:`dmlbridge.model.census`): a model of
     more than ``max_nodes`` nodes or ``max_constants`` constants (None: any number), or whose manifest would take
-    more than ``max_manifest_bytes`` (None: no manifest is written), is refused with InvalidArgumentError.
+    more than ``max_manifest_bytes`` (None: no manifest is written), is refused with InvalidArgumentError. So is
+    a model over protobuf's limit (PROTOBUF_MAX_BYTES), by its size, before it is read or copied.
     """
     path = None
     serialized: bytes | None = None
@@ -107,6 +113,8 @@ def read_model(
         try:
             if text_format in (None, "protobuf"):
                 count = _counted(data, max_constants, max_manifest_bytes, max_nodes)
+            else:
+                check_text_model(data, text_format, f"model {path!r}", max_constants, max_nodes)
         except BaseException:
             if base_fd is not None:
                 os.close(base_fd)
@@ -131,6 +139,8 @@ def read_model(
         if base_dir is None:
             base_dir = directory
     elif isinstance(model, (bytes, bytearray, memoryview)):
+        _refuse_over_protobufs_limit(model.nbytes if isinstance(model, memoryview) else len(model),
+                                     "the model given as bytes")
         data = bytes(model)
         digest = hashlib.sha256(data).hexdigest()
         count = _counted(data, max_constants, max_manifest_bytes, max_nodes)
@@ -142,6 +152,7 @@ def read_model(
         serialized = data if size <= BYTE_SCAN_MAX_BYTES else None
     elif getattr(getattr(model, "DESCRIPTOR", None), "full_name", None) == "onnx.ModelProto":
         # (Serializing it costs a tenth of what the byte scan saves on a model of many small constants.)
+        _refuse_over_protobufs_limit(model.ByteSize(), "the model given as a ModelProto")
         whole = model.SerializeToString()
         count = _counted(whole, max_constants, max_manifest_bytes, max_nodes)
         proto, name, size = model, None, len(whole)
@@ -159,6 +170,17 @@ def read_model(
     folder = None if base_dir is None else os.fspath(base_dir)
     return LoadedModel(proto, name, size, path, None if folder is None else str(folder), serialized, base_fd,
                        digest, count)
+
+
+def _refuse_over_protobufs_limit(size: int, what: str) -> None:
+    """InvalidArgumentError for a model of more bytes than protobuf reads in one message (``what``: the model as
+    it was given), raised before it is read or copied."""
+    if size > PROTOBUF_MAX_BYTES:
+        raise InvalidArgumentError(
+            f"{what} is {size} bytes ({size / 2**30:.3g} GiB), more than protobuf reads as one message "
+            f"(2 GiB less a byte, {PROTOBUF_MAX_BYTES}): weights over 2 GB belong in external data (save the model "
+            "with onnx.save_model(..., save_as_external_data=True) and give its path)"
+        )
 
 
 def _counted(data: bytes, max_constants: int | None, max_manifest_bytes: int | None,
@@ -188,9 +210,11 @@ def _read_pinned(path: str, directory: str, pin: bool) -> tuple[bytes, int, int 
             raise InvalidArgumentError(f"model {path!r} is not a regular file") from None
         raise InvalidArgumentError(f"cannot read model {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
+        _refuse_over_protobufs_limit(size, f"model {path!r}")
         data = read_at(fd, 0, size)
         while more := read_at(fd, len(data), 1 << 20):  # (a file that grew since fstat: read to its end)
             data += more
+            _refuse_over_protobufs_limit(len(data), f"model {path!r} (it grew while it was read)")
         return data, len(data), base_fd
     except OSError as exc:
         if base_fd is not None:

@@ -369,6 +369,14 @@ class ExternalDataReader:
         fd, _, _ = self._open_checked(tensor, nbytes, checksum=False)
         os.close(fd)
 
+    def locate(self, tensor: Any, nbytes: int) -> tuple[tuple[int, int] | str, int, int]:
+        """Which file a tensor's external data is in, found as :meth:`read` finds it but opening nothing: the
+        file's identity (device and inode; its real path where the system gives no inode), the tensor's offset in
+        it and the file's size. ExternalDataError when it is not found or not allowed."""
+        info = parse_external_data(tensor, nbytes)
+        real, st, _ = self._resolve(info, f"{tensor_label(tensor)}: external data file {_short(info.location)}")
+        return ((st.st_dev, st.st_ino) if st.st_ino else real), info.offset, st.st_size
+
     def _open_checked(self, tensor: Any, nbytes: int, checksum: bool = True) -> tuple[int, int, str]:
         """Open a tensor's external data file with every check of the module docstring (the checksum only with
         ``checksum``): (fd, offset, where).

@@ -9,9 +9,11 @@ type), then, by wire type:
 - 2 (``LENGTH``): a varint length and that many bytes (strings, bytes, nested messages, packed repeated numbers);
 - 5 (``FIXED32``): 4 bytes.
 
-A varint is little-endian groups of 7 bits, with the high bit of each byte saying "more". Varints of over 9
-bytes (values of 2^63 and more), groups (wire types 3 and 4) and the undefined wire types 6 and 7 are treated as
-malformed: a caller hands such bytes to protobuf itself.
+A varint is little-endian groups of 7 bits, with the high bit of each byte saying "more", at most 10 bytes (a
+negative int64 takes 10); a tag is at most 5 bytes and below 2^32, as protobuf's parser reads them. Groups (wire
+types 3 and 4) and the undefined wire types 6 and 7 are treated as malformed here: a caller hands such bytes to
+protobuf itself (:mod:`dmlbridge.model.census` skips groups). The numpy reader :func:`varints` takes varints of
+at most 9 bytes (below 2^63) and marks longer ones invalid: the callers read those records one field at a time.
 
     >>> varint(b"\\x96\\x01", 0, 2)
     (150, 2)
@@ -37,6 +39,7 @@ __all__ = [
     "field_positions",
     "float_field",
     "once",
+    "read_tag",
     "single_field_span",
     "skip",
     "span_text",
@@ -49,22 +52,44 @@ VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
 MAX_ROUNDS = 24  # fields a record may have for RecordWalk; a record with more is marked broken
 _TEN = np.arange(10, dtype=np.int64)
 _SHIFTS = _TEN * 7
+_UINT64 = (1 << 64) - 1
 
 
 # --- one message, in Python --------------------------------------------------------------------------------------
 
 
 def varint(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """The varint at ``at`` and where it ends; (-1, end + 1) when it runs past ``end`` or is over 9 bytes."""
+    """The varint at ``at`` and where it ends; (-1, end + 1) when it runs past ``end`` or is over 10 bytes.
+
+    Ten bytes is the longest varint: a negative int64 is written so (as 2^64 plus it). Bits past the 64th, which a
+    10th byte above 1 sets, are dropped, as protobuf's parser does (it accepts such a varint: a reader that refused
+    it would read less of a model than protobuf).
+
+        >>> varint(b"\\xff" * 9 + b"\\x01", 0, 10)  # -1 as an int64
+        (18446744073709551615, 10)
+    """
     value = shift = 0
-    while at < end and shift < 63:
+    while at < end and shift < 70:
         byte = data[at]
         at += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return value, at
+            return value & _UINT64, at
         shift += 7
     return -1, end + 1
+
+
+def read_tag(data: bytes, at: int, end: int) -> tuple[int, int]:
+    """The field tag at ``at`` and where it ends; (-1, end + 1) when protobuf's parser refuses it: a varint of
+    over 5 bytes, or a value of 2^32 and more (a field number is at most 2^29 - 1).
+
+        >>> read_tag(b"\\x80" * 9 + b"\\x01", 0, 10)
+        (-1, 11)
+    """
+    value, after = varint(data, at, min(end, at + 5))
+    if value < 0 or value > 0xFFFFFFFF:
+        return -1, end + 1
+    return value, after
 
 
 def skip(data: bytes, wire: int, at: int, end: int) -> int:
@@ -88,7 +113,7 @@ def single_field_span(data: bytes, number: int) -> tuple[int, int] | None:
     span = None
     wanted = number << 3 | LENGTH
     while at < end:
-        tag, at = varint(data, at, end)
+        tag, at = read_tag(data, at, end)
         if tag < 0:
             return None
         if tag == wanted:
@@ -131,7 +156,7 @@ def field_position_runs(data: bytes, at: int, end: int, most: int) -> Iterator[n
                     if length < 0x80:
                         at += 2 + length
                         continue
-                tag, after = varint(data, at, end)
+                tag, after = read_tag(data, at, end)
                 if tag < 0:
                     yield None
                     return
@@ -163,7 +188,7 @@ def float_field(message: Any, name: str) -> np.ndarray:
     view = memoryview(data)
     at, end = 0, len(data)
     while at < end:  # ``name``'s occurrences: packed runs (LENGTH) or single values (FIXED32/FIXED64)
-        tag, at = varint(data, at, end)
+        tag, at = read_tag(data, at, end)
         if tag < 0:
             break  # (protobuf's own serialization: never malformed)
         if tag >> 3 != field.number:

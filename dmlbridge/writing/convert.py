@@ -41,6 +41,7 @@ from dmlbridge.placement.options import (
     PlanOptions,
 )
 from dmlbridge.placement.selection import Selection
+from dmlbridge.plan.external_files import external_data_bytes
 from dmlbridge.plan.fingerprint import bin_fingerprint
 from dmlbridge.plan.open_buffers import OpenBuffers
 from dmlbridge.plan.upload_plan import ModelAndPlan, UploadPlan, plan_loaded
@@ -131,8 +132,9 @@ def convert_model(
             file may be empty or incomplete.
         max_output_bytes: refuse (TensorTooLargeError, before any file is created) a conversion whose upload image
             would be larger. None (the default) allows 8 times the model's bytes (the model file and the
-            external data it uses: 8 times is the largest widening, FLOAT4E2M1 to FLOAT32), plus one alignment per
-            constant and 64 MiB: a few bytes that claim gigabytes (sparse tensors densified, say) need the option.
+            external data it uses, each byte of a file once however many tensors name it: 8 times is the largest
+            widening, FLOAT4E2M1 to FLOAT32), plus one alignment per constant and 64 MiB: a few bytes that claim
+            gigabytes (sparse tensors densified, say) need the option.
         max_manifest_bytes: refuse (InvalidArgumentError, before any file is created) a conversion whose manifest
             would be larger; ``load_plan`` reads no larger manifest unless given the same limit.
         flags: the DML_TENSOR_FLAGS of every converted entry: 0, or 1 / ``"owned-by-dml"``
@@ -292,7 +294,7 @@ def _checked(loaded: LoadedModel, options: ConvertOptions) -> tuple[ModelAndPlan
     try:
         need_reader(model_plan.not_in_the_bytes(), reader)
         _refuse_too_large(constants, placement, options.max_tensor_bytes)
-        _refuse_large_output(loaded, constants, placement, options)
+        _refuse_large_output(loaded, constants, placement, options, reader)
         refuse_oversized(constants, placement, options.layout.max_buffer_bytes)
         check_manifest_size(placement.entries, options.max_manifest_bytes, model_plan.plan.graph_inputs)
     except BaseException:
@@ -336,14 +338,16 @@ def _refuse_too_large(constants: list[ModelConstant], placement: Placement, max_
 
 
 def _refuse_large_output(
-    loaded: LoadedModel, constants: list[ModelConstant], placement: Placement, options: ConvertOptions
+    loaded: LoadedModel, constants: list[ModelConstant], placement: Placement, options: ConvertOptions,
+    reader: ExternalDataReader | None,
 ) -> None:
     """Refuse, before any output exists, an upload image larger than ``max_output_bytes`` (see convert_model)."""
     limit = options.max_output_bytes
     if limit is None:
-        external = sum(c.packed_nbytes for c in constants if c.storage == "external")
+        external = external_data_bytes(constants, reader)  # (each byte of a file once, however many name it)
         limit = 8 * (loaded.size + external) + options.layout.alignment * len(constants) + (64 << 20)
-        how = "8 times the model's bytes, plus one alignment per constant and 64 MiB"
+        how = ("8 times the model's bytes (its external data's counted once each), plus one alignment per constant "
+               "and 64 MiB")
     else:
         how = "max_output_bytes"
     if placement.total > limit:

@@ -845,3 +845,22 @@ def test_help_wraps_its_lists_of_names_between_names(monkeypatch: pytest.MonkeyP
     names = [t.name for t in dmlbridge.DmlDataType if t is not dmlbridge.DmlDataType.UNKNOWN]
     kinds = list(CONSTANT_KINDS)
     assert set(names) <= words and set(kinds) <= words, sorted(set(names + kinds) - words)
+
+
+@pytest.mark.parametrize("fault", [RecursionError("maximum recursion depth exceeded"), OverflowError("too big"),
+                                   KeyError("x")])
+def test_a_fault_of_dmlbridges_own_is_one_line_and_exit_3_never_a_traceback(
+    small: Path, monkeypatch: pytest.MonkeyPatch, fault: Exception
+) -> None:
+    """An exception that is no DmlBridgeError is a bug, but the command line still prints one line naming it,
+    and exits 3 (a user error's 2 is kept for what the user can change)."""
+
+    def broken(args: object) -> int:
+        raise fault
+
+    monkeypatch.setitem(commands._COMMANDS, "inspect", broken)
+    result = run("inspect", small)
+    assert result.returncode == 3, result
+    assert "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"dmlbridge inspect: internal error: {type(fault).__name__}: ") and "report" in line

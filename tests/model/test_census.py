@@ -5,6 +5,8 @@ or nodes, how deep and (constants) under which node."""
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +15,28 @@ import onnx
 import pytest
 from budget import examples
 from builders import model_of, sparse
-from command_line import run
+from command_line import one_line_error, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from onnx import AttributeProto, FunctionProto, GraphProto, ModelProto, NodeProto, helper, numpy_helper
+from onnx import (
+    AttributeProto,
+    FunctionProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    TrainingInfoProto,
+    helper,
+    numpy_helper,
+)
+from onnx.serialization import registry
 
 import dmlbridge
 from dmlbridge.model import census, onnx_file
-from dmlbridge.model.census import MIN_ENTRY_LINE, count_constants
+from dmlbridge.model.census import MIN_ENTRY_LINE, AttributeField, GraphField, ModelField, NodeField, count_constants
 from dmlbridge.model.constants import find_constants
+from dmlbridge.onnx import wire
+
+STATS: Counter[str] = Counter()
 
 
 def test_the_field_numbers_are_onnx_s() -> None:
@@ -31,6 +46,9 @@ def test_the_field_numbers_are_onnx_s() -> None:
         for field in names:
             assert message.DESCRIPTOR.fields_by_name[field.name.lower()].number == field, (message, field)
     assert FunctionProto.DESCRIPTOR.fields_by_name["node"].number == census.FUNCTION_NODE
+    assert FunctionProto.DESCRIPTOR.fields_by_name["attribute_proto"].number == census.FUNCTION_ATTRIBUTE_PROTO
+    for field in census.TrainingInfoField:
+        assert TrainingInfoProto.DESCRIPTOR.fields_by_name[field.name.lower()].number == field
 
 
 # --- the counts ---------------------------------------------------------------------------------------------------
@@ -104,23 +122,40 @@ def _nodes(nodes: Any, depth: int = 0) -> list[int]:
 
 
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(drawn=_graphs(0, ""), functions=st.integers(0, 2))
-def test_the_count_is_what_find_constants_finds(drawn: tuple[Any, list[int]], functions: int) -> None:
+@given(drawn=_graphs(0, ""), functions=st.integers(0, 2), apart=st.lists(_graphs(1, "t"), max_size=3))
+def test_the_count_is_what_find_constants_finds(
+    drawn: tuple[Any, list[int]], functions: int, apart: list[tuple[Any, list[int]]]
+) -> None:
+    """The counts equal what find_constants finds and what the parsed model holds; the graphs a conversion does
+    not read (``training_info``'s and a function's attribute defaults') count among the nodes and, apart, among the
+    constants."""
     graph, under = drawn
     function_list = [helper.make_function("local", f"f{k}", ["x"], ["y"], [
         helper.make_node("Constant", [], ["k"], value=_tensor("k")), helper.make_node("Identity", ["x"], ["y"])],
         [helper.make_opsetid("", 17)]) for k in range(functions)]
     model = helper.make_model(graph, functions=function_list)
+    apart_graphs = [g for g, _ in apart]
+    for k, extra in enumerate(apart_graphs):
+        if k % 2 == 0 or not function_list:
+            info = model.training_info.add()
+            (info.initialization if k % 4 == 0 else info.algorithm).CopyFrom(extra)
+        else:
+            model.functions[-1].attribute_proto.append(helper.make_attribute("body", extra))
     data = model.SerializeToString()
     count = count_constants(data)
     found = find_constants(onnx.load_model_from_string(data))
     assert count is not None
     assert count.total == len(found)
+    assert count.apart == sum(_constants_in(g) for g in apart_graphs)
     subgraph = [c for c in found if c.scope and not c.scope.startswith("functions/")]
     assert count.in_subgraphs == len(subgraph) == sum(under)
     assert count.name_chars <= sum(len(c.key) + len(c.origin) for c in found)
     parsed = onnx.load_model_from_string(data)
     depths = _nodes(parsed.graph.node) + [d for function in parsed.functions for d in _nodes(function.node)]
+    depths += [d for info in parsed.training_info for g in (info.initialization, info.algorithm)
+               for d in _nodes(g.node)]
+    depths += [d for function in parsed.functions for attribute in function.attribute_proto
+               for d in _nodes(attribute.g.node, 1)]
     assert count.nodes == len(depths)
     assert count.nodes_in_subgraphs == sum(d > 0 for d in depths)
     assert count.node_depth == max(depths, default=0)
@@ -132,6 +167,34 @@ def test_the_count_is_what_find_constants_finds(drawn: tuple[Any, list[int]], fu
         assert 1 <= count.depth <= 3
     else:
         assert count.depth == 0 and count.busiest is None
+
+
+def test_graphs_that_are_not_converted_are_counted_and_held_to_the_limits(tmp_path: Path, never_parsed: None) -> None:
+    """``training_info``'s graphs and a function's attribute default graphs: protobuf parses them, so their nodes
+    pass max_nodes and their constants max_constants as the main graph's do (they took 690 MiB for 5 million
+    nodes past the default limit), before the parse, for a path and bytes."""
+    nodes = [helper.make_node("Identity", [f"x{i}"], [f"y{i}"]) for i in range(30)]
+    body = helper.make_graph(nodes, "body", [], [], [_tensor(f"w{i}") for i in range(20)])
+    trained = helper.make_model(helper.make_graph([], "g", [], []))
+    trained.training_info.add().algorithm.CopyFrom(body)
+    function = helper.make_function("local", "f", ["x"], ["y"], [helper.make_node("Identity", ["x"], ["y"])],
+                                    [helper.make_opsetid("", 17)])
+    function.attribute_proto.append(helper.make_attribute("body", body))
+    defaults = helper.make_model(helper.make_graph([], "g", [], []), functions=[function])
+    for model, where in ((trained, r"30 nodes \(all in the main graph and functions; at least 30 in training_info"),
+                         (defaults, r"31 nodes \(30 in subgraphs nested up to 1 deep; at least 30 in training_info")):
+        path = tmp_path / "m.onnx"
+        path.write_bytes(model.SerializeToString())
+        for form in (path, path.read_bytes(), model):
+            with pytest.raises(dmlbridge.InvalidArgumentError,
+                               match=rf"holds at least {where} graphs and function attribute graphs, which are "
+                                     r"not converted but parsed\), more than max_nodes=29"):
+                dmlbridge.plan_model(form, max_nodes=29)
+            with pytest.raises(dmlbridge.InvalidArgumentError,
+                               match=r"holds 20 constants \(20 in training_info graphs and function attribute "
+                                     r"graphs, which are not converted but parsed\), more than max_constants=19"):
+                dmlbridge.convert_model(form, tmp_path / "out", progress=False, max_constants=19)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
 def test_the_depth_is_the_deepest_level_holding_a_constant() -> None:
@@ -159,6 +222,62 @@ def test_a_group_in_an_unknown_field_is_walked_over() -> None:
     assert len(onnx.load_model_from_string(odd).graph.initializer) == 1
     count = count_constants(odd)
     assert count is not None and count.total == 1
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        if not value:
+            return bytes(out + bytes([low]))
+        out.append(low | 0x80)
+
+
+def _parses(data: bytes) -> bool:
+    try:
+        onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError
+        return False
+    return True
+
+
+def test_groups_are_skipped_to_protobufs_depth_without_recursing() -> None:
+    """Groups nested 100 deep in an unknown field are skipped, as protobuf skips them; 101 and 10,000 deep are
+    malformed to both (the count read them recursively before: 1,000 deep was a RecursionError)."""
+    data = model_of({"w": np.ones(2, np.float32)}).SerializeToString()
+    for depth, parsed in ((100, True), (101, False), (10_000, False)):
+        odd = _varint(15 << 3 | 3) * depth + _varint(15 << 3 | 4) * depth + data
+        assert _parses(odd) is parsed, depth
+        count = count_constants(odd)
+        assert (count is not None and count.total == 1) if parsed else count is None, depth
+    crossed = _varint(15 << 3 | 3) + _varint(16 << 3 | 4) + data  # a group ended by another field's end tag
+    assert not _parses(crossed) and count_constants(crossed) is None
+
+
+def test_tags_and_varints_are_read_as_protobuf_reads_them() -> None:
+    """One varint reader for the count and the wire format: up to 10 bytes, the bits past the 64th dropped, as
+    protobuf's parser does (a 10th byte of 0x7e in a value is accepted by both); a tag of over 5 bytes or of 2^32
+    and more is malformed to both (the 10-byte tag ending in 0x7e was an OverflowError)."""
+    assert wire.varint(_varint((1 << 64) - 1), 0, 10) == ((1 << 64) - 1, 10)  # -1 as an int64: 10 bytes
+    assert wire.varint(b"\xff" * 9 + b"\x7e", 0, 10) == ((1 << 63) - 1, 10)  # (0x7e: bit 63 clear)
+    assert wire.varint(b"\xff" * 10 + b"\x00", 0, 11) == (-1, 12)  # 11 bytes
+    assert wire.read_tag(_varint(((1 << 29) - 1) << 3), 0, 5) == (((1 << 29) - 1) << 3, 5)
+    assert wire.read_tag(b"\x88\x80\x80\x80\x00", 0, 5) == (8, 5)  # an overlong 5-byte tag
+    data = model_of({"w": np.ones(2, np.float32)}).SerializeToString()
+    for tag in (b"\x80" * 9 + b"\x7e", b"\x80" * 9 + b"\x01", b"\x88" + b"\x80" * 4 + b"\x00", _varint(1 << 32)):
+        odd = tag + b"\x05" + data
+        assert not _parses(odd) and count_constants(odd) is None, tag
+        with pytest.raises(dmlbridge.InvalidArgumentError, match="not a valid ONNX model"):
+            dmlbridge.plan_model(odd)
+    for last in (b"\x01", b"\x7e"):  # an unknown varint field of 10 bytes: a negative int64, or more bits
+        odd = bytes([15 << 3]) + b"\xff" * 9 + last + data
+        count = count_constants(odd)
+        assert _parses(odd) and count is not None and count.total == 1
+    # A negative attribute, in the main graph the byte scan reads field by field: read, not given up on.
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=-1)
+    graph = helper.make_graph([node], "g", [], [], [_tensor("w")])
+    serialized = graph.SerializeToString()
+    assert wire.field_positions(serialized, 0, len(serialized)) is not None
 
 
 # --- the limits, before the parse -----------------------------------------------------------------------------
@@ -318,3 +437,140 @@ def test_the_command_line_names_max_nodes_flag(tmp_path: Path) -> None:
     for command in (["convert", path, "-o", tmp_path / "x"], ["inspect", path], ["verify", tmp_path / "w.json", path]):
         refused = run(*command, "--max-nodes", "-1")
         assert refused.returncode == 2 and "--max-nodes must be a non-negative integer" in refused.stderr
+
+
+def test_the_command_line_refuses_models_the_count_read_wrongly_in_one_line(tmp_path: Path) -> None:
+    """Groups nested 1,000 deep and a 10-byte tag: one line and exit 2 from inspect, convert and verify (they were
+    a traceback and exit 1)."""
+    good = tmp_path / "good.onnx"
+    good.write_bytes(model_of({"w": np.ones(2, np.float32)}).SerializeToString())
+    assert run("convert", good, "-o", tmp_path / "w", "--quiet").returncode == 0
+    data = good.read_bytes()
+    for name, odd in (("groups.onnx", _varint(15 << 3 | 3) * 1000 + _varint(15 << 3 | 4) * 1000 + data),
+                      ("tag.onnx", b"\x80" * 9 + b"\x7e" + b"\x05" + data)):
+        path = tmp_path / name
+        path.write_bytes(odd)
+        for command in (["inspect", path], ["convert", path, "-o", tmp_path / "x"],
+                        ["verify", tmp_path / "w.json", path]):
+            one_line_error(run(*command), name, "is not a valid ONNX model")
+    assert not (tmp_path / "x.json").exists()
+
+
+# --- structure-aware fuzzing: odd wire forms in every place, and text models ---------------------------------
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+_UNKNOWN = 1000  # a field number no ONNX message has
+
+
+@st.composite
+def _odd_fields(draw: Any) -> bytes:
+    """An unknown field in a form protobuf's serializer never writes: groups nested near protobuf's depth and
+    past it, tags of 5 and 10 bytes, varints of 10 bytes with every last byte."""
+    form = draw(st.sampled_from(["groups", "long_tag", "ten_byte_tag", "ten_byte_value"]))
+    if form == "groups":
+        depth = draw(st.sampled_from([1, 2, 97, 98, 99, 100, 101, 102, 1000]))
+        return _varint(_UNKNOWN << 3 | 3) * depth + _varint(_UNKNOWN << 3 | 4) * depth
+    if form == "long_tag":  # an overlong tag of 5 bytes (read) or 6 (refused)
+        tag = _varint(_UNKNOWN << 3)
+        length = draw(st.sampled_from([5, 6]))
+        return bytes(b | 0x80 for b in tag) + b"\x80" * (length - len(tag) - 1) + b"\x00" + b"\x05"
+    if form == "ten_byte_tag":
+        return b"\x80" * 9 + bytes([draw(st.integers(0, 0x7F))]) + b"\x05"
+    return _varint(_UNKNOWN << 3) + b"\xff" * 9 + bytes([draw(st.integers(0, 0x7F))])
+
+
+def _parsed_counts(model: Any) -> tuple[int, int, int]:
+    """The nodes of every graph protobuf parsed (subgraphs, functions, training_info's graphs and function
+    attribute graphs), and the constants and nodes of the graphs a conversion does not read."""
+    nodes = len(_nodes(model.graph.node)) + sum(len(_nodes(f.node)) for f in model.functions)
+    apart_graphs = [g for info in model.training_info for g in (info.initialization, info.algorithm)]
+    apart_graphs += [a.g for f in model.functions for a in f.attribute_proto if a.HasField("g")]
+    apart_nodes = sum(len(_nodes(g.node)) for g in apart_graphs)
+    return nodes + apart_nodes, sum(_constants_in(g) for g in apart_graphs), apart_nodes
+
+
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=_graphs(1, "x"), odd=st.lists(_odd_fields(), min_size=1, max_size=3),
+       places=st.lists(st.sampled_from(["model", "graph", "node", "subgraph", "training_info", "function_graph"]),
+                       min_size=1, max_size=3))
+def test_odd_wire_forms_in_every_place_are_counted_as_protobuf_parses_them(
+    drawn: tuple[Any, list[int]], odd: list[bytes], places: list[str]
+) -> None:
+    """Odd fields put into the model, a graph, a node, a subgraph, a training_info graph and a function's
+    attribute graph: the count raises nothing; wherever protobuf parses the bytes, the count reads them and
+    equals what protobuf parsed (no count below protobuf's), and the entry points raise only DmlBridgeError."""
+    graph = drawn[0]
+    body = graph.SerializeToString()
+    node = helper.make_node("Identity", ["a"], ["b"]).SerializeToString()
+    data = helper.make_model(helper.make_graph([], "g", [], [])).SerializeToString()
+    for k, place in enumerate(places):
+        junk = odd[k % len(odd)]
+        if place == "model":
+            data += junk
+        elif place == "graph":  # (a second graph field: protobuf merges it into the first)
+            data += _field(ModelField.GRAPH, body + junk)
+        elif place == "node":
+            data += _field(ModelField.GRAPH, _field(GraphField.NODE, node + junk))
+        elif place == "subgraph":
+            attribute = _field(AttributeField.NAME, b"then_branch") + _field(AttributeField.G, body + junk)
+            holder = _field(NodeField.OP_TYPE, b"If") + _field(NodeField.ATTRIBUTE, attribute)
+            data += _field(ModelField.GRAPH, _field(GraphField.NODE, holder))
+        elif place == "training_info":
+            data += _field(ModelField.TRAINING_INFO, _field(census.TrainingInfoField.ALGORITHM, body + junk))
+        else:
+            attribute = _field(AttributeField.NAME, b"body") + _field(AttributeField.G, body + junk)
+            function = _field(1, b"f") + _field(10, b"local") + _field(census.FUNCTION_ATTRIBUTE_PROTO, attribute)
+            data += _field(ModelField.FUNCTIONS, function)
+    count = count_constants(data)
+    try:
+        parsed = onnx.load_model_from_string(data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError
+        parsed = None
+    STATS["parsed by protobuf" if parsed is not None else "refused by protobuf"] += 1
+    if parsed is not None:
+        assert count is not None
+        assert count.total == len(find_constants(parsed))
+        assert (count.nodes, count.apart, count.nodes_apart) == _parsed_counts(parsed)
+    try:
+        dmlbridge.plan_model(data)
+    except dmlbridge.DmlBridgeError:
+        pass
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(drawn=_graphs(0, ""), apart=st.booleans(),
+       text_format=st.sampled_from(["json", "textproto", "onnxtxt"]))
+def test_a_text_models_bound_is_never_below_what_it_parses_to(
+    drawn: tuple[Any, list[int]], apart: bool, text_format: str
+) -> None:
+    """The bound counted from a text model's text (JSON, protobuf's text format, ONNX's text syntax) is at least
+    its nodes and at least its constants, however its graphs nest, training_info's graphs included."""
+    model = helper.make_model(drawn[0])
+    if apart:
+        model.training_info.add().algorithm.CopyFrom(drawn[0])
+    serializer = registry.get(text_format)
+    assert serializer is not None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (onnx calls its own text syntax experimental)
+            text = serializer.serialize_proto(model)
+            parsed = serializer.deserialize_proto(text, onnx.ModelProto())
+    except Exception:  # noqa: BLE001 - onnx's own text syntax does not print every model it can read back
+        STATS["text models onnx could not print and read back"] += 1
+        return
+    STATS[f"{text_format} models bounded"] += 1
+    text = text if isinstance(text, bytes) else text.encode()
+    nodes, apart_constants, _ = _parsed_counts(parsed)
+    bound = census.text_bound(text, text_format)
+    assert bound >= nodes
+    assert bound >= len(find_constants(parsed)) + apart_constants
+
+
+def test_report_fuzz_statistics() -> None:
+    """Prints how the structure-aware examples of this module ended (run with -s to see it)."""
+    if STATS:
+        print("\ncensus fuzzing: " + ", ".join(f"{k} {v}" for k, v in sorted(STATS.items())))
