@@ -26,15 +26,15 @@ from onnx.serialization import registry
 
 from dmlbridge.errors import ExternalDataError, InvalidArgumentError
 from dmlbridge.model.byte_scan import BYTE_SCAN_MAX_BYTES, BytesScan, scan_bytes
-from dmlbridge.model.census import (
+from dmlbridge.model.census import count_constants
+from dmlbridge.model.constants import ModelConstant, find_constants, iter_external_tensors
+from dmlbridge.model.model_limits import (
     DEFAULT_MAX_CONSTANTS,
     DEFAULT_MAX_NODES,
     ConstantCount,
     check_count,
     check_text_model,
-    count_constants,
 )
-from dmlbridge.model.constants import ModelConstant, find_constants, iter_external_tensors
 from dmlbridge.onnx.external_data import ExternalDataReader
 from dmlbridge.system.files import NotRegularFileError, open_regular, read_at
 

@@ -16,7 +16,7 @@ import re
 from typing import Any, NamedTuple
 
 from dmlbridge.errors import InvalidArgumentError
-from dmlbridge.model.census import DEFAULT_MAX_CONSTANTS, DEFAULT_MAX_NODES, check_max_constants, check_max_nodes
+from dmlbridge.model.model_limits import DEFAULT_MAX_CONSTANTS, DEFAULT_MAX_NODES, check_max_constants, check_max_nodes
 from dmlbridge.model.shapes import NO_SHAPES, GivenShapes
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES, check_max_tensor_bytes
 from dmlbridge.placement.cpu_read import Upload, check_upload

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 import dmlbridge
 from dmlbridge.manifest import format
 from dmlbridge.manifest.format import check_manifest_size, entries_size, manifest_chunks, manifest_text
-from dmlbridge.model.census import MIN_ENTRY_LINE
+from dmlbridge.model.model_limits import MIN_ENTRY_LINE
 
 
 def _models() -> dict[str, tuple[object, dict[str, object]]]:

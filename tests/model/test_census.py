@@ -32,8 +32,9 @@ from onnx.serialization import registry
 
 import dmlbridge
 from dmlbridge.model import census, onnx_file
-from dmlbridge.model.census import MIN_ENTRY_LINE, AttributeField, GraphField, ModelField, NodeField, count_constants
+from dmlbridge.model.census import AttributeField, GraphField, ModelField, NodeField, count_constants
 from dmlbridge.model.constants import find_constants
+from dmlbridge.model.model_limits import MIN_ENTRY_LINE, text_bound
 from dmlbridge.onnx import wire
 
 STATS: Counter[str] = Counter()
@@ -565,7 +566,7 @@ def test_a_text_models_bound_is_never_below_what_it_parses_to(
     STATS[f"{text_format} models bounded"] += 1
     text = text if isinstance(text, bytes) else text.encode()
     nodes, apart_constants, _ = _parsed_counts(parsed)
-    bound = census.text_bound(text, text_format)
+    bound = text_bound(text, text_format)
     assert bound >= nodes
     assert bound >= len(find_constants(parsed)) + apart_constants
 

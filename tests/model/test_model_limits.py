@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 
 import dmlbridge
 from dmlbridge.model import onnx_file
-from dmlbridge.model.census import text_bound
+from dmlbridge.model.model_limits import text_bound
 from dmlbridge.model.onnx_file import PROTOBUF_MAX_BYTES
 
 
