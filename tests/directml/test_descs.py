@@ -113,7 +113,7 @@ def test_a_desc_one_byte_short_is_refused(placed: tuple, directml: DirectML) -> 
     for line in text.splitlines():
         words = line.split(" ")
         if words[0] == "tensor" and len(broken) < 40:
-            words[-2] = str(int(words[-2]) - 1)
+            words[-3] = str(int(words[-3]) - 1)  # (TotalTensorSizeInBytes, before the alignment and READS_ON)
             short[words[1]] = line
         broken.append(" ".join(words))
     run = directml.run("\n".join(broken) + "\n", directory=folder, counted=False)
