@@ -122,13 +122,13 @@ def _consumer_dict(desc: object) -> dict | None:
             "TotalTensorSizeInBytes": d.total, "GuaranteedBaseOffsetAlignment": d.alignment}  # type: ignore[attr-defined]
 
 
-def _cpu_and_broadcast_model() -> object:
+def _cpu_and_broadcast_model(undecided: bool = True) -> object:
     """x [2, 3] + c [3] (a broadcast operand), a Reshape's shape (read on the CPU) and u (undeclared) * c."""
     from onnx import helper, numpy_helper
 
     nodes = [helper.make_node("Add", ["x", "c"], ["s"], name="add"),
              helper.make_node("Reshape", ["s", "shape"], ["r"], name="reshape"),
-             helper.make_node("Mul", ["u", "c"], ["m"], name="mul u")]
+             helper.make_node("Mul", ["u", "c"], ["m"], name="mul u")][: 3 if undecided else 2]
     inits = [numpy_helper.from_array(np.arange(3, dtype=np.float32), "c"),
              numpy_helper.from_array(np.array([3, 2], np.int64), "shape")]
     inputs = [helper.make_tensor_value_info("x", 1, [2, 3]), helper.make_tensor_value_info("u", 1, None)]
@@ -225,3 +225,21 @@ def test_the_spec_example_follows_the_spec() -> None:
     assert listed.buffers and {line.kind for line in listed.lines} == {"tensor", "part"} and listed.consumers
     assert any(c.desc is None for c in listed.consumers)
     assert parse(cpu).uploads == ["gpu", "cpu"]
+
+
+def test_an_older_manifests_list_uploads_every_buffer(tmp_path: Path) -> None:
+    # Format 6 marks no buffer as not uploaded, and took every consumer as binding its constant (it names no
+    # operator): every buffer and tensor is gpu, each consumer's operator "-" and its desc the entry's.
+    from models import older
+
+    dmlbridge.convert_model(_cpu_and_broadcast_model(undecided=False), tmp_path / "w", upload="all",
+                            progress=False).close()
+    manifest = tmp_path / "w.json"
+    manifest.write_text(json.dumps(older(json.loads(manifest.read_text()), 6)))
+    with dmlbridge.load_plan(manifest) as plan:
+        listed = parse(dmlbridge.binding_list(plan))
+        assert listed.uploads == ["gpu"] * len(plan.buffers)
+        assert [(t.key, t.reads_on) for t in listed.lines] == [("c", "gpu"), ("shape", "gpu")]
+        assert [(c.key, c.index, c.node, c.input, c.operator) for c in listed.consumers] == [
+            ("c", 0, "add", 1, None), ("shape", 0, "reshape", 1, None)]
+        assert [c.desc for c in listed.consumers] == [t.desc for t in listed.lines]
