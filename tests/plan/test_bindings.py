@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bindings_format import decode, encode, parse
+from bindings_format import DML_TYPES, Desc, decode, encode, parse
 from builders import model_of
 from models import buffer_paths
 
@@ -111,15 +111,13 @@ def _bound(consumer: object) -> dict | None:
     return consumer.desc()  # type: ignore[attr-defined,no-any-return]
 
 
-def _consumer_dict(desc: object) -> dict | None:
-    from bindings_format import DML_TYPES
-
-    if desc is None:
+def _consumer_dict(d: Desc | None) -> dict | None:
+    """A line's desc as ``PlanConsumer.desc()`` gives one."""
+    if d is None:
         return None
-    d = desc  # type: ignore[assignment]
-    return {"DataType": DML_TYPES.index(d.data_type), "Flags": d.flags, "DimensionCount": len(d.sizes),  # type: ignore[attr-defined]
-            "Sizes": list(d.sizes), "Strides": None if d.strides is None else list(d.strides),  # type: ignore[attr-defined]
-            "TotalTensorSizeInBytes": d.total, "GuaranteedBaseOffsetAlignment": d.alignment}  # type: ignore[attr-defined]
+    return {"DataType": DML_TYPES.index(d.data_type), "Flags": d.flags, "DimensionCount": len(d.sizes),
+            "Sizes": list(d.sizes), "Strides": None if d.strides is None else list(d.strides),
+            "TotalTensorSizeInBytes": d.total, "GuaranteedBaseOffsetAlignment": d.alignment}
 
 
 def _cpu_and_broadcast_model(undecided: bool = True) -> object:
