@@ -173,11 +173,18 @@ static Desc Broadcast(DML_TENSOR_DATA_TYPE type, const Desc& shape) {
     return d;
 }
 
-struct Binding {       // a tensor line, or one part line
-    std::string name;  // as printed: the KEY still percent-encoded, or RECORD/FORM/ROLE
+struct Binding {       // a tensor line, one part line, or one consumer line (its tensor's BUFFER and OFFSET)
+    std::string name;  // as printed: the KEY still percent-encoded, RECORD/FORM/ROLE, or KEY#INDEX
     UINT buffer = 0;
     UINT64 offset = 0;
     Desc desc;
+    std::string readsOn = "gpu";  // a tensor's READS_ON: gpu, cpu or none
+};
+struct Consumer {  // a consumer line: the desc one DirectML operator binds its tensor's bytes at
+    size_t tensor = 0;        // its tensor line, in BindingList::tensors
+    UINT index = 0;           // INDEX: its position among the manifest's consumers of the entry
+    bool undecided = false;   // DESC "-": the model leaves its sizes undecided (the manifest's layout note)
+    Binding binding;          // (undecided: only the name is set)
 };
 struct QuantForm {  // the three part lines of one record and form
     std::string record, form;
@@ -188,12 +195,14 @@ struct BufferLine {
     std::string encoded;  // FILE as the list spells it
     std::wstring name;    // FILE decoded: a plain file name in the folder of the buffer files
     UINT64 size = 0;
+    bool upload = true;  // UPLOAD gpu; cpu: the values of constants read on the CPU, never uploaded
     HANDLE file = INVALID_HANDLE_VALUE;  // open from the check of the list to the upload: the file that was checked
 };
 struct BindingList {
     UINT target = 0;
     std::vector<BufferLine> buffers;
     std::vector<Binding> tensors;
+    std::vector<Consumer> consumers;  // in list order: each after its tensor
     std::vector<QuantForm> forms;
     std::map<std::string, std::string> operators;  // RECORD -> OPERATOR, from the quantized lines
 };
@@ -347,6 +356,7 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
     const char* const roles[] = {"weight", "scales", "zero_points"};
     int role = 0;                // the part line the current record form needs next
     bool bindingsBegun = false;  // buffer lines come first
+    std::string previous;        // the kind of the line before (consumer lines follow their tensor's)
     for (size_t start = 0; start < text.size(); start = text.find('\n', start) + 1) {
         ++g_lineNumber;
         size_t end = text.find('\n', start);
@@ -363,10 +373,13 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
             if (f.back().empty()) Malformed(line.empty() ? "empty line" : "fields are separated by exactly one space");
         }
         if (g_lineNumber == 1) {
-            if (f[0] == "dmlbridge-bindings" && f.size() == 2 && f[1] != "1")
-                Malformed("binding list version " + f[1] + ": this program reads version 1");
-            if (line != "dmlbridge-bindings 1")
-                Malformed("not a binding list: the first line must be 'dmlbridge-bindings 1'");
+            // (version 1 lists no UPLOAD, READS_ON or consumer: uploading it all would bind what DirectML never
+            // reads; the manifest still has it all, so writing the list again is the way)
+            if (f[0] == "dmlbridge-bindings" && f.size() == 2 && f[1] != "2")
+                Malformed("binding list version " + f[1] + ": this program reads version 2; write the list again "
+                          "with 'dmlbridge bindings PREFIX.json'");
+            if (line != "dmlbridge-bindings 2")
+                Malformed("not a binding list: the first line must be 'dmlbridge-bindings 2'");
         } else if (list.target == 0) {
             size_t dot = f.size() == 2 && f[0] == "target" ? f[1].find('.') : std::string::npos;
             if (dot == std::string::npos) Malformed("expected 'target MAJOR.MINOR'");
@@ -377,11 +390,15 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
             Malformed("record " + list.forms.back().record + " form " + list.forms.back().form + " lacks its " +
                       roles[role] + " line");
         } else if (f[0] == "buffer") {
-            if (f.size() != 4) Malformed("a buffer line is 'buffer INDEX FILE SIZE'");
+            if (f.size() != 5) Malformed("a buffer line is 'buffer INDEX FILE SIZE UPLOAD'");
             if (bindingsBegun) Malformed("buffer lines come before every tensor and part line");
             if (Number(f[1], 0xFFFFFFFFu, "buffer INDEX") != list.buffers.size())
                 Malformed("buffer INDEX " + f[1] + ": expected " + Str(list.buffers.size()) + " (they are in order)");
-            list.buffers.push_back({f[2], PlainFileName(f[2]), Number(f[3], 1ull << 62, "buffer SIZE")});
+            if (f[4] != "gpu" && f[4] != "cpu") Malformed("UPLOAD '" + f[4] + "': expected gpu or cpu");
+            if (f[4] == "gpu" && !list.buffers.empty() && !list.buffers.back().upload)
+                Malformed("buffer " + f[1] + " is uploaded (gpu) after one that is not (cpu): the cpu ones come last");
+            bool upload = f[4] == "gpu";
+            list.buffers.push_back({f[2], PlainFileName(f[2]), Number(f[3], 1ull << 62, "buffer SIZE"), upload});
         } else if (f[0] == "quantized") {
             if (f.size() != 3) Malformed("a quantized line is 'quantized RECORD OPERATOR'");
             Decoded(f[1], "RECORD");
@@ -390,11 +407,37 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
             if (!list.operators.emplace(f[1], f[2] == "-" ? "DEQUANTIZE" : f[2]).second)
                 Malformed("a second quantized line for record " + f[1]);
             bindingsBegun = true;
+        } else if (f[0] == "consumer") {
+            if (f.size() != 13 && !(f.size() == 7 && f[6] == "-"))
+                Malformed("a consumer line is 'consumer KEY INDEX NODE INPUT OPERATOR' and the 7 desc fields, or -");
+            if (previous != "tensor" && previous != "consumer")
+                Malformed("a consumer line comes right after its tensor line (or another consumer line of it)");
+            const Binding& t = list.tensors.back();
+            if (f[1] != t.name) Malformed("a consumer line of " + f[1] + " after the tensor line of " + t.name);
+            if (t.readsOn != "gpu") Malformed("a consumer line of " + f[1] + ", whose READS_ON is " + t.readsOn +
+                                              ": only a tensor read on the GPU has consumers");
+            UINT index = (UINT)Number(f[2], 0xFFFFFFFFu, "consumer INDEX");
+            if (previous == "consumer" && index <= list.consumers.back().index)
+                Malformed("consumer INDEX " + f[2] + ": the consumer lines of a tensor are in increasing INDEX");
+            Decoded(f[3], "NODE");
+            Number(f[4], 0xFFFFFFFFu, "consumer INPUT");
+            for (char c : f[5])
+                if (!(isupper((unsigned char)c) || isdigit((unsigned char)c) || c == '_') && f[5] != "-")
+                    Malformed("OPERATOR '" + f[5] + "': a DML_OPERATOR_TYPE name without its prefix, or -");
+            Consumer c;
+            c.tensor = list.tensors.size() - 1;
+            c.index = index;
+            c.undecided = f.size() == 7;
+            c.binding.name = f[1] + "#" + Str(index);
+            c.binding.buffer = t.buffer;
+            c.binding.offset = t.offset;
+            if (!c.undecided) c.binding.desc = ParseDesc(f, 6);
+            list.consumers.push_back(c);
         } else if (f[0] == "tensor" || f[0] == "part") {
             bool part = f[0] == "part";
-            if (f.size() != (part ? 14u : 11u))
+            if (f.size() != (part ? 14u : 12u))
                 Malformed(part ? "a part line is 'part RECORD FORM ROLE KEY BUFFER OFFSET' and the 7 desc fields"
-                               : "a tensor line is 'tensor KEY BUFFER OFFSET' and the 7 desc fields");
+                               : "a tensor line is 'tensor KEY BUFFER OFFSET', the 7 desc fields and READS_ON");
             bindingsBegun = true;
             Binding b;
             b.name = f[1];
@@ -418,11 +461,21 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
             b.buffer = (UINT)Number(f[at + 1], 0xFFFFFFFFu, "BUFFER");
             b.offset = Number(f[at + 2], UINT64(-1), "OFFSET");
             b.desc = ParseDesc(f, at + 3);
+            if (!part) {
+                b.readsOn = f[11];
+                if (b.readsOn != "gpu" && b.readsOn != "cpu" && b.readsOn != "none")
+                    Malformed("READS_ON '" + b.readsOn + "': expected gpu, cpu or none");
+                if (b.buffer < list.buffers.size() && !list.buffers[b.buffer].upload && b.readsOn != "cpu")
+                    Malformed("tensor " + f[1] + " is in buffer " + Str(b.buffer) + ", which is not uploaded (cpu), "
+                              "but its READS_ON is " + b.readsOn + ": only what is read on the CPU is left there");
+            }
             if (part) list.forms.back().parts[role] = b, role = (role + 1) % 3;
             else list.tensors.push_back(b);
         } else {
-            Malformed("unknown line '" + f[0] + "': expected buffer, tensor, quantized, part or a # comment");
+            Malformed("unknown line '" + f[0] + "': expected buffer, tensor, consumer, quantized, part or a # "
+                      "comment");
         }
+        previous = f[0];
     }
     if (list.target == 0) Malformed("the list ends before its target line");
     if (role != 0) Malformed("the list ends inside record " + list.forms.back().record + "'s part lines");
@@ -434,6 +487,7 @@ static BindingList ReadBindingList(const std::string& path, const std::string& d
 // device instead of failing a call. Returns why the binding is refused, or "".
 static std::string CheckBinding(const BindingList& list, const Binding& b) {
     if (b.buffer >= list.buffers.size()) return "buffer " + Str(b.buffer) + " does not exist";
+    if (!list.buffers[b.buffer].upload) return "buffer " + Str(b.buffer) + " is not uploaded (its UPLOAD is cpu)";
     if (b.offset % DML_MINIMUM_BUFFER_TENSOR_ALIGNMENT) return "offset " + Str(b.offset) + " is not a multiple of 16";
     if (b.desc.alignment && b.offset % b.desc.alignment)
         return "offset " + Str(b.offset) + " is not a multiple of GuaranteedBaseOffsetAlignment " +
@@ -802,7 +856,7 @@ struct Run {
     ComPtr<ID3D12Resource> constants;  // scale 1.0 at 0 and zero point 0 at 16 for 4-bit reads; the self-test's data
     FILE* dump = nullptr;
     UINT64 dumped = 0;
-    unsigned executed = 0, refused = 0, bindingRefused = 0, descRefused = 0;
+    unsigned executed = 0, refused = 0, bindingRefused = 0, descRefused = 0, onCpu = 0, undecided = 0;
 };
 
 static Bind BindingOf(Run& r, const Binding& b) {
@@ -895,11 +949,16 @@ static bool RefuseBinding(Run& r, const char* what, const std::string& name, con
 // A FLOAT32 or FLOAT64 tensor is read twice: through its own desc, where Direct3D's float rules let a GPU flush
 // subnormals to zero and drop NaN payloads, and through the same desc as UINT32 or UINT64 over the same bytes (the
 // "bits" line), a plain copy that gives back every bit on every GPU.
-static void ReadTensor(Run& r, const Binding& b) {
+//
+// what: "read" for a tensor or part line; "consumer" for a consumer line, its tensor's bytes through the desc one
+// operator binds them at (broadcast with strides of 0, say): that DirectML takes the desc and reads through it.
+static void ReadTensor(Run& r, const Binding& b, const char* what = "read") {
     ReadPlan plan = ReadPlanFor(b.desc.type);
-    if (RefuseBinding(r, "read", b.name, plan.name, plan.out, {&b})) return;
-    if (RefuseDesc(r, "read", b.name, plan.name, plan.out, b.desc)) return;
-    DML_TENSOR_DATA_TYPE bits = b.desc.type == DML_TENSOR_DATA_TYPE_FLOAT32   ? DML_TENSOR_DATA_TYPE_UINT32
+    if (RefuseBinding(r, what, b.name, plan.name, plan.out, {&b})) return;
+    if (RefuseDesc(r, what, b.name, plan.name, plan.out, b.desc)) return;
+    bool consumer = strcmp(what, "consumer") == 0;
+    DML_TENSOR_DATA_TYPE bits = consumer ? DML_TENSOR_DATA_TYPE_UNKNOWN  // (its tensor's bits read covers them)
+                                : b.desc.type == DML_TENSOR_DATA_TYPE_FLOAT32 ? DML_TENSOR_DATA_TYPE_UINT32
                                 : b.desc.type == DML_TENSOR_DATA_TYPE_FLOAT64 ? DML_TENSOR_DATA_TYPE_UINT64
                                                                               : DML_TENSOR_DATA_TYPE_UNKNOWN;
     std::vector<Step> steps(1);
@@ -910,7 +969,7 @@ static void ReadTensor(Run& r, const Binding& b) {
         steps[0].inputs.insert(steps[0].inputs.end(), {{r.constants.Get(), 0, 4}, {r.constants.Get(), 16, 4}});
     UINT64 outBytes = Packed(plan.out, b.desc).total;
     if (SUCCEEDED(hr)) hr = Execute(r, steps, plan.out, outBytes, dumpAt);
-    Report(r, "read", b.name, plan.name, hr, plan.out, outBytes, dumpAt);
+    Report(r, what, b.name, plan.name, hr, plan.out, outBytes, dumpAt);
     if (bits != DML_TENSOR_DATA_TYPE_UNKNOWN) {
         Desc raw = b.desc;
         raw.type = bits;
@@ -1207,9 +1266,10 @@ static std::vector<Gemm> CheckOptions(const Options& o, const BindingList& list)
     for (const std::string& n : o.only) {
         bool found = false;
         for (const Binding& t : list.tensors) found |= t.name == n;
+        for (const Consumer& c : list.consumers) found |= c.binding.name == n;
         for (const QuantForm& q : list.forms)
             for (const Binding& p : q.parts) found |= n == q.record || n == q.record + "/" + q.form || n == p.name;
-        if (!found) BadInput("--only " + n + ": no tensor, part or record of that name in the list");
+        if (!found) BadInput("--only " + n + ": no tensor, consumer, part or record of that name in the list");
     }
     std::vector<Gemm> jobs;
     for (const std::string& arg : o.gemm) {
@@ -1283,10 +1343,16 @@ int main(int argc, char** argv) {
     Say("self-test ok");
     if (opt.selfTestOnly) return 0;
 
-    // 3. One default-heap buffer per buffer file, filled through the upload heap and left in UNORDERED_ACCESS.
+    // 3. One default-heap buffer per uploaded buffer file (UPLOAD gpu), filled through the upload heap and left in
+    //    UNORDERED_ACCESS. The cpu ones hold values a program reads from the file, as operator attributes.
     for (size_t i = 0; i < r.list.buffers.size(); ++i) {
         const BufferLine& b = r.list.buffers[i];
         r.buffers.emplace_back();
+        if (!b.upload) {
+            CloseHandle(b.file);
+            Say("buffer %u %s %llu not-uploaded", (unsigned)i, b.encoded.c_str(), (unsigned long long)b.size);
+            continue;
+        }
         HRESULT hr =
             CreateBuffer(r.g, b.size, D3D12_HEAP_TYPE_DEFAULT, D3D12_RESOURCE_STATE_COPY_DEST, r.buffers.back());
         if (SUCCEEDED(hr)) hr = Upload(r.g, r.buffers.back().Get(), b.size, [&](void* p, size_t n) {
@@ -1308,11 +1374,25 @@ int main(int argc, char** argv) {
     }
 
     // 4. Every tensor as a model binds it, DML_BUFFER_BINDING{buffer, OFFSET, TotalTensorSizeInBytes} with its own
-    //    desc, read by DirectML into an exact output and read back.
-    for (const Binding& t : r.list.tensors) {
-        if (!Selected(opt, {t.name})) continue;
-        ReadTensor(r, t);
-        if (opt.probeSizes) ProbeSize(r, t);
+    //    desc, read by DirectML into an exact output and read back; then the same bytes through each consumer's
+    //    desc. A tensor read on the CPU is bound nowhere: its values are an operator attribute.
+    size_t next = 0;  // the next consumer line
+    for (size_t i = 0; i < r.list.tensors.size(); ++i) {
+        const Binding& t = r.list.tensors[i];
+        if (Selected(opt, {t.name}) && t.readsOn == "cpu") {
+            Say("cpu %s %u %llu %llu read on the CPU, not bound", t.name.c_str(), t.buffer,
+                (unsigned long long)t.offset, (unsigned long long)t.desc.total);
+            ++r.onCpu;
+        } else if (Selected(opt, {t.name})) {
+            ReadTensor(r, t);
+            if (opt.probeSizes) ProbeSize(r, t);
+        }
+        for (; next < r.list.consumers.size() && r.list.consumers[next].tensor == i; ++next) {
+            const Consumer& c = r.list.consumers[next];
+            if (!Selected(opt, {c.binding.name, t.name})) continue;
+            if (c.undecided) Say("consumer %s undecided", c.binding.name.c_str()), ++r.undecided;
+            else ReadTensor(r, c.binding, "consumer");
+        }
     }
     // 5. Quantized weights: each part alone, then the three together as DEQUANTIZE, and GEMM on request.
     for (const QuantForm& q : r.list.forms) {
@@ -1323,7 +1403,7 @@ int main(int argc, char** argv) {
             if (job.form == &q) RunGemm(r, job);
     }
     if (r.dump && fclose(r.dump) != 0) BadInput("cannot write the dump file");
-    Say("summary %u executed, %u refused, %u binding-refused, %u desc-refused", r.executed, r.refused,
-        r.bindingRefused, r.descRefused);
+    Say("summary %u executed, %u refused, %u binding-refused, %u desc-refused, %u on-cpu, %u undecided", r.executed,
+        r.refused, r.bindingRefused, r.descRefused, r.onCpu, r.undecided);
     return 0;
 }

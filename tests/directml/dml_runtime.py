@@ -48,7 +48,7 @@ class Result:
     """One output line of the program: what ran, its HRESULT and its output bytes; for a FLOAT32 or FLOAT64 read,
     ``bits`` is the read of the same bytes as UINT32 or UINT64 (a plain copy on every GPU)."""
 
-    kind: str  # read, bits, dequantize, gemm
+    kind: str  # read, bits, consumer, dequantize, gemm
     name: str
     operator: str
     hresult: str
@@ -69,8 +69,10 @@ class Result:
 class Run:
     stdout: str
     device_flags: str
-    results: dict[str, Result] = field(default_factory=dict)
+    results: dict[str, Result] = field(default_factory=dict)  # by NAME: a consumer's is KEY#INDEX
     probes: dict[str, int] = field(default_factory=dict)
+    on_cpu: set[str] = field(default_factory=set)  # the tensors read on the CPU, bound nowhere
+    undecided: set[str] = field(default_factory=set)  # the consumers without a desc (DESC "-")
 
 
 @dataclass
@@ -164,7 +166,7 @@ class DirectML:
             words = line.split()
             if words[:2] == ["device", "flags"]:
                 run.device_flags = " ".join(words[2:])
-            elif words and words[0] in ("read", "bits", "dequantize", "gemm") and len(words) >= 7:
+            elif words and words[0] in ("read", "bits", "consumer", "dequantize", "gemm") and len(words) >= 7:
                 _, name, operator, hresult, out_type, size, offset = words[:7]
                 data = None
                 if hresult == "0x00000000" and int(offset) >= 0:
@@ -178,6 +180,10 @@ class DirectML:
                     run.results[name].bits = result
                 else:
                     run.results[name] = result
+            elif words[:1] == ["cpu"]:
+                run.on_cpu.add(words[1])
+            elif words[:1] == ["consumer"] and words[2:] == ["undecided"]:
+                run.undecided.add(words[1])
             elif words and words[0] == "probe":
                 run.probes[words[1]] = int(words[3])
                 TALLY.probed += 1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-from bindings_format import DML_TYPES, desc_fields, encode, parse
+from bindings_format import DML_TYPES, HEADER, ConsumerLine, Desc, desc_fields, encode, parse
 from dml_runtime import NUMPY, OUTPUT_TYPE, TALLY, Result
 
 
@@ -39,6 +39,28 @@ def expected_output(source: np.ndarray, dml_type: str, shape: tuple[int, ...] | 
     if shape is not None:
         converted = np.broadcast_to(converted.reshape(values.shape), shape)
     return np.ascontiguousarray(converted).reshape(-1)
+
+
+_ELEMENTS = {"FLOAT32": "<f4", "FLOAT16": "<f2", "FLOAT64": "<f8", "UINT32": "<u4", "INT32": "<i4", "UINT16": "<u2",
+             "INT16": "<i2", "UINT8": "u1", "INT8": "i1", "UINT64": "<u8", "INT64": "<i8"}
+
+
+def through_desc(raw: bytes, desc: Desc) -> np.ndarray:
+    """The elements a desc reads from ``raw`` (a tensor's bytes from its offset), as numpy reads them: element i
+    of each dimension at i times its stride (packed C order without strides; 4-bit elements low nibble first)."""
+    if desc.data_type in ("UINT4", "INT4"):
+        codes = np.frombuffer(raw, np.uint8)
+        flat = np.stack([codes & 0xF, codes >> 4], axis=-1).reshape(-1)
+        if desc.data_type == "INT4":
+            flat = (flat.astype(np.int8) ^ 8) - 8
+    else:
+        flat = np.frombuffer(raw[: len(raw) // np.dtype(_ELEMENTS[desc.data_type]).itemsize
+                                 * np.dtype(_ELEMENTS[desc.data_type]).itemsize], _ELEMENTS[desc.data_type])
+    strides = desc.strides
+    if strides is None:  # (packed: C order)
+        strides = tuple(int(np.prod(desc.sizes[i + 1 :])) for i in range(len(desc.sizes)))
+    assert sum((n - 1) * s for n, s in zip(desc.sizes, strides, strict=True)) < flat.size, desc
+    return np.lib.stride_tricks.as_strided(flat, desc.sizes, [s * flat.itemsize for s in strides]).copy()
 
 
 @dataclass
@@ -83,7 +105,8 @@ def _compare(result: Result, expected: np.ndarray, what: str) -> Verdict:
         first = bad[0]
         problems.append(f"{what}: {bad.size} of {got.size} values differ through {result.operator}, first at "
                         f"{first}: {got[first]!r} != {expected[first]!r}")
-    if result.operator == "IDENTITY":  # (a FLOAT32 or FLOAT64 tensor: its bits read must give back every bit)
+    if result.operator == "IDENTITY" and result.kind == "read":  # (a FLOAT32 or FLOAT64 tensor: its bits read
+        # must give back every bit; a consumer's read of the same bytes has none)
         bits = result.bits
         if bits is None or not bits.ok:
             problems.append(f"{what}: no bits read of it as {unsigned.replace('u', 'UINT')}" if bits is None else
@@ -122,25 +145,31 @@ class Image:
         fields = desc_fields(DML_TYPES[desc["DataType"]], tuple(desc["Sizes"]),
                              None if desc["Strides"] is None else tuple(desc["Strides"]),
                              desc["TotalTensorSizeInBytes"], desc["Flags"], desc["GuaranteedBaseOffsetAlignment"])
-        self.rows.append(f"tensor {encode(key)} 0 {offset} {fields}")
+        self.rows.append(f"tensor {encode(key)} 0 {offset} {fields} gpu")
 
     def write(self, folder: Path, name: str = "image.bin") -> str:
         """Write the buffer file into ``folder``; returns the binding list's text."""
         self.data += bytes(-len(self.data) % 16)
         (folder / name).write_bytes(bytes(self.data))
-        return "\n".join(["dmlbridge-bindings 1", "target 6.4", f"buffer 0 {name} {len(self.data)}",
+        return "\n".join([HEADER, "target 6.4", f"buffer 0 {name} {len(self.data)} gpu",
                           *self.rows]) + "\n"
 
 
 def merged(lists: dict[str, str]) -> str:
     """One binding list of several conversions whose buffer files share one folder, each key and record named
-    ``CASE:key`` (the list of each conversion read by the test's own parser of the spec, its buffers renumbered)."""
-    rows, buffers = ["dmlbridge-bindings 1", "target 6.4"], []
+    ``CASE:key`` (the list of each conversion read by the test's own parser of the spec, its buffers renumbered:
+    the uploaded ones of every conversion first, then those of the constants read on the CPU)."""
+    rows, buffers = [HEADER, "target 6.4"], []
     body = []
-    for case, text in lists.items():
-        listed = parse(text)
-        base = len(buffers)
-        buffers += listed.buffers
+    every = [(case, parse(text)) for case, text in lists.items()]
+    numbers = {}  # (case, buffer) -> its number in the merged list
+    for upload in ("gpu", "cpu"):
+        for case, listed in every:
+            for i, (file, size) in enumerate(listed.buffers):
+                if listed.uploads[i] == upload:
+                    numbers[case, i] = len(buffers)
+                    buffers.append((file, size, upload))
+    for case, listed in every:
         announced = set()
         for line in listed.lines:
             if line.kind == "part" and line.record not in announced:
@@ -148,10 +177,17 @@ def merged(lists: dict[str, str]) -> str:
                 body.append(f"quantized {encode(case + ':' + (line.record or ''))} {listed.operators[line.record]}")
             fields = desc_fields(line.desc.data_type, line.desc.sizes, line.desc.strides, line.desc.total,
                                  line.desc.flags, line.desc.alignment)
-            where = f"{encode(case + ':' + line.key)} {base + line.buffer} {line.offset} {fields}"
+            where = f"{encode(case + ':' + line.key)} {numbers[case, line.buffer]} {line.offset} {fields}"
             if line.kind == "tensor":
-                body.append(f"tensor {where}")
+                body.append(f"tensor {where} {line.reads_on}")
+                body += [_consumer_row(case, c) for c in listed.consumers if c.key == line.key]
             else:
                 body.append(f"part {encode(case + ':' + (line.record or ''))} {line.form} {line.role} {where}")
-    rows += [f"buffer {i} {encode(file)} {size}" for i, (file, size) in enumerate(buffers)]
+    rows += [f"buffer {i} {encode(file)} {size} {upload}" for i, (file, size, upload) in enumerate(buffers)]
     return "\n".join(rows + body) + "\n"
+
+
+def _consumer_row(case: str, c: ConsumerLine) -> str:
+    d = c.desc
+    fields = "-" if d is None else desc_fields(d.data_type, d.sizes, d.strides, d.total, d.flags, d.alignment)
+    return f"consumer {encode(case + ':' + c.key)} {c.index} {encode(c.node)} {c.input} {c.operator or '-'} {fields}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from bindings_format import desc_fields, encode
+from bindings_format import HEADER, desc_fields, encode
 from dml_runtime import TALLY, DirectML
 from oracle import compare, expected_output
 
@@ -69,11 +69,11 @@ def placed(directml: DirectML, tmp_path_factory: pytest.TempPathFactory) -> tupl
         key = f"{dml_type}/{name}"
         rows.append(f"tensor {encode(key)} 0 {offset} " + desc_fields(
             t.dml_type.name, tuple(d["Sizes"]), None if d["Strides"] is None else tuple(d["Strides"]),
-            d["TotalTensorSizeInBytes"], d["Flags"], d["GuaranteedBaseOffsetAlignment"]))
+            d["TotalTensorSizeInBytes"], d["Flags"], d["GuaranteedBaseOffsetAlignment"]) + " gpu")
         placed[key] = (array, t, offset)
         offset += -(-size // 16) * 16 + 16 * (len(placed) % 2)  # 16-byte offsets, not all 32-byte ones
     (folder / "upload.bin").write_bytes(bytes(upload))
-    text = "\n".join(["dmlbridge-bindings 1", "target 6.4", f"buffer 0 upload.bin {len(upload)}", *rows]) + "\n"
+    text = "\n".join([HEADER, "target 6.4", f"buffer 0 upload.bin {len(upload)} gpu", *rows]) + "\n"
     run = directml.run(text, ["--probe-sizes"], directory=folder)  # (each tensor read, then its size probed)
     return placed, (run, run), text, folder
 
@@ -113,7 +113,7 @@ def test_a_desc_one_byte_short_is_refused(placed: tuple, directml: DirectML) -> 
     for line in text.splitlines():
         words = line.split(" ")
         if words[0] == "tensor" and len(broken) < 40:
-            words[-2] = str(int(words[-2]) - 1)
+            words[-3] = str(int(words[-3]) - 1)  # (TotalTensorSizeInBytes, before the alignment and READS_ON)
             short[words[1]] = line
         broken.append(" ".join(words))
     run = directml.run("\n".join(broken) + "\n", directory=folder, counted=False)

@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from bindings_format import encode
+from bindings_format import encode, parse
 from dml_runtime import DirectML
 from models import build_model, consumer_layout_model
 from onnx import TensorProto, helper, numpy_helper
-from oracle import compare, expected_output, merged
+from oracle import compare, expected_output, merged, through_desc
 
 import dmlbridge
 from dmlbridge import Target
@@ -92,6 +92,23 @@ def conv_model() -> tuple[Any, dict[str, np.ndarray]]:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), arrays
 
 
+def cpu_read_model() -> Any:
+    """x [2, 3] + c [3] (bound broadcast), a Reshape's shape and a Slice's starts and ends (read on the CPU: in a
+    buffer file that is not uploaded), and y (undeclared) * c (a consumer whose sizes are undecided)."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["s"], name="add"),
+         helper.make_node("Reshape", ["s", "shape"], ["r"], name="reshape"),
+         helper.make_node("Slice", ["r", "starts", "ends"], ["z"], name="slice"),
+         helper.make_node("Mul", ["y", "c"], ["m"], name="mul")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+              helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [],
+        [numpy_helper.from_array(np.array([1.5, -2, 3], np.float32), "c"),
+         numpy_helper.from_array(np.array([3, 2], np.int64), "shape"),
+         numpy_helper.from_array(np.array([0], np.int64), "starts"),
+         numpy_helper.from_array(np.array([2**63 - 1], np.int64), "ends")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
 # (name, target, keywords): every kind of target, min_dims 4, and a small max_buffer_bytes (several buffers).
 CONVERSIONS = [
     ("6.4", Target(), {}),
@@ -115,6 +132,7 @@ def converted(directml: DirectML, tmp_path_factory: pytest.TempPathFactory) -> t
         "every-place": (path, every_expected),
         "conv": conv_model(),
         "layouts": (consumer_layout_model(), {}),
+        "cpu-read": (cpu_read_model(), {}),
     }
     lists, plans = {}, {}
     for model_name, (model, given) in models.items():
@@ -143,6 +161,9 @@ def test_every_entry_of_every_model_reads_back_as_the_model_holds_it(converted: 
             if entry.key.rsplit("/", 1)[0] in plan.quantized:  # (derived for a quantized record: group 4)
                 continue
             assert entry.key in values, f"{case}: no value known for {entry.key!r} ({entry.origin})"
+            if entry.reads_on == "cpu":  # (bound nowhere: an operator attribute)
+                assert encode(f"{case}:{entry.key}") in run.on_cpu, (case, entry.key)
+                continue
             result = run.results[encode(f"{case}:{entry.key}")]
             repeated = entry.sizes if entry.padding == "broadcast" else None  # (strides of 0: DirectML repeats)
             verdict = compare(result, expected_output(values[entry.key], entry.dml_type.name, repeated), "3 models",
@@ -151,6 +172,32 @@ def test_every_entry_of_every_model_reads_back_as_the_model_holds_it(converted: 
             problems += verdict.mismatched
     assert not problems, "\n".join(problems[:20])
     assert compared > 300
+    cpu_read = {encode(case) for case in plans if case.startswith("cpu-read")}
+    assert {name.split(":")[0] for name in run.on_cpu} == cpu_read and len(cpu_read) >= 5
+
+
+def test_every_consumer_desc_reads_its_tensors_bytes_as_numpy_strides_them(converted: tuple) -> None:
+    """Each consumer line: DirectML takes the desc its operator binds (a broadcast with strides of 0, a Gather's
+    indices at the output's rank, ...) over its tensor's bytes and reads what numpy reads through the same sizes
+    and strides, from the buffer file."""
+    plans, run = converted
+    problems, compared, undecided = [], 0, 0
+    for case, (plan, _) in plans.items():
+        listed = parse(dmlbridge.binding_list(plan))
+        for consumer in listed.consumers:
+            name = encode(f"{case}:{consumer.key}") + f"#{consumer.index}"
+            if consumer.desc is None:
+                assert name in run.undecided, name
+                undecided += 1
+                continue
+            raw = Path(plan.buffers[consumer.buffer].path).read_bytes()[consumer.offset :]
+            expected = expected_output(through_desc(raw[: consumer.desc.total], consumer.desc),
+                                       consumer.desc.data_type)
+            verdict = compare(run.results[name], expected, "5 consumer descs", name)
+            compared += verdict.compared
+            problems += verdict.mismatched
+    assert not problems, "\n".join(problems[:20])
+    assert compared > 50 and undecided > 0
 
 
 def test_a_multi_buffer_image_is_bound_from_several_buffers(converted: tuple) -> None:

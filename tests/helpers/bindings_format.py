@@ -31,6 +31,7 @@ class Line:
     record: str | None = None
     form: str | None = None
     role: str | None = None
+    reads_on: str | None = None  # a tensor's: "gpu", "cpu" or "none"
 
     @property
     def name(self) -> str:
@@ -39,11 +40,30 @@ class Line:
 
 
 @dataclass(frozen=True)
+class ConsumerLine:
+    key: str
+    index: int  # its position in the manifest's consumers of the entry
+    node: str
+    input: int
+    operator: str | None
+    desc: Desc | None  # None: "-", sizes the model leaves undecided
+    buffer: int  # (its tensor's)
+    offset: int
+
+    @property
+    def name(self) -> str:
+        """How the upload program names the line: the encoded key, # and the index."""
+        return f"{encode(self.key)}#{self.index}"
+
+
+@dataclass(frozen=True)
 class BindingList:
     target: str
     buffers: list[tuple[str, int]]
     lines: list[Line]
     operators: dict[str, str]  # RECORD -> OPERATOR, from the quantized lines
+    uploads: list[str]  # each buffer's UPLOAD: "gpu" or "cpu"
+    consumers: list[ConsumerLine]
 
 
 def encode(text: str) -> str:
@@ -73,20 +93,42 @@ def parse(text: str) -> BindingList:
     """Parse and check a binding list by the spec; AssertionError for anything it forbids."""
     assert text.endswith("\n") and text.isascii()
     rows = [row for row in text[:-1].split("\n") if not row.startswith("#")]
-    assert rows[0] == "dmlbridge-bindings 1"
+    assert rows[0] == "dmlbridge-bindings 2"
     kind, target = rows[1].split(" ")
     assert kind == "target" and re.fullmatch(r"\d\.\d", target)
     buffers: list[tuple[str, int]] = []
+    uploads: list[str] = []
     lines: list[Line] = []
     operators: dict[str, str] = {}
+    consumers: list[ConsumerLine] = []
+    previous = ""  # the kind of the line before
     for row in rows[2:]:
         fields = row.split(" ")
         if fields[0] == "buffer":
-            assert not lines and len(fields) == 4 and int(fields[1]) == len(buffers)
+            assert not lines and len(fields) == 5 and int(fields[1]) == len(buffers)
+            assert fields[4] in ("gpu", "cpu") and (fields[4] == "cpu" or "cpu" not in uploads), "cpu before gpu"
             buffers.append((decode(fields[2]), int(fields[3])))
+            uploads.append(fields[4])
         elif fields[0] == "tensor":
-            assert len(fields) == 11
-            lines.append(Line("tensor", decode(fields[1]), int(fields[2]), int(fields[3]), _desc(fields[4:])))
+            assert len(fields) == 12 and fields[11] in ("gpu", "cpu", "none")
+            line = Line("tensor", decode(fields[1]), int(fields[2]), int(fields[3]), _desc(fields[4:11]),
+                        reads_on=fields[11])
+            assert 0 <= line.buffer < len(buffers)
+            assert uploads[line.buffer] == "gpu" or line.reads_on == "cpu", "a tensor in a cpu buffer not cpu"
+            lines.append(line)
+        elif fields[0] == "consumer":
+            assert len(fields) in (7, 13) and (len(fields) == 7) == (fields[6] == "-")
+            assert previous in ("tensor", "consumer"), "a consumer line not after its tensor's"
+            tensor = lines[-1]
+            assert decode(fields[1]) == tensor.key and tensor.reads_on == "gpu"
+            index = int(fields[2])
+            assert not consumers or consumers[-1].key != tensor.key or previous == "tensor" \
+                or consumers[-1].index < index
+            assert re.fullmatch(r"\d+", fields[4]) and re.fullmatch(r"[A-Z0-9_]+|-", fields[5])
+            consumers.append(ConsumerLine(tensor.key, index, decode(fields[3]), int(fields[4]),
+                                          None if fields[5] == "-" else fields[5],
+                                          None if len(fields) == 7 else _desc(fields[6:]), tensor.buffer,
+                                          tensor.offset))
         elif fields[0] == "quantized":
             assert len(fields) == 3 and decode(fields[1]) not in operators
             assert fields[2] in ("DEQUANTIZE", "ELEMENT_WISE_DEQUANTIZE_LINEAR", "-"), fields[2]
@@ -99,15 +141,18 @@ def parse(text: str) -> BindingList:
                               decode(fields[1]), fields[2], fields[3]))
         else:
             raise AssertionError(f"unknown line {row!r}")
+        previous = fields[0]
     parts = [line for line in lines if line.kind == "part"]
     for i in range(0, len(parts), 3):  # the three lines of a form follow each other, weight first
         group = parts[i : i + 3]
         assert [p.role for p in group] == ["weight", "scales", "zero_points"]
         assert len({(p.record, p.form) for p in group}) == 1
-    for line in lines:
+    for line in [*lines, *consumers]:
         assert 0 <= line.buffer < len(buffers)
-        assert line.offset % 16 == 0 and line.offset + line.desc.total <= buffers[line.buffer][1]
-    return BindingList(target, buffers, lines, operators)
+        if line.desc is not None:
+            assert line.offset % 16 == 0 and line.offset + line.desc.total <= buffers[line.buffer][1]
+            assert not line.desc.alignment or line.offset % line.desc.alignment == 0
+    return BindingList(target, buffers, lines, operators, uploads, consumers)
 
 
 def desc_fields(data_type: str, sizes: tuple[int, ...], strides: tuple[int, ...] | None, total: int,
@@ -118,9 +163,13 @@ def desc_fields(data_type: str, sizes: tuple[int, ...], strides: tuple[int, ...]
             f"{total} {alignment}")
 
 
+HEADER = "dmlbridge-bindings 2"
+
+
 def write(buffers: list[tuple[str, int]], tensors: list[tuple[str, int, int, str]], target: str = "6.4") -> str:
-    """A binding list of ``buffers`` (file, size) and ``tensors`` (key, buffer, offset, desc fields)."""
-    rows = ["dmlbridge-bindings 1", f"target {target}"]
-    rows += [f"buffer {i} {encode(file)} {size}" for i, (file, size) in enumerate(buffers)]
-    rows += [f"tensor {encode(key)} {buffer} {offset} {fields}" for key, buffer, offset, fields in tensors]
+    """A binding list of ``buffers`` (file, size; each uploaded) and ``tensors`` (key, buffer, offset, desc
+    fields; each read on the GPU)."""
+    rows = [HEADER, f"target {target}"]
+    rows += [f"buffer {i} {encode(file)} {size} gpu" for i, (file, size) in enumerate(buffers)]
+    rows += [f"tensor {encode(key)} {buffer} {offset} {fields} gpu" for key, buffer, offset, fields in tensors]
     return "\n".join(rows) + "\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bindings_format import decode, encode, parse
+from bindings_format import DML_TYPES, Desc, decode, encode, parse
 from builders import model_of
 from models import buffer_paths
 
@@ -88,6 +88,73 @@ def test_the_blocked_form_of_a_matmulnbits_weight(demo: tuple[Path, str]) -> Non
     assert {r for r, f in forms if f == "blocked"} == {r for r, f in forms if f == "split"}
 
 
+def test_every_gpu_consumer_of_the_demo_is_a_line_with_its_own_desc(demo: tuple[Path, str]) -> None:
+    folder, text = demo
+    listed = parse(text)
+    with dmlbridge.load_plan(folder / "w.json") as plan:
+        expected = [(e.key, i, c.node, c.input, c.dml_operator, _bound(c)) for e in plan.converted
+                    for i, c in enumerate(e.consumers) if c.reads_on == "gpu"]
+        assert listed.uploads == ["gpu"] * plan.upload_buffer_count + ["cpu"] * (
+            len(plan.buffers) - plan.upload_buffer_count)
+        assert [t.reads_on for t in listed.lines if t.kind == "tensor"] == [e.reads_on for e in plan.converted]
+    assert [(c.key, c.index, c.node, c.input, c.operator, _consumer_dict(c.desc))
+            for c in listed.consumers] == expected
+    assert len(expected) >= 10 and sum(desc is None for *_, desc in expected) == 1  # (a DequantizeLinear's scale)
+
+
+def _bound(consumer: object) -> dict | None:
+    """The desc ``as_ctypes()`` binds, or None where it raises LayoutError (its layout note says why)."""
+    try:
+        consumer.as_ctypes()  # type: ignore[attr-defined]
+    except dmlbridge.LayoutError:
+        return None
+    return consumer.desc()  # type: ignore[attr-defined,no-any-return]
+
+
+def _consumer_dict(d: Desc | None) -> dict | None:
+    """A line's desc as ``PlanConsumer.desc()`` gives one."""
+    if d is None:
+        return None
+    return {"DataType": DML_TYPES.index(d.data_type), "Flags": d.flags, "DimensionCount": len(d.sizes),
+            "Sizes": list(d.sizes), "Strides": None if d.strides is None else list(d.strides),
+            "TotalTensorSizeInBytes": d.total, "GuaranteedBaseOffsetAlignment": d.alignment}
+
+
+def _cpu_and_broadcast_model(undecided: bool = True) -> object:
+    """x [2, 3] + c [3] (a broadcast operand), a Reshape's shape (read on the CPU) and u (undeclared) * c."""
+    from onnx import helper, numpy_helper
+
+    nodes = [helper.make_node("Add", ["x", "c"], ["s"], name="add"),
+             helper.make_node("Reshape", ["s", "shape"], ["r"], name="reshape"),
+             helper.make_node("Mul", ["u", "c"], ["m"], name="mul u")][: 3 if undecided else 2]
+    inits = [numpy_helper.from_array(np.arange(3, dtype=np.float32), "c"),
+             numpy_helper.from_array(np.array([3, 2], np.int64), "shape")]
+    inputs = [helper.make_tensor_value_info("x", 1, [2, 3]), helper.make_tensor_value_info("u", 1, None)]
+    return helper.make_model(helper.make_graph(nodes, "g", inputs, [], inits))
+
+
+@pytest.mark.parametrize("upload", ["bound", "all"])
+def test_constants_read_on_the_cpu_and_each_consumers_desc(tmp_path: Path, upload: str) -> None:
+    with dmlbridge.convert_model(_cpu_and_broadcast_model(), tmp_path / "w", upload=upload,
+                                 progress=False) as plan:
+        text = dmlbridge.binding_list(plan)
+        listed = parse(text)
+        assert listed.uploads == ["gpu" if b.uploaded else "cpu" for b in plan.buffers]
+        tensors = {t.key: t for t in listed.lines}
+        assert {k: t.reads_on for k, t in tensors.items()} == {"c": "gpu", "shape": "cpu"}
+        assert (listed.uploads[tensors["shape"].buffer] == "cpu") == (upload == "bound")
+        assert (tensors["shape"].desc.data_type, tensors["shape"].desc.sizes) == ("INT64", (2,))  # (its values)
+        consumers = plan.entries["c"].consumers
+    add, mul = listed.consumers  # (none for the Reshape's shape: it binds nothing)
+    assert (add.key, add.index, add.node, add.input, add.operator) == ("c", 0, "add", 1, "ELEMENT_WISE_ADD")
+    assert (add.desc.sizes, add.desc.strides, add.desc.total) == ((2, 3), (0, 1), 12)
+    assert _consumer_dict(add.desc) == consumers[0].desc()
+    assert (add.buffer, add.offset) == (tensors["c"].buffer, tensors["c"].offset)
+    # Undeclared sizes: "-", and the manifest's layout note says why.
+    assert (mul.node, mul.operator, mul.desc) == ("mul u", "ELEMENT_WISE_MULTIPLY", None)
+    assert consumers[1].layout_note and re.search(r"^consumer c 1 mul%20u 1 ELEMENT_WISE_MULTIPLY -$", text, re.M)
+
+
 def test_keys_and_file_names_are_percent_encoded(tmp_path: Path) -> None:
     keys = ["a b", "100%", "ü/ß:x", "tab\there", "-", "semi;colon,comma"]
     arrays = {k: np.full(2, i, np.float32) for i, k in enumerate(keys)}
@@ -151,6 +218,26 @@ def test_the_command_refuses_a_missing_or_damaged_conversion(tmp_path: Path,
 
 def test_the_spec_example_follows_the_spec() -> None:
     doc = (REPO / "docs" / "bindings.md").read_text()
-    example = doc.split("```text\n", 1)[1].split("```", 1)[0]
-    listed = parse(example)
-    assert listed.buffers and {line.kind for line in listed.lines} == {"tensor", "part"}
+    demo, cpu = (block.split("```", 1)[0] for block in doc.split("```text\n")[1:])
+    listed = parse(demo)
+    assert listed.buffers and {line.kind for line in listed.lines} == {"tensor", "part"} and listed.consumers
+    assert any(c.desc is None for c in listed.consumers)
+    assert parse(cpu).uploads == ["gpu", "cpu"]
+
+
+def test_an_older_manifests_list_uploads_every_buffer(tmp_path: Path) -> None:
+    # Format 6 marks no buffer as not uploaded, and took every consumer as binding its constant (it names no
+    # operator): every buffer and tensor is gpu, each consumer's operator "-" and its desc the entry's.
+    from models import older
+
+    dmlbridge.convert_model(_cpu_and_broadcast_model(undecided=False), tmp_path / "w", upload="all",
+                            progress=False).close()
+    manifest = tmp_path / "w.json"
+    manifest.write_text(json.dumps(older(json.loads(manifest.read_text()), 6)))
+    with dmlbridge.load_plan(manifest) as plan:
+        listed = parse(dmlbridge.binding_list(plan))
+        assert listed.uploads == ["gpu"] * len(plan.buffers)
+        assert [(t.key, t.reads_on) for t in listed.lines] == [("c", "gpu"), ("shape", "gpu")]
+        assert [(c.key, c.index, c.node, c.input, c.operator) for c in listed.consumers] == [
+            ("c", 0, "add", 1, None), ("shape", 0, "reshape", 1, None)]
+        assert [c.desc for c in listed.consumers] == [t.desc for t in listed.lines]
