@@ -42,6 +42,7 @@ from dmlbridge.model.named_sizes import (
     fits,
     free_names,
     gemm_c_named,
+    gemm_c_window,
     int_attribute,
     matmul_b_named,
     named_axis_sizes,
@@ -380,16 +381,8 @@ def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, 
     """The sizes GEMM wants a Gemm's C at, the output's [M, N]: C's own where they are more than 1, else M from A
     (by transA) or the output, N from B (by transB) or the output; None when the model does not give them or C
     does not broadcast to them."""
-    if len(c) > 2 or 0 in c:
-        return None  # (an empty C is no DirectML tensor: it is skipped)
-    c2 = (1,) * (2 - len(c)) + c
-    a, b, y = shapes.of(node.input, 0), shapes.of(node.input, 1), shapes.of(node.output, 0)
-    from_a = a[1 if int_attribute(node, "transA") else 0] if a is not None and len(a) == 2 else None
-    from_b = b[0 if int_attribute(node, "transB") else 1] if b is not None and len(b) == 2 else None
-    from_y = y if y is not None and len(y) == 2 else (None, None)
-    m = c2[0] if c2[0] > 1 else from_a or from_y[0]
-    n = c2[1] if c2[1] > 1 else from_b or from_y[1]
-    return fits((m, n))
+    window = gemm_c_window(node, c, shapes.of(node.input, 0), shapes.of(node.input, 1), shapes.of(node.output, 0))
+    return None if window is None else fits(window)
 
 
 def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | None, tuple[int, ...] | None]:

@@ -15,8 +15,8 @@ from typing import Any, Protocol, cast
 
 __all__ = [
     "MOST_CHANNEL_DIMS", "MOST_ELEMENTS", "MOST_NAME", "Declared", "NamedShape", "NamedShapes", "NamedSizes", "Shape",
-    "declared_shape", "fits", "free_names", "gemm_c_named", "int_attribute", "matmul_b_named", "named_axis_sizes",
-    "named_broadcasts", "named_fits", "named_output_sizes", "text",
+    "declared_shape", "fits", "free_names", "gemm_c_named", "gemm_c_window", "int_attribute", "matmul_b_named",
+    "named_axis_sizes", "named_broadcasts", "named_fits", "named_output_sizes", "text",
 ]
 
 MOST_CHANNEL_DIMS = 8
@@ -140,19 +140,26 @@ def named_axis_sizes(node: Any, shapes: NamedShapes) -> NamedSizes | None:
     x = shapes.named(node.input, 0)
     return None if x is None or None in x or not x else named_fits(cast(NamedSizes, x))
 
-def gemm_c_named(node: Any, c: tuple[int, ...], shapes: NamedShapes) -> NamedSizes | None:
-    """Where :func:`_gemm_c_sizes` gives none, a Gemm's C's sizes [M, N] with M or N a dim_param name of the graph
-    inputs (from A, B or the output, as there)."""
+def gemm_c_window(node: Any, c: tuple[int, ...], a: Any, b: Any, y: Any) -> tuple[Any, Any] | None:
+    """[M, N], the sizes GEMM reads a Gemm's C at, from the shapes of A, B and the output (sizes, names or None):
+    C's own where more than 1, else M from A (by transA) or the output, N from B (by transB) or the output; None
+    for a C of more than 2 dimensions or an empty one (no DirectML tensor)."""
     if len(c) > 2 or 0 in c:
         return None
     c2 = (1,) * (2 - len(c)) + c
-    a, b, y = shapes.named(node.input, 0), shapes.named(node.input, 1), shapes.named(node.output, 0)
     from_a = a[1 if int_attribute(node, "transA") else 0] if a is not None and len(a) == 2 else None
     from_b = b[0 if int_attribute(node, "transB") else 1] if b is not None and len(b) == 2 else None
     from_y = y if y is not None and len(y) == 2 else (None, None)
-    m = c2[0] if c2[0] > 1 else from_a or from_y[0]
-    n = c2[1] if c2[1] > 1 else from_b or from_y[1]
-    return None if m is None or n is None else named_fits((m, n))
+    return (c2[0] if c2[0] > 1 else from_a or from_y[0]), (c2[1] if c2[1] > 1 else from_b or from_y[1])
+
+
+def gemm_c_named(node: Any, c: tuple[int, ...], shapes: NamedShapes) -> NamedSizes | None:
+    """Where the sizes alone give none, a Gemm's C's sizes [M, N] with M or N a dim_param name of the graph
+    inputs (:func:`gemm_c_window`)."""
+    window = gemm_c_window(node, c, shapes.named(node.input, 0), shapes.named(node.input, 1),
+                           shapes.named(node.output, 0))
+    return None if window is None or None in window else named_fits(window)
+
 
 def matmul_b_named(node: Any, b: tuple[int, ...], shapes: NamedShapes) -> NamedSizes | None:
     """Where :func:`_matmul_b` gives only the output's rank, a MatMul's B's sizes with the batch sizes the graph
