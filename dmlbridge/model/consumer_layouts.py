@@ -55,6 +55,7 @@ __all__ = [
 Padding = Literal["leading", "channel", "spatial", "rank", "broadcast", "axis", "rnn", "mixed"]
 
 _RNN_DIMS = 4  # LSTM, GRU and RNN take exactly 4-D tensors
+_PER_ROW = (1, 2, 6, 7)  # QLinearMatMul's scales and zero points of A and of the output: one per row when 1-D
 
 GEMM_MOST_DIMS = 4
 """The most dimensions GEMM takes (2 to 4 from feature level 4.0, exactly 4 below): a MatMul of more is folded
@@ -163,8 +164,9 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
     if kind == "broadcast" and named is not None and (len(named) < len(shape) or any(
             own not in (1, size) for own, size in zip(shape, named[len(named) - len(shape):], strict=True))):
         raise LayoutError(f"sizes {list(named)} do not broadcast the shape {list(shape)} whatever their names' sizes")
-    if kind == "channel" and len(shape) == 1:
-        return _packed("channel", (1, shape[0], *(1,) * (max(min_dims, consumer.dims or CHANNEL_DIMS) - 2)),
+    if kind == "channel" and (len(shape) == 1 or (not shape and rule >= PER_OPERATOR_VERSION)):
+        # (a scalar per-tensor one too: a QLinearConv's w_scale of one value is [1, 1, 1, 1])
+        return _packed("channel", (1, math.prod(shape), *(1,) * (max(min_dims, consumer.dims or CHANNEL_DIMS) - 2)),
                        min_dims), None
     if kind == "spatial" and 3 <= len(shape) <= 5:
         count = max(min_dims, consumer.dims or CHANNEL_DIMS)
@@ -172,6 +174,9 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
             return _packed("spatial", (*shape[:2], *(1,) * (count - len(shape)), *shape[2:]), min_dims), None
         return None, None
     if kind == "rank":
+        if consumer.op_type == "QLinearMatMul" and consumer.input in _PER_ROW and math.prod(shape) > 1:
+            return None, (f"{consumer.dml_operator} wants a per-row scale or zero point on the row axis "
+                          "([..., M, 1]), which dmlbridge does not lay out: it keeps its ONNX layout")
         if consumer.dims is None:
             return None, _NOTES["gather" if consumer.op_type == "Gather" else "rank"].format(
                 operator=consumer.dml_operator)

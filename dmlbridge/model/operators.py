@@ -11,10 +11,12 @@ An input is read on one of three places (``reads_on``):
   with a desc in one of these layouts (``dmlbridge.model.consumer_layouts`` computes them):
 
   - *leading*: the ONNX shape with leading 1s (what every operator of rank-preserving inputs takes);
-  - *channel*: a 1-D per-channel constant on axis 1, ``[1, C, 1, ...]`` at the node's dimension count;
+  - *channel*: a 1-D per-channel constant on axis 1, ``[1, C, 1, ...]`` at the node's dimension count (a
+    quantized convolution's 0-D filter scale or zero point as ``[1, 1, 1, 1]``);
   - *spatial*: a convolution's weight at the convolution's dimension count, 1s before its spatial axes;
   - *rank*: leading 1s up to the node's dimension count (GATHER's data and indices; a quantized convolution's
-    scalars; MEAN_VARIANCE_NORMALIZATION1's scale and bias, at its input's rank);
+    scalars; a quantized matrix product's scales and zero points; MEAN_VARIANCE_NORMALIZATION2's scale and bias,
+    at its input's rank);
   - *broadcast*: at the output's sizes, strides of 0 where the constant repeats (every ELEMENT_WISE_* tensor,
     GEMM's C, a MatMul's B at the batch sizes);
   - *axis*: a 1-D per-axis constant placed on the node's ``axis`` of the output's sizes, then broadcast (a per-axis
@@ -134,6 +136,14 @@ def _unread(source: str) -> OperatorRule:
     return OperatorRule({}, _NONE, source)
 
 
+def _skip_normalization(inputs: dict[int, Literal["add", "rank"]]) -> OperatorRule:
+    """A row for SkipLayerNormalization and its simplified form: the inputs marked "add" bound to ELEMENT_WISE_ADD at
+    the input's sizes (the skip, the bias), the others to MEAN_VARIANCE_NORMALIZATION2 at its rank."""
+    rules = {index: InputRule("gpu", "ELEMENT_WISE_ADD", "broadcast") if kind == "add" else
+             InputRule("gpu", "MEAN_VARIANCE_NORMALIZATION2", "rank") for index, kind in inputs.items()}
+    return OperatorRule(rules, None, _SKIP_SOURCE)
+
+
 _ELEMENT_WISE = {  # op type -> (DML operator, first opset with today's broadcasting)
     "Add": "ELEMENT_WISE_ADD", "Sub": "ELEMENT_WISE_SUBTRACT", "Mul": "ELEMENT_WISE_MULTIPLY",
     "Div": "ELEMENT_WISE_DIVIDE", "Pow": "ELEMENT_WISE_POW", "Max": "ELEMENT_WISE_MAX", "Min": "ELEMENT_WISE_MIN",
@@ -149,7 +159,11 @@ _ELEMENT_WISE = {  # op type -> (DML operator, first opset with today's broadcas
 _ELEMENT_WISE_SOURCE = "DmlOperatorElementwise.cpp: every input's TensorDesc at the output's sizes (broadcast)"
 _RNN_SOURCE = ("DmlOperatorRecurrentNeuralNetwork.cpp: every tensor 4-D, leading 1s; sequence_lens as UINT32; "
                "none OWNED_BY_DML (CreateOperator refuses them flagged: measured)")
-_NORMALIZATION_SOURCE = "DmlOperatorLayerNormalization.cpp: scale and bias with leading 1s to the input's rank"
+_NORMALIZATION_SOURCE = ("DmlOperatorLayerNormalization.cpp: scale and bias with leading 1s to the input's rank "
+                         "(MEAN_VARIANCE_NORMALIZATION2, UseMean off when simplified)")
+_SKIP_SOURCE = ("DmlOperatorSkipLayerNormalization.cpp: ELEMENT_WISE_ADD of skip, then of bias broadcast to the "
+                "input's sizes; gamma and beta with leading 1s to MEAN_VARIANCE_NORMALIZATION2")
+_MVN2 = "MEAN_VARIANCE_NORMALIZATION2"
 _QUANTIZE_SOURCE = "DmlOperatorQuantization.cpp: scale and zero point broadcast to the input's sizes on axis"
 _CONV_SOURCE = "DmlOperatorConvolution.cpp"
 _ONNX = ""
@@ -173,19 +187,12 @@ OPERATORS: dict[Key, OperatorRule] = {
                                source="DmlOperatorGather.cpp: data, indices and output at one dimension count"),
     (_ONNX, "Gemm", 1): _gpu("GEMM", {2: "broadcast"}, since={2: 6}, source="DmlOperatorGemm.cpp"),
     (_ONNX, "MatMul", 1): _gpu("GEMM", {1: "broadcast"}, since={1: 6}, source="DmlOperatorMatMul.cpp"),
-    (_ONNX, "LayerNormalization", 17): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "rank", 2: "rank"},
-                                            source=_NORMALIZATION_SOURCE),
-    (_MS, "LayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "rank", 2: "rank"},
-                                         source=_NORMALIZATION_SOURCE),
-    (_ONNX, "SimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "rank"},
-                                                     source=_NORMALIZATION_SOURCE),
-    (_MS, "SimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {1: "rank"},
-                                                   source=_NORMALIZATION_SOURCE),
-    (_MS, "SkipLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", dict.fromkeys((1, 2, 3, 4), "rank"),
-                                             source="DmlOperatorSkipLayerNormalization.cpp"),
-    (_MS, "SkipSimplifiedLayerNormalization", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1",
-                                                       dict.fromkeys((1, 2, 3), "rank"),
-                                                       source="DmlOperatorSkipLayerNormalization.cpp"),
+    (_ONNX, "LayerNormalization", 17): _gpu(_MVN2, {1: "rank", 2: "rank"}, source=_NORMALIZATION_SOURCE),
+    (_MS, "LayerNormalization", 1): _gpu(_MVN2, {1: "rank", 2: "rank"}, source=_NORMALIZATION_SOURCE),
+    (_ONNX, "SimplifiedLayerNormalization", 1): _gpu(_MVN2, {1: "rank"}, source=_NORMALIZATION_SOURCE),
+    (_MS, "SimplifiedLayerNormalization", 1): _gpu(_MVN2, {1: "rank"}, source=_NORMALIZATION_SOURCE),
+    (_MS, "SkipLayerNormalization", 1): _skip_normalization({0: "add", 1: "add", 2: "rank", 3: "rank", 4: "add"}),
+    (_MS, "SkipSimplifiedLayerNormalization", 1): _skip_normalization({0: "add", 1: "add", 2: "rank", 3: "rank"}),
     (_ONNX, "LSTM", 1): _gpu("LSTM", dict.fromkeys(range(8), "rnn"), None, _RNN_SOURCE, unsigned=(4,),
                                 not_owned=range(8)),
     (_ONNX, "GRU", 1): _gpu("GRU", dict.fromkeys(range(6), "rnn"), None, _RNN_SOURCE, unsigned=(4,),
@@ -202,8 +209,11 @@ OPERATORS: dict[Key, OperatorRule] = {
     (_ONNX, "ConvInteger", 10): _gpu("CONVOLUTION_INTEGER", {1: "spatial"}, source="DmlOperatorConvInteger.cpp"),
     (_ONNX, "MatMulInteger", 10): _gpu("MATRIX_MULTIPLY_INTEGER", {1: "broadcast"},
                                        source="DmlOperatorMatMulInteger.cpp"),
-    (_ONNX, "QLinearMatMul", 10): _gpu("QUANTIZED_LINEAR_MATRIX_MULTIPLY", {3: "broadcast"},
-                                       others="unknown", source="DmlOperatorQLinearMatMul.cpp"),
+    (_ONNX, "QLinearMatMul", 10): _gpu("QUANTIZED_LINEAR_MATRIX_MULTIPLY", {
+        **dict.fromkeys((1, 2, 4, 5, 6, 7), "rank"), 3: "broadcast"}, None,
+        source="DmlOperatorQLinearMatMul.cpp: scales and zero points at A's dimension count (a per-column one of B "
+               "on the last axis; a per-row one of A or the output on the one before, which dmlbridge does not lay "
+               "out)"),
     (_ONNX, "Concat", 1): _gpu("JOIN", source="DmlOperatorConcat.cpp: every input at the output's dimension count"),
     (_MS, "MatMulNBits", 1): _gpu("DEQUANTIZE", source="DmlOperatorMatMulNBits.cpp: bound through its quantized "
                                                       "record (UploadPlan.quantized)"),

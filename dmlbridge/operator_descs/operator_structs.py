@@ -24,7 +24,8 @@ __all__ = [
     "DML_BATCH_NORMALIZATION_OPERATOR_DESC", "DML_CONVOLUTION_INTEGER_OPERATOR_DESC", "DML_CONVOLUTION_OPERATOR_DESC",
     "DML_DEQUANTIZE_OPERATOR_DESC", "DML_GATHER_OPERATOR_DESC", "DML_GEMM_OPERATOR_DESC", "DML_GRU_OPERATOR_DESC",
     "DML_JOIN_OPERATOR_DESC", "DML_LSTM_OPERATOR_DESC", "DML_MATRIX_MULTIPLY_INTEGER_OPERATOR_DESC",
-    "DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC", "DML_MULTIHEAD_ATTENTION_OPERATOR_DESC", "DML_OPERATOR_DESC",
+    "DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC", "DML_MEAN_VARIANCE_NORMALIZATION2_OPERATOR_DESC",
+    "DML_MULTIHEAD_ATTENTION_OPERATOR_DESC", "DML_OPERATOR_DESC",
     "DML_QUANTIZED_LINEAR_CONVOLUTION_OPERATOR_DESC", "DML_QUANTIZED_LINEAR_MATRIX_MULTIPLY_OPERATOR_DESC",
     "DML_RNN_OPERATOR_DESC", "DML_SLICE1_OPERATOR_DESC", "OperatorStruct", "operator_desc", "operator_desc_array",
 ]
@@ -276,6 +277,24 @@ class DML_MEAN_VARIANCE_NORMALIZATION1_OPERATOR_DESC(OperatorStruct):  # noqa: N
     OPERATOR_TYPE = DmlOperatorType.MEAN_VARIANCE_NORMALIZATION1
     _fields_ = [("InputTensor", _P), ("ScaleTensor", _P), ("BiasTensor", _P), ("OutputTensor", _P), ("AxisCount", _U),
                 ("Axes", _P), ("NormalizeVariance", _BOOL), ("Epsilon", ctypes.c_float), ("FusedActivation", _P)]
+
+
+class DML_MEAN_VARIANCE_NORMALIZATION2_OPERATOR_DESC(OperatorStruct):  # noqa: N801 - the DirectML name
+    """``DML_MEAN_VARIANCE_NORMALIZATION2_OPERATOR_DESC`` (feature level 6.3): Normalization over ``Axes``, the mean
+    subtracted only with ``UseMean`` (ONNX Runtime's LayerNormalization, and SimplifiedLayerNormalization without
+    it), then Scale and Bias.
+
+    Example:
+        >>> import ctypes, dmlbridge.gpu as gpu
+        >>> desc = gpu.DML_MEAN_VARIANCE_NORMALIZATION2_OPERATOR_DESC()
+        >>> desc.OPERATOR_TYPE, ctypes.sizeof(desc)
+        (<DmlOperatorType.MEAN_VARIANCE_NORMALIZATION2: 171>, 72)
+    """
+
+    OPERATOR_TYPE = DmlOperatorType.MEAN_VARIANCE_NORMALIZATION2
+    _fields_ = [("InputTensor", _P), ("ScaleTensor", _P), ("BiasTensor", _P), ("OutputTensor", _P), ("AxisCount", _U),
+                ("Axes", _P), ("UseMean", _BOOL), ("UseVariance", _BOOL), ("Epsilon", ctypes.c_float),
+                ("FusedActivation", _P)]
 
 
 class DML_LSTM_OPERATOR_DESC(OperatorStruct):  # noqa: N801 - the DirectML name

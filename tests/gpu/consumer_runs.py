@@ -271,6 +271,7 @@ class ConsumerRun:
         results = dmlbridge.gpu.run_graph(self.device, [_desc(op) for op in operators], input_edges,
                                           intermediate_edges, output_edges, self.bindings,
                                           [size for _, _, size in self.outputs], owned_by_dml=self.owned)
+        CONSUMERS.pending = self.consumers
         CONSUMERS.graphs += 1
         return self._decoded(results)
 

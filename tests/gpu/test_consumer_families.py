@@ -1,9 +1,13 @@
 """Each consumer bound at its own desc as the plan gives it (``entry.consumers[i].as_ctypes()``), for the operator
 families whose constants DirectML refuses in their ONNX layout: element-wise operands broadcast at the output's
 sizes (ADD, SUBTRACT with the constant first, MAX, DIVIDE, ELEMENT_WISE_IF, PARAMETERIZED_RELU), Gather's indices
-at the output's dimension count, LayerNormalization's scale and bias at the input's dimension count
-(MEAN_VARIANCE_NORMALIZATION1), DequantizeLinear's per-axis scale and zero point at the input's sizes, and a
-bidirectional GRU's weights, recurrence, bias, initial state and sequence lengths (4-D, the lengths as UINT32).
+at the output's dimension count, LayerNormalization's and SimplifiedLayerNormalization's scale and bias at the
+input's dimension count (MEAN_VARIANCE_NORMALIZATION2), SkipLayerNormalization as ONNX Runtime runs it (its skip
+and bias broadcast to two ELEMENT_WISE_ADDs, then the normalization; one graph), DequantizeLinear's per-axis scale
+and zero point at the input's sizes, a bidirectional GRU's, RNN's and LSTM's every input (4-D, the lengths as
+UINT32, the LSTM's peepholes too), a Slice's data (SLICE1), a constant joined by Concat (JOIN), QLinearConv's
+scalars at 4-D and per-channel scale, zero point and bias on the channel (QUANTIZED_LINEAR_CONVOLUTION), and
+QLinearMatMul's B at the batch with its scales at A's dimension count (QUANTIZED_LINEAR_MATRIX_MULTIPLY).
 Each computes what ONNX Runtime's CPU provider computes on the same inputs, and each family has a control bound
 at another entry's offset, which must mismatch (a run that computes nothing would pass neither)."""
 
@@ -21,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
 import dmlbridge.gpu
+from dmlbridge.gpu import InputEdge, IntermediateEdge, OutputEdge
 
 F32 = TensorProto.FLOAT
 
@@ -153,13 +158,13 @@ def test_layer_normalization_takes_its_scale_and_bias_at_the_input_dimension_cou
         for key in ("scale", "bias"):
             consumer = run.plan.entries[key].consumers[0]
             assert (consumer.dml_operator, consumer.sizes, consumer.strides) == \
-                ("MEAN_VARIANCE_NORMALIZATION1", (1, 1, 8), None), key
+                ("MEAN_VARIANCE_NORMALIZATION2", (1, 1, 8), None), key
         results = []
         for at in (None, "pad"):
             run.reset()
             xd, sd, bd = run.feed("x"), run.consumer("scale", at=at), run.consumer("bias")
-            (got,) = run.run(ops.mean_variance_normalization(xd, sd, bd, run.output((2, 3, 8), np.float32),
-                                                            axes=(2,), epsilon=1e-5))
+            (got,) = run.run(ops.mean_variance_normalization2(xd, sd, bd, run.output((2, 3, 8), np.float32),
+                                                             axes=(2,), epsilon=1e-5))
             # (x - mean) / sqrt(var + eps) * scale + bias: a few roundings of terms of at most this size
             size = np.abs(want) + np.abs(bias) + 4 * np.abs(scale)
             results.append(within(got, want, "sum", k=16, size=size, control=at is not None))
@@ -252,5 +257,243 @@ def test_a_slices_constant_data_is_taken_by_slice1_as_emitted(device: dmlbridge.
             run.reset()
             (got,) = run.run(ops.slice1(run.consumer("d", at=at), run.output(want.shape, np.float32),
                                         offsets=(0, 1, 0), sizes=(2, 2, 4), strides=(1, 1, 2)))
+            results.append(within(got, want, "exact", control=at is not None))
+        assert results == [True, False]
+
+
+# --- the layer normalizations ------------------------------------------------------------------------------------
+
+def test_simplified_layer_normalization_takes_its_scale_at_the_input_dimension_count(device: dmlbridge.gpu.Device,
+                                                                                     tmp_path: Path) -> None:
+    """x / sqrt(mean(x^2) + epsilon) * scale: MEAN_VARIANCE_NORMALIZATION2 without the mean."""
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    scale = rng.standard_normal(8).astype(np.float32)
+    model = one_node(helper.make_node("SimplifiedLayerNormalization", ["x", "scale"], ["y"], name="rms", axis=-1,
+                                      epsilon=1e-5), {"x": (F32, [2, 3, 8])}, (F32, None), {"scale": scale})
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = run.expected["y"]
+        consumer = run.plan.entries["scale"].consumers[0]
+        assert (consumer.dml_operator, consumer.sizes) == ("MEAN_VARIANCE_NORMALIZATION2", (1, 1, 8))
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, sd = run.feed("x"), run.consumer("scale", at=at)
+            run.absent()
+            (got,) = run.run(ops.mean_variance_normalization2(xd, sd, None, run.output((2, 3, 8), np.float32),
+                                                             axes=(2,), epsilon=1e-5, use_mean=False))
+            results.append(within(got, want, "sum", k=16, size=np.abs(want) + 4 * np.abs(scale),
+                                  control=at is not None))
+        assert results == [True, False]
+
+
+def test_skip_layer_normalization_adds_its_skip_and_bias_broadcast_then_normalizes(device: dmlbridge.gpu.Device,
+                                                                                   tmp_path: Path) -> None:
+    """ONNX Runtime's graph for com.microsoft's SkipLayerNormalization: ELEMENT_WISE_ADD of the skip (here one per
+    sequence position, [S, H], broadcast over the batch), ELEMENT_WISE_ADD of the bias ([H], broadcast), then
+    MEAN_VARIANCE_NORMALIZATION2 with gamma and beta at the input's dimension count; one compiled graph."""
+    rng = np.random.default_rng(23)
+    batch, seq, hidden = 2, 3, 8
+    x = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
+    consts = {"skip": rng.standard_normal((seq, hidden)).astype(np.float32),
+              "gamma": rng.standard_normal(hidden).astype(np.float32),
+              "beta": rng.standard_normal(hidden).astype(np.float32),
+              "bias": rng.standard_normal(hidden).astype(np.float32)}
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", "gamma", "beta", "bias"], ["y"], name="sln",
+                            domain="com.microsoft", epsilon=1e-5)
+    model = one_node(node, {"x": (F32, [batch, seq, hidden])}, (F32, None), consts)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    shape = (batch, seq, hidden)
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = run.expected["y"]
+        seen = {key: (c.dml_operator, c.sizes, c.strides) for key in consts
+                for c in run.plan.entries[key].consumers}
+        assert seen == {"skip": ("ELEMENT_WISE_ADD", shape, (0, hidden, 1)),
+                        "bias": ("ELEMENT_WISE_ADD", shape, (0, 0, 1)),
+                        "gamma": ("MEAN_VARIANCE_NORMALIZATION2", (1, 1, hidden), None),
+                        "beta": ("MEAN_VARIANCE_NORMALIZATION2", (1, 1, hidden), None)}
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, kd, bd = run.feed("x"), run.consumer("skip", at=at), run.consumer("bias")
+            gd, ed = run.consumer("gamma"), run.consumer("beta")
+            t1, t2, y = (run.output(shape, np.float32) for _ in range(3))
+            add_skip = ops.element_wise("ELEMENT_WISE_ADD", xd, kd, t1)
+            add_bias = ops.element_wise("ELEMENT_WISE_ADD", t1, bd, t2)
+            norm = ops.mean_variance_normalization2(t2, gd, ed, y, axes=(2,), epsilon=1e-5)
+            # graph inputs: 0 x, 1 skip, 2 bias, 3 gamma, 4 beta; only y is read (t1 and t2 stay inside)
+            run.outputs = run.outputs[2:]
+            edges = [InputEdge(0, 0, 0), InputEdge(1, 0, 1), InputEdge(2, 1, 1), InputEdge(3, 2, 1),
+                     InputEdge(4, 2, 2)]
+            inner = [IntermediateEdge(0, 0, 1, 0), IntermediateEdge(1, 0, 2, 0)]
+            (got,) = run.run_graph([add_skip, add_bias, norm], edges, inner, [OutputEdge(2, 0, 0)])
+            summed = np.abs(x) + np.abs(consts["skip"]) + np.abs(consts["bias"])
+            size = np.abs(want) + np.abs(consts["beta"]) + 4 * np.abs(consts["gamma"]) * (1 + summed)
+            results.append(within(got, want, "sum", k=16, size=size, control=at is not None))
+        assert results == [True, False]
+
+
+# --- RNN and LSTM ------------------------------------------------------------------------------------------------
+
+def test_a_bidirectional_rnn_takes_every_constant_input_in_four_dimensions(device: dmlbridge.gpu.Device,
+                                                                           tmp_path: Path) -> None:
+    rng = np.random.default_rng(29)
+    seq, batch, size, hidden, dirs = 3, 2, 4, 5, 2
+    x = rng.standard_normal((seq, batch, size)).astype(np.float32)
+    consts = {"w": (rng.standard_normal((dirs, hidden, size)) / 2).astype(np.float32),
+              "r": (rng.standard_normal((dirs, hidden, hidden)) / 2).astype(np.float32),
+              "b": (rng.standard_normal((dirs, 2 * hidden)) / 4).astype(np.float32),
+              "lengths": np.array([3, 2], np.int32),
+              "h0": rng.standard_normal((dirs, batch, hidden)).astype(np.float32)}
+    node = helper.make_node("RNN", ["x", "w", "r", "b", "lengths", "h0"], ["y", "y_h"], name="rnn",
+                            hidden_size=hidden, direction="bidirectional")
+    model = one_node(node, {"x": (F32, [seq, batch, size])}, (F32, None), consts, opset=14, extra_outputs=("y_h",))
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want, want_h = run.expected["y"], run.expected["y_h"]
+        sizes = {key: run.plan.entries[key].consumers[0].sizes for key in consts}
+        assert sizes == {"w": (1, dirs, hidden, size), "r": (1, dirs, hidden, hidden), "b": (1, 1, dirs, 2 * hidden),
+                         "lengths": (1, 1, 1, batch), "h0": (1, dirs, batch, hidden)}
+        assert run.plan.entries["lengths"].consumers[0].desc()["DataType"] == dmlbridge.DmlDataType.UINT32
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd = run.feed("x", (1, seq, batch, size))
+            wd, rd, bd = run.consumer("w", at=at), run.consumer("r"), run.consumer("b")
+            hd, ld = run.consumer("h0"), run.consumer("lengths")
+            yd = run.output((seq, dirs, batch, hidden), np.float32)
+            yhd = run.output((1, dirs, batch, hidden), np.float32)
+            got, got_h = run.run(ops.rnn(xd, wd, rd, bd, hd, ld, yd, yhd, direction="bidirectional"))
+            results.append(within(got, want, "close", control=at is not None)
+                           & within(got_h.reshape(want_h.shape), want_h, "close", control=at is not None))
+        assert results == [True, False]
+
+
+def test_a_bidirectional_lstm_takes_every_constant_input_with_its_peepholes(device: dmlbridge.gpu.Device,
+                                                                            tmp_path: Path) -> None:
+    """All eight inputs, P among them ([dirs, 3·hidden] as [1, 1, dirs, 3·hidden]). (A forward LSTM is what this
+    runtime cannot compile; a bidirectional one runs.)"""
+    rng = np.random.default_rng(31)
+    seq, batch, size, hidden, dirs = 3, 2, 4, 3, 2
+    x = rng.standard_normal((seq, batch, size)).astype(np.float32)
+    consts = {"w": (rng.standard_normal((dirs, 4 * hidden, size)) / 2).astype(np.float32),
+              "r": (rng.standard_normal((dirs, 4 * hidden, hidden)) / 2).astype(np.float32),
+              "b": (rng.standard_normal((dirs, 8 * hidden)) / 4).astype(np.float32),
+              "lengths": np.array([3, 2], np.int32),
+              "h0": rng.standard_normal((dirs, batch, hidden)).astype(np.float32),
+              "c0": rng.standard_normal((dirs, batch, hidden)).astype(np.float32),
+              "p": (rng.standard_normal((dirs, 3 * hidden)) / 2).astype(np.float32)}
+    node = helper.make_node("LSTM", ["x", *consts], ["y", "y_h", "y_c"], name="lstm", hidden_size=hidden,
+                            direction="bidirectional")
+    model = one_node(node, {"x": (F32, [seq, batch, size])}, (F32, None), consts, opset=14,
+                     extra_outputs=("y_h", "y_c"))
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = [run.expected[name] for name in ("y", "y_h", "y_c")]
+        sizes = {key: run.plan.entries[key].consumers[0].sizes for key in consts}
+        assert sizes == {"w": (1, dirs, 4 * hidden, size), "r": (1, dirs, 4 * hidden, hidden),
+                         "b": (1, 1, dirs, 8 * hidden), "lengths": (1, 1, 1, batch), "h0": (1, dirs, batch, hidden),
+                         "c0": (1, dirs, batch, hidden), "p": (1, 1, dirs, 3 * hidden)}
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd = run.feed("x", (1, seq, batch, size))
+            # (bound in the operator's order: W, R, B, initial_h, initial_c, sequence_lens, P)
+            wd, rd, bd, hd = run.consumer("w"), run.consumer("r"), run.consumer("b"), run.consumer("h0")
+            cd, ld, pd = run.consumer("c0"), run.consumer("lengths"), run.consumer("p", at=at)
+            outs = (run.output((seq, dirs, batch, hidden), np.float32),
+                    run.output((1, dirs, batch, hidden), np.float32), run.output((1, dirs, batch, hidden), np.float32))
+            got = run.run(ops.lstm(xd, wd, rd, bd, hd, cd, ld, pd, *outs, direction="bidirectional"))
+            results.append(all([within(g.reshape(w.shape), w, "close", control=at is not None)
+                                for g, w in zip(got, want, strict=True)]))
+        assert results == [True, False]
+
+
+# --- Concat -------------------------------------------------------------------------------------------------------
+
+def test_concat_joins_a_constant_as_emitted(device: dmlbridge.gpu.Device, tmp_path: Path) -> None:
+    rng = np.random.default_rng(37)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    c = rng.standard_normal((2, 2, 4)).astype(np.float32)
+    model = one_node(helper.make_node("Concat", ["x", "c"], ["y"], name="cat", axis=1), {"x": (F32, [2, 3, 4])},
+                     (F32, None), {"c": c})
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = run.expected["y"]
+        consumer = run.plan.entries["c"].consumers[0]
+        assert (consumer.dml_operator, consumer.sizes, consumer.strides) == ("JOIN", (2, 2, 4), None)
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, cd = run.feed("x"), run.consumer("c", at=at)
+            (got,) = run.run(ops.join([xd, cd], run.output((2, 5, 4), np.float32), axis=1))
+            results.append(within(got, want, "exact", control=at is not None))
+        assert results == [True, False]
+
+
+# --- QLinearConv and QLinearMatMul -------------------------------------------------------------------------------
+# (Scales chosen so that every requantization multiplies by a whole power of two: no rounding, so DirectML and
+# ONNX Runtime agree exactly, saturation included.)
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_qlinear_conv_takes_scalars_at_four_dimensions_and_per_channel_ones_on_the_channel(
+        device: dmlbridge.gpu.Device, tmp_path: Path, per_channel: bool) -> None:
+    """Per channel, the filter's scale and zero point are [1, M, 1, 1]; per tensor (0-D), [1, 1, 1, 1]."""
+    rng = np.random.default_rng(41)
+    u8 = TensorProto.UINT8
+    x = rng.integers(0, 5, (1, 2, 5, 5)).astype(np.uint8)
+    consts = {"x_scale": np.array(1.0, np.float32), "x_zero": np.array(2, np.uint8),
+              "w": rng.integers(-2, 3, (3, 2, 3, 3)).astype(np.int8),
+              "w_scale": np.array([0.25, 0.5, 1.0] if per_channel else 0.5, np.float32),
+              "w_zero": np.zeros(3 if per_channel else (), np.int8),
+              "y_scale": np.array(0.25, np.float32), "y_zero": np.array(128, np.uint8),
+              "b": np.array([1, -2, 3], np.int32)}
+    node = helper.make_node("QLinearConv", ["x", *consts], ["y"], name="qconv", pads=[1, 1, 1, 1])
+    model = one_node(node, {"x": (u8, [1, 2, 5, 5])}, (u8, None), consts, opset=13)
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        want = run.expected["y"]
+        sizes = {key: run.plan.entries[key].consumers[0].sizes for key in consts}
+        assert sizes == {"x_scale": (1, 1, 1, 1), "x_zero": (1, 1, 1, 1), "w": (3, 2, 3, 3),
+                         "w_scale": (1, 3 if per_channel else 1, 1, 1), "w_zero": (1, 3 if per_channel else 1, 1, 1),
+                         "y_scale": (1, 1, 1, 1),
+                         "y_zero": (1, 1, 1, 1), "b": (1, 3, 1, 1)}
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd = run.feed("x")
+            xs, xz, wd = run.consumer("x_scale"), run.consumer("x_zero"), run.consumer("w", at=at)
+            ws, wz, bd = run.consumer("w_scale"), run.consumer("w_zero"), run.consumer("b")
+            ys, yz = run.consumer("y_scale"), run.consumer("y_zero")
+            (got,) = run.run(ops.quantized_linear_convolution(
+                xd, xs, xz, wd, ws, wz, bd, ys, yz, run.output((1, 3, 5, 5), np.uint8), strides=(1, 1),
+                dilations=(1, 1), start=(1, 1), end=(1, 1), groups=1))
+            results.append(within(got, want, "exact", control=at is not None))
+        assert results == [True, False]
+
+
+def test_qlinear_matmul_takes_b_at_the_batch_and_its_scales_at_as_dimension_count(device: dmlbridge.gpu.Device,
+                                                                                 tmp_path: Path) -> None:
+    rng = np.random.default_rng(43)
+    u8 = TensorProto.UINT8
+    a = rng.integers(0, 6, (2, 3, 4)).astype(np.uint8)
+    consts = {"a_scale": np.array(1.0, np.float32), "a_zero": np.array(3, np.uint8),
+              "b": rng.integers(0, 5, (4, 5)).astype(np.uint8),
+              "b_scale": np.array([0.25, 0.5, 1.0, 0.25, 0.5], np.float32),
+              "b_zero": np.array([2, 1, 2, 3, 2], np.uint8),
+              "y_scale": np.array(0.25, np.float32), "y_zero": np.array(100, np.uint8)}
+    node = helper.make_node("QLinearMatMul", ["a", *consts], ["y"], name="qmm")
+    model = one_node(node, {"a": (u8, [2, 3, 4])}, (u8, [2, 3, 5]), consts, opset=13)
+    with ConsumerRun(device, tmp_path, model, {"a": a}) as run:
+        want = run.expected["y"]
+        views = {key: (run.plan.entries[key].consumers[0].sizes, run.plan.entries[key].consumers[0].strides)
+                 for key in consts}
+        assert views == {"a_scale": ((1, 1, 1), None), "a_zero": ((1, 1, 1), None), "b": ((2, 4, 5), (0, 5, 1)),
+                         "b_scale": ((1, 1, 5), None), "b_zero": ((1, 1, 5), None), "y_scale": ((1, 1, 1), None),
+                         "y_zero": ((1, 1, 1), None)}
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            ad = run.feed("a")
+            as_, az, bd = run.consumer("a_scale"), run.consumer("a_zero"), run.consumer("b", at=at)
+            bs, bz, ys, yz = (run.consumer(key) for key in ("b_scale", "b_zero", "y_scale", "y_zero"))
+            (got,) = run.run(ops.quantized_linear_matrix_multiply(ad, as_, az, bd, bs, bz, ys, yz,
+                                                                  run.output((2, 3, 5), np.uint8)))
             results.append(within(got, want, "exact", control=at is not None))
         assert results == [True, False]

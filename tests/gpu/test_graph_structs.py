@@ -115,7 +115,7 @@ def test_every_operator_of_the_table_has_its_number_and_its_struct() -> None:
 
 def test_every_operator_struct_is_named_for_its_operator_and_exported() -> None:
     structs = public_structs()
-    assert len(structs) == 52  # 49 operator descs, DML_OPERATOR_DESC, DML_SCALE_BIAS and DML_SCALAR_UNION
+    assert len(structs) == 53  # 50 operator descs, DML_OPERATOR_DESC, DML_SCALE_BIAS and DML_SCALAR_UNION
     for name, struct in structs.items():
         assert name in dmlbridge.gpu.__all__ and struct.__module__ == "dmlbridge.gpu"
         if issubclass(struct, OperatorStruct):

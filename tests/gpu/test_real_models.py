@@ -466,7 +466,7 @@ def build_slice(node: NodeRun) -> Built:
     return op, [(_leading(want, dims), "exact", {})]
 
 
-def build_layer_normalization(node: NodeRun) -> Built:
+def build_layer_normalization(node: NodeRun, dml: str) -> Built:
     x, want = node.value(0), node.values[node.node.output[0]]
     dims = len(node.sizes(1))
     axis = int(node.attrs.get("axis", -1)) % x.ndim
@@ -474,8 +474,9 @@ def build_layer_normalization(node: NodeRun) -> Built:
     xd = node.input(0, _leading(x, dims))
     sd, bd = node.input(1), node.input(2)
     axes = tuple(range(axis + dims - x.ndim, dims))
-    op = ops.mean_variance_normalization(xd, sd, bd, node.output(_leading(want, dims).shape, want.dtype),
-                                         axes=axes, epsilon=epsilon)
+    build = ops.mean_variance_normalization2 if dml == "MEAN_VARIANCE_NORMALIZATION2" else \
+        ops.mean_variance_normalization
+    op = build(xd, sd, bd, node.output(_leading(want, dims).shape, want.dtype), axes=axes, epsilon=epsilon)
     scale = node.model.constants.get(node.node.input[1], np.ones(1, np.float32))
     bias = node.model.constants.get(node.node.input[2], np.zeros(1, np.float32)) if len(node.node.input) > 2 \
         else np.zeros(1, np.float32)
@@ -564,7 +565,8 @@ BUILDERS: dict[str, Callable[[NodeRun, str], Built]] = {
     "MATRIX_MULTIPLY_INTEGER": lambda node, dml: build_matmul_integer(node),
     "GATHER": lambda node, dml: build_gather(node),
     "SLICE1": lambda node, dml: build_slice(node),
-    "MEAN_VARIANCE_NORMALIZATION1": lambda node, dml: build_layer_normalization(node),
+    "MEAN_VARIANCE_NORMALIZATION1": build_layer_normalization,
+    "MEAN_VARIANCE_NORMALIZATION2": build_layer_normalization,
     "JOIN": lambda node, dml: build_join(node),
     "GRU": build_recurrent,
     "LSTM": build_recurrent,

@@ -24,7 +24,8 @@ STRUCTS: dict[str, type[dmlbridge.gpu.OperatorStruct]] = {
         "ELEMENT_WISE_QUANTIZE_LINEAR", "ELEMENT_WISE_POW", "ELEMENT_WISE_MIN", "ELEMENT_WISE_LOGICAL_EQUALS",
         "ELEMENT_WISE_LOGICAL_GREATER_THAN", "ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL",
         "ELEMENT_WISE_LOGICAL_LESS_THAN", "ELEMENT_WISE_LOGICAL_LESS_THAN_OR_EQUAL", "ELEMENT_WISE_LOGICAL_AND",
-        "ELEMENT_WISE_LOGICAL_OR", "ELEMENT_WISE_LOGICAL_XOR", "SLICE1",
+        "ELEMENT_WISE_LOGICAL_OR", "ELEMENT_WISE_LOGICAL_XOR", "SLICE1", "MEAN_VARIANCE_NORMALIZATION2", "RNN",
+        "QUANTIZED_LINEAR_CONVOLUTION", "QUANTIZED_LINEAR_MATRIX_MULTIPLY",
     )
 }
 """The desc struct of each operator the suite builds (``dmlbridge.gpu``'s ``DML_<key>_OPERATOR_DESC``)."""
@@ -147,6 +148,36 @@ def mean_variance_normalization(x: Any, scale: Any, bias: Any, y: Any, *, axes: 
                     FusedActivation=None)
 
 
+def mean_variance_normalization2(x: Any, scale: Any, bias: Any, y: Any, *, axes: Sequence[int], epsilon: float,
+                                 use_mean: bool = True) -> Operator:
+    """MEAN_VARIANCE_NORMALIZATION2 over ``axes``: ONNX Runtime's LayerNormalization, and with ``use_mean`` off its
+    SimplifiedLayerNormalization (x / sqrt(mean(x^2) + epsilon))."""
+    return Operator("MEAN_VARIANCE_NORMALIZATION2", InputTensor=x, ScaleTensor=scale, BiasTensor=bias,
+                    OutputTensor=y, AxisCount=len(axes), Axes=tuple(axes), UseMean=int(use_mean), UseVariance=1,
+                    Epsilon=epsilon, FusedActivation=None)
+
+
+def quantized_linear_convolution(x: Any, x_scale: Any, x_zero: Any, w: Any, w_scale: Any, w_zero: Any, b: Any,
+                                 y_scale: Any, y_zero: Any, y: Any, *, strides: Sequence[int],
+                                 dilations: Sequence[int], start: Sequence[int], end: Sequence[int],
+                                 groups: int) -> Operator:
+    """QUANTIZED_LINEAR_CONVOLUTION (ONNX's QLinearConv)."""
+    return Operator("QUANTIZED_LINEAR_CONVOLUTION", InputTensor=x, InputScaleTensor=x_scale,
+                    InputZeroPointTensor=x_zero, FilterTensor=w, FilterScaleTensor=w_scale,
+                    FilterZeroPointTensor=w_zero, BiasTensor=b, OutputScaleTensor=y_scale,
+                    OutputZeroPointTensor=y_zero, OutputTensor=y, DimensionCount=len(strides),
+                    Strides=tuple(strides), Dilations=tuple(dilations), StartPadding=tuple(start),
+                    EndPadding=tuple(end), GroupCount=groups)
+
+
+def quantized_linear_matrix_multiply(a: Any, a_scale: Any, a_zero: Any, b: Any, b_scale: Any, b_zero: Any,
+                                     y_scale: Any, y_zero: Any, y: Any) -> Operator:
+    """QUANTIZED_LINEAR_MATRIX_MULTIPLY (ONNX's QLinearMatMul)."""
+    return Operator("QUANTIZED_LINEAR_MATRIX_MULTIPLY", ATensor=a, AScaleTensor=a_scale, AZeroPointTensor=a_zero,
+                    BTensor=b, BScaleTensor=b_scale, BZeroPointTensor=b_zero, OutputScaleTensor=y_scale,
+                    OutputZeroPointTensor=y_zero, OutputTensor=y)
+
+
 def parameterized_relu(x: Any, slope: Any, y: Any) -> Operator:
     return Operator("ACTIVATION_PARAMETERIZED_RELU", InputTensor=x, SlopeTensor=slope, OutputTensor=y)
 
@@ -173,6 +204,20 @@ def gru(x: Any, w: Any, r: Any, b: Any, h0: Any, lengths: Any, y: Any, y_h: Any,
                   SequenceLengthsTensor=lengths, OutputSequenceTensor=y, OutputSingleTensor=y_h,
                   ActivationDescCount=len(names), ActivationDescs=array, Direction=RNN_DIRECTIONS[direction],
                   LinearBeforeReset=linear_before_reset)
+    op.keep.extend(activations)
+    return op
+
+
+def rnn(x: Any, w: Any, r: Any, b: Any, h0: Any, lengths: Any, y: Any, y_h: Any, *, direction: str) -> Operator:
+    """RNN with ONNX's default activation (tanh) for each direction."""
+    names = ("ACTIVATION_TANH",) * (2 if direction == "bidirectional" else 1)
+    activations = [STRUCTS[name]() for name in names]
+    array = (dmlbridge.gpu.DML_OPERATOR_DESC * len(names))(
+        *(dmlbridge.gpu.DML_OPERATOR_DESC(OPERATOR_TYPES[name], ctypes.addressof(struct))
+          for name, struct in zip(names, activations, strict=True)))
+    op = Operator("RNN", InputTensor=x, WeightTensor=w, RecurrenceTensor=r, BiasTensor=b, HiddenInitTensor=h0,
+                  SequenceLengthsTensor=lengths, OutputSequenceTensor=y, OutputSingleTensor=y_h,
+                  ActivationDescCount=len(names), ActivationDescs=array, Direction=RNN_DIRECTIONS[direction])
     op.keep.extend(activations)
     return op
 

@@ -127,7 +127,7 @@ def test_gather_indices_and_a_normalizations_scale_get_leading_ones() -> None:
     assert (gather.dml_operator, gather.dims, gather.sizes) == ("GATHER", 3, (1, 1, 3))
     for key in ("scale", "bias"):
         (ln,) = plan.entries[key].consumers
-        assert (ln.dml_operator, ln.dims, ln.sizes, ln.strides) == ("MEAN_VARIANCE_NORMALIZATION1", 3, (1, 1, 8), None)
+        assert (ln.dml_operator, ln.dims, ln.sizes, ln.strides) == ("MEAN_VARIANCE_NORMALIZATION2", 3, (1, 1, 8), None)
 
 
 def test_a_per_axis_scale_lies_on_its_axis() -> None:
