@@ -4,7 +4,7 @@
 Where it runs:
 - Linux: DirectML 1.15 under Wine on the CPU, as ``tools/directml/setup.sh`` installs it (``$DIRECTML_WINE``,
   default ``~/.cache/dmlbridge-directml``), with mingw-w64 to build the program. One Xvfb and one wineserver serve the
-  whole session.
+  whole session; another session may use the same prefix at the same time.
 - Windows: ``DMLBRIDGE_DMLUPLOAD`` names a ``dmlupload.exe`` built as ``native/README.md`` says; it loads the
   ``DirectML.dll`` beside it, else the system's.
 Elsewhere, or with a piece missing, every test here is skipped with one line saying what is missing;
@@ -32,6 +32,7 @@ SETUP = REPO / "tools" / "directml"
 WINE = Path("/usr/lib/wine/wine64")
 WINESERVER = Path("/usr/lib/wine/wineserver")
 README_HINT = "see 'The DirectML suite' in README.md"
+SERVER_LINGERS = 5  # seconds the session's wineserver waits for the next program before it exits
 
 # The output type the program reads each DML type into (native/README.md): exact for every value.
 OUTPUT_TYPE = {
@@ -248,13 +249,19 @@ def directml() -> Iterator[DirectML]:
             number = display.readline().strip()
         assert number, "Xvfb did not start"
         env["DISPLAY"] = f":{number}"
-        server = subprocess.Popen([str(WINESERVER), "-p", "-f"], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        # A server that outlives each run by a few seconds, so that the next one starts quicker. Never ended with
+        # `wineserver -k`: that ends every program of the prefix, another checkout's test runs among them, which
+        # then exit with status 1 having printed nothing. (If another run's server has the prefix, this one exits
+        # at once and the runs share that one.)
+        server = subprocess.Popen([str(WINESERVER), f"-p{SERVER_LINGERS}", "-f"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             yield DirectML(exe, env, workdir)
         finally:
-            subprocess.run([str(WINESERVER), "-k"], env=env, capture_output=True, check=False)
-            server.wait()
+            try:
+                server.wait(timeout=SERVER_LINGERS + 30)
+            except subprocess.TimeoutExpired:
+                pass  # (still serving another run's programs: it ends when they do)
             xvfb.terminate()
             xvfb.wait()
     finally:
