@@ -43,7 +43,7 @@ def consumers_from_json(value: Any, where: str, version: int) -> tuple[Consumer,
         version >= CONSUMER_DIMS_VERSION else ()
     if version >= PER_OPERATOR_VERSION:
         required += ("reads_on",)
-        optional = ("dml_operator", "layout", "dims", "output_sizes", "axis", "note")
+        optional = ("dml_operator", "layout", "dims", "output_sizes", "axis", "groups", "note")
     consumers = []
     for index, item in enumerate(value):
         fields = Fields(item, f"{where}[{index}]", required, optional)
@@ -68,15 +68,15 @@ def consumers_from_json(value: Any, where: str, version: int) -> tuple[Consumer,
 
 
 _READS_ON = ("gpu", "cpu", "none")
-_LAYOUTS = ("channel", "spatial", "rank", "broadcast", "axis", "rnn")
+_LAYOUTS = ("channel", "spatial", "rank", "broadcast", "axis", "rnn", "group")
 _OPERATOR_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 _MOST_NOTE = 1024  # characters: a consumer's note is one of dmlbridge's sentences
 
 
 def _operator_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
     """A format-7 consumer's ``reads_on`` and, for a bound one, its operator, its layout and the facts the layout
-    needs: ``dims`` (1 to 8), ``output_sizes`` (1 to 8 sizes of at most 2^32 - 1 elements in all) and ``axis``
-    (one of them); none of those on an input not bound."""
+    needs: ``dims`` (1 to 8), ``output_sizes`` (1 to 8 sizes of at most 2^32 - 1 elements in all), ``axis``
+    (one of them) and ``groups`` (a GroupNorm's, beside its output_sizes); none of those on an input not bound."""
     reads_on = fields.string("reads_on")
     if reads_on not in _READS_ON:
         raise ManifestError(f"{fields.at('reads_on')} is {json.dumps(reads_on)[:40]}, not one of "
@@ -85,7 +85,8 @@ def _operator_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
     if note is not None and not 0 < len(note) <= _MOST_NOTE:
         raise ManifestError(f"{fields.at('note')} must be a sentence of 1 to {_MOST_NOTE} characters")
     if reads_on != "gpu":
-        extra = [name for name in ("dml_operator", "layout", "dims", "output_sizes", "axis") if name in fields.value]
+        extra = [name for name in ("dml_operator", "layout", "dims", "output_sizes", "axis", "groups")
+                 if name in fields.value]
         if extra:
             raise ManifestError(f"{what} is read on {reads_on} and has {extra[0]!r}, which only a bound input has")
         return consumer._replace(reads_on=reads_on, note=note)
@@ -116,6 +117,15 @@ def _operator_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
         axis = fields.integer("axis", 0, MOST_CHANNEL_DIMS - 1)
         if axis >= len(sizes_of):
             raise ManifestError(f"{fields.at('axis')} {axis} is not an axis of its output_sizes")
+    groups = None
+    if "groups" in fields.value:
+        groups = fields.integer("groups", 1, _MOST_ELEMENTS)
+        if layout != "group":
+            raise ManifestError(f"{what} has 'groups', which only a GroupNorm's gamma and beta (layout \"group\") "
+                                "record")
+    if layout == "group" and (sizes is None) != (groups is None):
+        raise ManifestError(f"{what} has layout \"group\" with {'groups' if sizes is None else 'output_sizes'} "
+                            f"but no {'output_sizes' if sizes is None else 'groups'}: format 7 records both or neither")
     if layout is None and (dims is not None or sizes is not None or named is not None):
         raise ManifestError(f"{what} has facts of a layout but no 'layout'")
     known = layouts_of(consumer.op_type, consumer.input)
@@ -126,7 +136,7 @@ def _operator_facts(fields: Fields, consumer: Consumer, what: str) -> Consumer:
         raise ManifestError(f"{what} lacks the field 'dims' or has fewer than {CHANNEL_DIMS} (format 7 records the "
                             "dimension count of a convolution's or normalization's node, 4 to 8)")
     return consumer._replace(dims=dims, output_sizes=sizes, reads_on="gpu", dml_operator=operator,
-                             layout=cast(Any, layout), axis=axis, note=note, named_sizes=named)
+                             layout=cast(Any, layout), axis=axis, note=note, named_sizes=named, groups=groups)
 
 
 def _named_sizes(value: Any, where: str) -> tuple[int | str, ...]:

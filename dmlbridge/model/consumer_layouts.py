@@ -15,7 +15,10 @@ A constant's bytes are its ONNX values in C order, whatever its layout; only a d
 - *broadcast*: the sizes the node's output gives, with strides of 0 where the constant's dimension is 1 or
   missing (an element-wise operand, a Gemm's C at the output's ``[M, N]``, a MatMul's B at the batch sizes);
 - *axis*: a (de)quantization's per-axis scale or zero point at its input's sizes, stride 1 on its axis only;
-- *rnn*: exactly 4 dimensions, leading 1s (every input of LSTM, GRU and RNN).
+- *rnn*: exactly 4 dimensions, leading 1s (every input of LSTM, GRU and RNN);
+- *group*: a GroupNorm's gamma or beta ``[C]`` at ``[N, C/groups, H·W, groups]``, strides ``[0, 1, 0, C/groups]``:
+  the sizes MEAN_VARIANCE_NORMALIZATION1 reads the NHWC input ``[N, H, W, C]`` at, each channel's value repeated
+  over the batch and the pixels.
 
 Each but *rnn* at least ``min_dims`` dimensions. A consumer wants nothing where its layout is the leading one
 (:func:`consumer_view` gives each its own). An entry whose consumers that bind it want one layout gets it; one
@@ -52,7 +55,7 @@ __all__ = [
     "padding_of",
 ]
 
-Padding = Literal["leading", "channel", "spatial", "rank", "broadcast", "axis", "rnn", "mixed"]
+Padding = Literal["leading", "channel", "spatial", "rank", "broadcast", "axis", "rnn", "group", "mixed"]
 
 _RNN_DIMS = 4  # LSTM, GRU and RNN take exactly 4-D tensors
 _PER_ROW = (1, 2, 6, 7)  # QLinearMatMul's scales and zero points of A and of the output: one per row when 1-D
@@ -177,6 +180,9 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
         if consumer.op_type == "QLinearMatMul" and consumer.input in _PER_ROW and math.prod(shape) > 1:
             return None, (f"{consumer.dml_operator} wants a per-row scale or zero point on the row axis "
                           "([..., M, 1]), which dmlbridge does not lay out: it keeps its ONNX layout")
+        if consumer.op_type == "com.microsoft:RotaryEmbedding" and consumer.input == 1 and len(shape) < 2:
+            return None, ("ELEMENT_WISE_ADD wants a position offset broadcast to [1, 1, batch, sequence], which "
+                          "dmlbridge does not lay out: it keeps its ONNX layout")
         if consumer.dims is None:
             return None, _NOTES["gather" if consumer.op_type == "Gather" else "rank"].format(
                 operator=consumer.dml_operator)
@@ -187,6 +193,8 @@ def _wanted(consumer: Consumer, shape: tuple[int, ...], min_dims: int,
         return ConsumerLayout("rnn", (1,) * (_RNN_DIMS - len(shape)) + shape, None), None
     if kind == "axis":
         return _on_axis(shape, consumer, min_dims)
+    if kind == "group":
+        return _grouped(shape, consumer, min_dims)
     if kind != "broadcast":
         return None, None
     if consumer.op_type == "Gemm" and len(shape) <= 2:
@@ -238,6 +246,23 @@ def _on_axis(shape: tuple[int, ...], consumer: Consumer,
         return None, None
     return None, (f"{consumer.op_type} input {consumer.input} of shape {list(shape)} is neither a scalar nor one "
                   f"value per element of axis {consumer.axis} of {list(sizes)}: it keeps its ONNX layout")
+
+
+def _grouped(shape: tuple[int, ...], consumer: Consumer,
+             min_dims: int) -> tuple[ConsumerLayout | None, str | None]:
+    """A GroupNorm's gamma or beta at the sizes its normalization reads the NHWC input at (see the module
+    docstring)."""
+    sizes, groups = consumer.output_sizes, consumer.groups
+    if sizes is None:
+        return None, (f"{consumer.dml_operator} wants it at the input's sizes, which the model does not declare: it "
+                      "keeps its ONNX layout; give the free dimensions (input_shapes, dim_params)")
+    if groups is None or len(sizes) != 4 or shape != sizes[3:] or sizes[3] % groups:
+        return None, (f"{consumer.op_type} input {consumer.input} of shape {list(shape)} is not one value per "
+                      f"channel of {list(sizes)} in {groups} groups: it keeps its ONNX layout")
+    batch, height, width, channels = sizes
+    per_group = channels // groups
+    return ConsumerLayout("group", *_with_ones((batch, per_group, height * width, groups), (0, 1, 0, per_group),
+                                               min_dims)), None
 
 
 def _packed(padding: Padding, sizes: tuple[int, ...], min_dims: int) -> ConsumerLayout:

@@ -82,6 +82,7 @@ MATRIX_PRODUCTS = frozenset({"MatMul", "MatMulInteger", "QLinearMatMul"})
 """The op types whose B GEMM-like operators read at the output's batch sizes (the rule of a MatMul's B)."""
 
 _ONNX_DOMAINS = ("", "ai.onnx")
+_FOUR_D = frozenset({"RotaryEmbedding"})  # operators ONNX Runtime runs on 4-D tensors whatever their ranks
 
 
 
@@ -97,6 +98,7 @@ class Consumer(NamedTuple):
     input is read on the CPU or not laid out. ``named_sizes``: where ``output_sizes`` is None because some of the
     output's sizes are free dimensions that the graph inputs name (a ``dim_param``: ``("batch", 3)``), the sizes
     with those names, which ``load_plan(dim_params=...)`` turns into ``output_sizes`` (:meth:`with_dim_params`).
+    ``groups``: a GroupNorm's groups, which its gamma's and beta's layout needs.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -120,6 +122,7 @@ class Consumer(NamedTuple):
     axis: int | None = None
     note: str | None = None
     named_sizes: NamedSizes | None = None
+    groups: int | None = None
 
     def with_dim_params(self, dims: Mapping[str, int]) -> Consumer:
         """This consumer with its ``named_sizes`` made ``output_sizes`` by ``dims`` (dim_param name -> size), as a
@@ -163,7 +166,7 @@ class Consumer(NamedTuple):
             fields.update({} if self.output_sizes is None else {"sizes": list(self.output_sizes)})
             return fields
         fields["reads_on"] = self.reads_on
-        for name in ("dml_operator", "layout", "dims", "axis", "note"):
+        for name in ("dml_operator", "layout", "dims", "axis", "groups", "note"):
             if getattr(self, name) is not None:
                 fields[name] = getattr(self, name)
         if self.output_sizes is not None:
@@ -442,6 +445,11 @@ def _known_facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, .
     """(dims, output_sizes, axis) of a consumer whose input wants ``layout``, from the sizes the model gives."""
     if layout == "rank" and op_type == "Gather":
         return _gather_dims(node, shapes), None, None
+    if layout == "rank" and op_type in _FOUR_D:
+        return 4, None, None
+    if layout == "group":  # (NHWC: the output's sizes, from the input where the model declares no output)
+        sizes = _output_sizes(node, shapes)
+        return None, sizes if sizes is not None and len(sizes) == 4 else None, None
     if layout in ("channel", "spatial", "rank"):
         if not rank:
             rank.append(_rank_of(node, op_type, shapes))
@@ -494,12 +502,17 @@ def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int
         return Consumer(node_key, named, position, dml_operator=rule.dml_operator,
                         note=f"not laid out: dmlbridge does not know the desc {rule.dml_operator} binds {named}'s "
                              f"input {position} at: its ONNX layout")
+    if rule.layout == "group" and not next((int(a.i) for a in node.attribute if text(a.name) == "channels_last"), 1):
+        return Consumer(node_key, named, position, dml_operator=rule.dml_operator,
+                        note=f"not laid out: ONNX Runtime's {named} reads its input as NHWC (channels_last 1), and "
+                             "this node's is NCHW: its ONNX layout")
     dml_operator = _by_attribute(node, op_type, rule.dml_operator)
     layout = None if rule.layout == "leading" else rule.layout
     facts: Facts = (None, None, None, None) if layout is None else _facts(layout, node, op_type, constant, shapes,
                                                                           rank)
+    groups = int_attribute(node, "groups") if layout == "group" else None
     return Consumer(node_key, named, position, facts[0], facts[1], "gpu", dml_operator, layout, facts[2],
-                    named_sizes=facts[3])
+                    named_sizes=facts[3], groups=groups if groups is None or 0 < groups < 2**32 else None)
 
 
 def _by_attribute(node: Any, op_type: str, dml_operator: str | None) -> str | None:

@@ -16,12 +16,14 @@ An input is read on one of three places (``reads_on``):
   - *spatial*: a convolution's weight at the convolution's dimension count, 1s before its spatial axes;
   - *rank*: leading 1s up to the node's dimension count (GATHER's data and indices; a quantized convolution's
     scalars; a quantized matrix product's scales and zero points; MEAN_VARIANCE_NORMALIZATION2's scale and bias,
-    at its input's rank);
+    at its input's rank; a RotaryEmbedding's cos and sin caches and position ids, at 4);
   - *broadcast*: at the output's sizes, strides of 0 where the constant repeats (every ELEMENT_WISE_* tensor,
     GEMM's C, a MatMul's B at the batch sizes);
   - *axis*: a 1-D per-axis constant placed on the node's ``axis`` of the output's sizes, then broadcast (a per-axis
     scale or zero point of ELEMENT_WISE_(DE)QUANTIZE_LINEAR; a scalar is broadcast whole);
   - *rnn*: exactly 4 dimensions, leading 1s (LSTM, GRU and RNN take nothing else);
+  - *group*: a GroupNorm's per-channel gamma or beta at the sizes MEAN_VARIANCE_NORMALIZATION1 reads its NHWC input
+    at, ``[N, C/groups, H·W, groups]``, strides ``[0, 1, 0, C/groups]``;
   - *unknown*: ONNX Runtime binds it, but dmlbridge does not lay it out yet: it keeps its ONNX layout, with a note.
 
 - ``"cpu"``: ONNX Runtime reads its values on the CPU, as an attribute (a Reshape's shape, a Slice's starts), or
@@ -72,7 +74,7 @@ PER_OPERATOR_VERSION = 7
 """The first manifest format that lays out every row of the table and gives each consumer its own desc."""
 
 ReadsOn = Literal["gpu", "cpu", "none"]
-Layout = Literal["leading", "channel", "spatial", "rank", "broadcast", "axis", "rnn", "unknown"]
+Layout = Literal["leading", "channel", "spatial", "rank", "broadcast", "axis", "rnn", "group", "unknown"]
 
 
 class InputRule(NamedTuple):
@@ -144,6 +146,13 @@ def _skip_normalization(inputs: dict[int, Literal["add", "rank"]]) -> OperatorRu
     return OperatorRule(rules, None, _SKIP_SOURCE)
 
 
+def _rotary_embedding() -> OperatorRule:
+    """RotaryEmbedding's row: its position ids and caches bound to GATHER at 4 dimensions, its input multiplied
+    (seen as 5-D halves, which dmlbridge does not lay out)."""
+    row = _gpu("GATHER", {1: "rank", 2: "rank", 3: "rank"}, None, _ROTARY_SOURCE)
+    return row._replace(inputs={0: InputRule("gpu", "ELEMENT_WISE_MULTIPLY", "unknown"), **row.inputs})
+
+
 _ELEMENT_WISE = {  # op type -> (DML operator, first opset with today's broadcasting)
     "Add": "ELEMENT_WISE_ADD", "Sub": "ELEMENT_WISE_SUBTRACT", "Mul": "ELEMENT_WISE_MULTIPLY",
     "Div": "ELEMENT_WISE_DIVIDE", "Pow": "ELEMENT_WISE_POW", "Max": "ELEMENT_WISE_MAX", "Min": "ELEMENT_WISE_MIN",
@@ -164,6 +173,10 @@ _NORMALIZATION_SOURCE = ("DmlOperatorLayerNormalization.cpp: scale and bias with
 _SKIP_SOURCE = ("DmlOperatorSkipLayerNormalization.cpp: ELEMENT_WISE_ADD of skip, then of bias broadcast to the "
                 "input's sizes; gamma and beta with leading 1s to MEAN_VARIANCE_NORMALIZATION2")
 _MVN2 = "MEAN_VARIANCE_NORMALIZATION2"
+_ROTARY_SOURCE = ("DmlOperatorRotaryEmbedding.cpp: every tensor at 4 dimensions, leading 1s; cos_cache and "
+                  "sin_cache GATHERed on axis 2 by position_ids (a 1-D one, an offset, is added to a sequence)")
+_GROUP_SOURCE = ("DmlOperatorGroupNorm.cpp: gamma and beta at the NHWC input's sizes as MEAN_VARIANCE_NORMALIZATION1 "
+                 "reads it, [N, C/groups, H*W, groups], strides [0, 1, 0, C/groups]")
 _QUANTIZE_SOURCE = "DmlOperatorQuantization.cpp: scale and zero point broadcast to the input's sizes on axis"
 _CONV_SOURCE = "DmlOperatorConvolution.cpp"
 _ONNX = ""
@@ -220,11 +233,11 @@ OPERATORS: dict[Key, OperatorRule] = {
     (_MS, "Attention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown", source="DmlOperatorAttention.cpp"),
     (_MS, "MultiHeadAttention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown",
                                          source="DmlOperatorMultiHeadAttention.cpp"),
-    (_MS, "RotaryEmbedding", 1): _gpu("ELEMENT_WISE_MULTIPLY", others="unknown",
-                                      source="DmlOperatorRotaryEmbedding.cpp"),
+    (_MS, "RotaryEmbedding", 1): _rotary_embedding(),
     (_MS, "GroupQueryAttention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown", cpu=(6,),
                                           source="DmlOperatorGroupQueryAttention.cpp"),
-    (_MS, "GroupNorm", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", others="unknown", source="DmlOperatorGroupNorm.cpp"),
+    (_MS, "GroupNorm", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {0: "unknown", 1: "group", 2: "group"}, None,
+                                _GROUP_SOURCE),
     (_ONNX, "Einsum", 12): _gpu("GEMM", others="unknown", source="DmlOperatorEinSum.cpp"),
     # --- inputs read on the CPU, as attributes (requiredConstantCpuInputs) -----------------------------------------
     (_ONNX, "Reshape", 5): _cpu_inputs((1,)),

@@ -55,9 +55,10 @@ def entry_layout(
 class PlanConsumer(NamedTuple):
     """One node input that reads a plan entry: what the model says of it (as :class:`Consumer` has it: ``node``,
     ``op_type``, ``input``, ``dims``, ``output_sizes``, ``reads_on``, ``dml_operator``, ``layout``, ``axis``,
-    ``note``, ``named_sizes``) and the desc its DirectML operator binds the entry's bytes at (``buffer_desc``; None
-    when it is not bound, ``reads_on`` not "gpu", or the entry was skipped). ``layout_note``: why the desc is not
-    the one the operator wants (the model does not give the sizes), and what to do at run time.
+    ``note``, ``named_sizes``, ``groups``) and the desc its DirectML operator binds the entry's bytes at
+    (``buffer_desc``; None when it is not bound, ``reads_on`` not "gpu", or the entry was skipped).
+    ``layout_note``: why the desc is not the one the operator wants (the model does not give the sizes), and what
+    to do at run time.
 
     Example:
         >>> import dmlbridge, numpy as np
@@ -81,6 +82,7 @@ class PlanConsumer(NamedTuple):
     axis: int | None
     note: str | None
     named_sizes: tuple[int | str, ...] | None
+    groups: int | None
     buffer_desc: BufferTensorDesc | None
     layout_note: str | None
     entry: str
@@ -124,7 +126,7 @@ class PlanConsumer(NamedTuple):
 
     def facts(self) -> Consumer:
         """What the model says of this consumer, as the manifest records it."""
-        return Consumer(*self[:11])
+        return Consumer(*self[:12])
 
     def to_json(self, version: int | None = None) -> dict[str, Any]:
         """The manifest form in format ``version`` (the model's facts: the desc is derived from them)."""

@@ -139,11 +139,14 @@ class ConsumerRun:
     def __init__(self, device: dmlbridge.gpu.Device, folder: Path, model: onnx.ModelProto,
                  feeds: dict[str, np.ndarray], *, target: dmlbridge.Target | None = None,
                  converted: tuple[Any, Any] | None = None, flags: Any = "owned-by-dml",
-                 input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
+                 input_shapes: dict[str, tuple[int, ...]] | None = None,
+                 reference: onnx.ModelProto | None = None) -> None:
         """``converted``: the (plan, upload) of a larger model whose entries ``model`` reads (kept open here);
-        else ``model`` itself is converted (at ``input_shapes``, the sizes of its free dimensions) and uploaded."""
+        else ``model`` itself is converted (at ``input_shapes``, the sizes of its free dimensions) and uploaded.
+        ``reference``: the model ONNX Runtime's CPU provider runs for ``expected`` where it has no kernel for
+        ``model``'s node (the same inputs, outputs and constants)."""
         self.device, self.feeds = device, feeds
-        self.expected = onnx_runtime(model, feeds)
+        self.expected = onnx_runtime(reference if reference is not None else model, feeds)
         self.target = target if target is not None else dmlbridge.gpu.target_of(device)
         self._owns = converted is None
         if converted is None:
@@ -228,18 +231,26 @@ class ConsumerRun:
         parts = quantized.parts() if form == "split" else quantized.blocked_form()
         return dict(zip(("weight", "scales", "zero_points"), parts, strict=True))[role]
 
-    def feed(self, name: str, sizes: tuple[int, ...] | None = None) -> Any:
-        """A model input (or any array, by name in ``feeds``) at ``sizes``, uploaded; bound when the operator runs."""
+    def feed(self, name: str, sizes: tuple[int, ...] | None = None,
+             strides: tuple[int, ...] | None = None) -> Any:
+        """A model input (or any array, by name in ``feeds``) at ``sizes`` (with ``strides``: its C-order values
+        seen at those sizes and strides), uploaded; bound when the operator runs."""
         value = self.feeds[name]
-        tensor = dmlbridge.prepare(value.reshape(sizes if sizes is not None else value.shape), target=self.target)
+        if strides is None:
+            tensor = dmlbridge.prepare(value.reshape(sizes if sizes is not None else value.shape), target=self.target)
+            desc = tensor.as_ctypes_tensor_desc()
+        else:
+            tensor = dmlbridge.prepare(value, target=self.target)
+            desc = seen_as(tensor, sizes or value.shape, strides)
         uploaded = dmlbridge.gpu.upload_tensors([tensor], self.device)
         self._uploads.append(uploaded)
-        return self._input(tensor.as_ctypes_tensor_desc(), uploaded.binding(0), False)
+        return self._input(desc, uploaded.binding(0), False)
 
-    def output(self, sizes: tuple[int, ...], dtype: Any) -> Any:
-        """A packed output of ``sizes`` (its desc)."""
+    def output(self, sizes: tuple[int, ...], dtype: Any,
+               view: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> Any:
+        """An output of ``sizes`` (its desc), packed, or written at ``view``'s sizes and strides."""
         tensor = dmlbridge.prepare(np.zeros(sizes, dtype), target=self.target)
-        desc = tensor.as_ctypes_tensor_desc()
+        desc = tensor.as_ctypes_tensor_desc() if view is None else seen_as(tensor, *view)
         self.outputs.append((sizes, np.dtype(dtype), tensor.total_tensor_size_in_bytes))
         self._keep.append(desc)
         return desc
@@ -281,6 +292,13 @@ class ConsumerRun:
         self.consumers = 0
 
 
+def seen_as(tensor: Any, sizes: tuple[int, ...], strides: tuple[int, ...]) -> Any:
+    """A DML_TENSOR_DESC of a prepared tensor's bytes (or an operator output's, by its prepared zeros) at other
+    sizes and strides (its type, flags and TotalTensorSizeInBytes kept)."""
+    view = tensor.buffer_desc._replace(sizes=tuple(sizes), strides=tuple(strides))
+    return dmlbridge.DML_TENSOR_DESC.pointing_at(view.as_ctypes())
+
+
 def _desc(operator: Any) -> Any:
     """The DML_OPERATOR_DESC of an ``Operator`` (its ``desc``), or the one given (``QuantizedWeight.operator_desc``)."""
     return operator if isinstance(operator, dmlbridge.gpu.DML_OPERATOR_DESC) else operator.desc
@@ -292,4 +310,5 @@ def sizes_of(desc: Any) -> tuple[int, ...]:
     return tuple(buffer.Sizes[: buffer.DimensionCount])
 
 
-__all__ = ["CONSUMERS", "ConsumerRun", "consumer_summary", "grid16", "magnitude", "onnx_runtime", "sizes_of", "within"]
+__all__ = ["CONSUMERS", "ConsumerRun", "consumer_summary", "grid16", "magnitude", "onnx_runtime", "seen_as", "sizes_of",
+           "within"]

@@ -7,7 +7,9 @@ and bias broadcast to two ELEMENT_WISE_ADDs, then the normalization; one graph),
 and zero point at the input's sizes, a bidirectional GRU's, RNN's and LSTM's every input (4-D, the lengths as
 UINT32, the LSTM's peepholes too), a Slice's data (SLICE1), a constant joined by Concat (JOIN), QLinearConv's
 scalars at 4-D and per-channel scale, zero point and bias on the channel (QUANTIZED_LINEAR_CONVOLUTION), and
-QLinearMatMul's B at the batch with its scales at A's dimension count (QUANTIZED_LINEAR_MATRIX_MULTIPLY).
+QLinearMatMul's B at the batch with its scales at A's dimension count (QUANTIZED_LINEAR_MATRIX_MULTIPLY),
+GroupNorm's gamma and beta at its grouped sizes (MEAN_VARIANCE_NORMALIZATION1) and RotaryEmbedding's caches at 4
+dimensions (GATHER).
 Each computes what ONNX Runtime's CPU provider computes on the same inputs, and each family has a control bound
 at another entry's offset, which must mismatch (a run that computes nothing would pass neither)."""
 
@@ -20,7 +22,7 @@ import dml_operators as ops
 import numpy as np
 import onnx
 import pytest
-from consumer_runs import ConsumerRun, within
+from consumer_runs import CONSUMERS, ConsumerRun, within
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
@@ -496,4 +498,105 @@ def test_qlinear_matmul_takes_b_at_the_batch_and_its_scales_at_as_dimension_coun
             (got,) = run.run(ops.quantized_linear_matrix_multiply(ad, as_, az, bd, bs, bz, ys, yz,
                                                                   run.output((2, 3, 5), np.uint8)))
             results.append(within(got, want, "exact", control=at is not None))
+        assert results == [True, False]
+
+
+# --- GroupNorm and RotaryEmbedding (com.microsoft) ---------------------------------------------------------------
+
+def test_group_norm_takes_gamma_and_beta_at_the_grouped_sizes(device: dmlbridge.gpu.Device, tmp_path: Path) -> None:
+    """com.microsoft's GroupNorm (NHWC) as ONNX Runtime's DirectML provider runs it: MEAN_VARIANCE_NORMALIZATION1
+    over axes 1 and 2 of the input seen as [N, C/groups, H·W, groups], gamma and beta at those sizes with strides
+    [0, 1, 0, C/groups]. ONNX Runtime's CPU provider has no GroupNorm: the reference is ONNX's GroupNormalization
+    (opset 21) between two Transposes, on that provider."""
+    rng = np.random.default_rng(29)
+    n, h, w, c, groups = 2, 3, 4, 8, 4
+    per_group = c // groups
+    x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+    consts = {"gamma": rng.standard_normal(c).astype(np.float32), "beta": rng.standard_normal(c).astype(np.float32)}
+    node = helper.make_node("GroupNorm", ["x", "gamma", "beta"], ["y"], name="gn", domain="com.microsoft",
+                            groups=groups, activation=0, epsilon=1e-5, channels_last=1)
+    model = one_node(node, {"x": (F32, [n, h, w, c])}, (F32, None), consts)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    reference = helper.make_model(helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+         helper.make_node("GroupNormalization", ["xt", "gamma", "beta"], ["yt"], num_groups=groups, epsilon=1e-5),
+         helper.make_node("Transpose", ["yt"], ["y"], perm=[0, 2, 3, 1])], "reference",
+        [helper.make_tensor_value_info("x", F32, [n, h, w, c])], [helper.make_tensor_value_info("y", F32, None)],
+        [numpy_helper.from_array(value, name) for name, value in consts.items()]),
+        opset_imports=[helper.make_opsetid("", 21)])
+    grouped = ((n, per_group, h * w, groups), (h * w * c, 1, c, per_group))  # the input as the operator reads it
+    with ConsumerRun(device, tmp_path, model, {"x": x}, reference=reference) as run:
+        want = run.expected["y"]
+        for key in consts:
+            consumer = run.plan.entries[key].consumers[0]
+            assert (consumer.dml_operator, consumer.sizes, consumer.strides) == \
+                ("MEAN_VARIANCE_NORMALIZATION1", grouped[0], (0, 1, 0, per_group)), key
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, gd, bd = run.feed("x", *grouped), run.consumer("gamma", at=at), run.consumer("beta")
+            y = run.output((n, h, w, c), np.float32, view=grouped)
+            (got,) = run.run(ops.mean_variance_normalization(xd, gd, bd, y, axes=(1, 2), epsilon=1e-5))
+            size = np.abs(want) + np.abs(consts["beta"]) + 4 * np.abs(consts["gamma"])
+            results.append(within(got, want, "sum", k=16, size=size, control=at is not None))
+        assert results == [True, False]
+
+
+def test_rotary_embedding_gathers_its_cos_and_sin_caches_at_four_dimensions(device: dmlbridge.gpu.Device,
+                                                                         tmp_path: Path) -> None:
+    """com.microsoft's RotaryEmbedding as ONNX Runtime's DirectML provider binds its caches: GATHER of cos_cache and
+    sin_cache ([max_seq, head/2] as [1, 1, max_seq, head/2]) by the position ids ([1, 1, batch, seq]) on axis 2,
+    then x·cos + rotate(x)·sin with the gathered rows broadcast over the heads. The provider compiles it all as one
+    graph; this runtime fails to compile a graph of those products and their sum, and an ELEMENT_WISE_ADD of two
+    packed tensors, so here the two GATHERs are one graph, each product an operator of its own, fed the gathered rows
+    at the sizes the provider's graph reads them at, and the sum is numpy's (one float32 rounding, as the GPU's).
+    The provider makes rotate(x) (the two halves of each head swapped, the second negated) with SPLIT and JOIN from
+    x; here it is an input, made with numpy from x."""
+    rng = np.random.default_rng(31)
+    batch, seq, heads, head, max_seq = 2, 3, 2, 8, 6
+    half, hidden = head // 2, heads * head
+    x = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
+    positions = rng.integers(0, max_seq, (batch, seq)).astype(np.int64)
+    angles = rng.uniform(0, np.pi, (max_seq, half))
+    consts = {"cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
+    node = helper.make_node("RotaryEmbedding", ["x", "positions", "cos", "sin"], ["y"], name="rope",
+                            domain="com.microsoft")
+    model = one_node(node, {"x": (F32, [batch, seq, hidden]), "positions": (TensorProto.INT64, [batch, seq])},
+                     (F32, None), consts)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    x5 = x.reshape(batch, seq, heads, 2, half)
+    rotated = np.concatenate([-x5[:, :, :, 1:], x5[:, :, :, :1]], axis=3)
+    rows = (1, batch, seq, half)
+    # x in halves of heads, [1, batch·seq, heads·2, half]; the gathered rows seen at those sizes, strides of 0 over
+    # the heads and halves (the provider's 5-D [batch, seq, heads, 2, half], its first two merged)
+    halves = (1, batch * seq, heads * 2, half)
+    spread = (batch * seq * half, half, 0, 1)
+    with ConsumerRun(device, tmp_path, model, {"x": x, "positions": positions}) as run:
+        run.feeds["rotated"] = rotated
+        want = run.expected["y"]
+        for key in consts:
+            consumer = run.plan.entries[key].consumers[0]
+            assert (consumer.dml_operator, consumer.sizes, consumer.strides) == \
+                ("GATHER", (1, 1, max_seq, half), None), key
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            pd, cd, sd = run.feed("positions", (1, 1, batch, seq)), run.consumer("cos", at=at), run.consumer("sin")
+            gathers = [ops.gather(cd, pd, run.output(rows, np.float32), axis=2, index_dimensions=2),
+                       ops.gather(sd, pd, run.output(rows, np.float32), axis=2, index_dimensions=2)]
+            cos_rows, sin_rows = run.run_graph(gathers, [InputEdge(0, 0, 1), InputEdge(0, 1, 1), InputEdge(1, 0, 0),
+                                                         InputEdge(2, 1, 0)], [], [OutputEdge(0, 0, 0),
+                                                                                   OutputEdge(1, 0, 1)])
+            gathered = CONSUMERS.pending
+            run.reset()
+            run.feeds.update({"cos_rows": cos_rows, "sin_rows": sin_rows})
+            for product, (data, cache) in enumerate((("x", "cos_rows"), ("rotated", "sin_rows"))):
+                run.reset()
+                a, b = run.feed(data, halves), run.feed(cache, halves, spread)
+                (run.feeds[f"product{product}"],) = run.run(ops.element_wise(
+                    "ELEMENT_WISE_MULTIPLY", a, b, run.output(halves, np.float32)))
+            got = run.feeds["product0"] + run.feeds["product1"]  # (one float32 rounding, as ELEMENT_WISE_ADD's)
+            CONSUMERS.pending = gathered  # (the caches' descs are the first graph's)
+            size = (np.abs(x5) + np.abs(rotated)).reshape(want.shape)
+            results.append(within(got.reshape(want.shape), want, "sum", k=4, size=size, control=at is not None))
         assert results == [True, False]

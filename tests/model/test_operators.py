@@ -161,6 +161,61 @@ def test_every_input_of_a_recurrent_network_is_four_dimensional(op: str, tmp_pat
     assert {desc["Flags"] for desc in descs.values()} == {0} and plan.entries["w"].flags == 1
 
 
+def test_a_group_norms_gamma_and_beta_lie_at_its_grouped_sizes(tmp_path: Path) -> None:
+    """[C] at [N, C/groups, H·W, groups], strides [0, 1, 0, C/groups] (element (n, j, p, g) is channel g·C/groups
+    + j, worked out by hand); NCHW or undeclared sizes keep the ONNX layout, each with its note; the manifest gives
+    the groups back, and refuses them where they do not belong."""
+    def group_norm(shape: list[Any] | None, **attributes: Any) -> onnx.ModelProto:
+        node = helper.make_node("GroupNorm", ["x", "gamma", "beta"], ["y"], name="gn", domain="com.microsoft",
+                                groups=4, activation=0, **attributes)
+        return _model([node], {"x": (F32, shape)}, {"gamma": np.ones(8, np.float32), "beta": np.zeros(8, np.float32)},
+                      domains=("com.microsoft",))
+
+    plan = dmlbridge.convert_model(group_norm([2, 3, 5, 8]), tmp_path / "w", progress=False)
+    for key in ("gamma", "beta"):
+        (gn,) = plan.entries[key].consumers
+        assert (gn.dml_operator, gn.layout, gn.groups, gn.output_sizes, gn.sizes, gn.strides) == \
+            ("MEAN_VARIANCE_NORMALIZATION1", "group", 4, (2, 3, 5, 8), (2, 2, 15, 4), (0, 1, 0, 2))
+        assert gn.desc()["TotalTensorSizeInBytes"] == 32  # (the last element read: 1 + 3·2 = 7, the 8th)
+    loaded = dmlbridge.load_plan(tmp_path / "w.json")
+    assert loaded.entries["gamma"].consumers == plan.entries["gamma"].consumers
+    (nchw,) = dmlbridge.plan_model(group_norm([2, 8, 3, 5], channels_last=0)).entries["gamma"].consumers
+    assert nchw.sizes == (8,) and "NHWC" in (nchw.layout_note or "")
+    (free,) = dmlbridge.plan_model(group_norm(["n", 3, 5, 8])).entries["gamma"].consumers
+    assert free.sizes == (8,) and "does not declare" in (free.layout_note or "")
+    doc = json.loads((tmp_path / "w.json").read_text())
+    index = next(i for i, e in enumerate(doc["entries"]) if e["key"] == "gamma")
+    consumer = doc["entries"][index]["consumers"][0]
+    assert consumer["groups"] == 4 and consumer["output_sizes"] == [2, 3, 5, 8]
+    for change, message in [({"groups": None}, "has layout \"group\" with output_sizes but no groups"),
+                             ({"layout": "rank", "dims": 4}, "has 'groups', which only a GroupNorm's"),
+                             ({"groups": 0}, "outside 1")]:
+        changed = json.loads(json.dumps(doc))
+        edited = {**consumer, **change}
+        changed["entries"][index]["consumers"] = [{k: v for k, v in edited.items() if v is not None}]
+        (tmp_path / "w.json").write_text(json.dumps(changed))
+        with pytest.raises(dmlbridge.ManifestError, match=message):
+            dmlbridge.load_plan(tmp_path / "w.json")
+
+
+def test_a_rotary_embeddings_caches_and_positions_are_gathered_at_four_dimensions() -> None:
+    """cos_cache and sin_cache [max_seq, head/2] as [1, 1, max_seq, head/2], position ids [B, S] as [1, 1, B, S];
+    a 1-D position offset keeps its ONNX layout, with a note."""
+    def rotary(positions: np.ndarray) -> onnx.ModelProto:
+        node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], name="rope",
+                                domain="com.microsoft")
+        caches = {"cos": np.ones((6, 4), np.float32), "sin": np.ones((6, 4), np.float32)}
+        return _model([node], {"x": (F32, [2, 3, 16])}, {"pos": positions, **caches}, domains=("com.microsoft",))
+
+    plan = dmlbridge.plan_model(rotary(np.zeros((2, 3), np.int64)))
+    seen = {key: (c.dml_operator, c.dims, c.sizes) for key in ("pos", "cos", "sin")
+            for c in plan.entries[key].consumers}
+    assert seen == {"pos": ("GATHER", 4, (1, 1, 2, 3)), "cos": ("GATHER", 4, (1, 1, 6, 4)),
+                    "sin": ("GATHER", 4, (1, 1, 6, 4))}
+    (offset,) = dmlbridge.plan_model(rotary(np.zeros(1, np.int64))).entries["pos"].consumers
+    assert offset.sizes == (1,) and "position offset" in (offset.layout_note or "")
+
+
 def test_operators_the_provider_does_not_run_or_dmlbridge_does_not_know() -> None:
     nodes = [helper.make_node("DynamicQuantizeLSTM", ["x", "w"], ["y"], name="dq_lstm", domain="com.microsoft"),
              helper.make_node("Custom", ["x", "v"], ["z"], name="custom", domain="com.example"),
