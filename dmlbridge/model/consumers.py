@@ -30,9 +30,10 @@ consumer's desc. Manifests before format 7 recorded only the facts of format 6's
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from dmlbridge.model.constants import ModelConstant, find_constants
+from dmlbridge.model.einsum import EINSUM_BOUND, einsum_form
 from dmlbridge.model.named_sizes import (
     MOST_CHANNEL_DIMS,
     Declared,
@@ -42,13 +43,21 @@ from dmlbridge.model.named_sizes import (
     fits,
     free_names,
     gemm_c_named,
-    gemm_c_window,
     int_attribute,
     matmul_b_named,
     named_axis_sizes,
     named_broadcasts,
     named_output_sizes,
     text,
+)
+from dmlbridge.model.node_sizes import (
+    attention_sizes,
+    axis_facts,
+    broadcasts,
+    gather_dims,
+    gemm_c_sizes,
+    matmul_b_facts,
+    output_sizes,
 )
 from dmlbridge.model.operators import (
     CONSUMER_LAYOUTS_VERSION,
@@ -83,6 +92,8 @@ MATRIX_PRODUCTS = frozenset({"MatMul", "MatMulInteger", "QLinearMatMul"})
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 _FOUR_D = frozenset({"RotaryEmbedding"})  # operators ONNX Runtime runs on 4-D tensors whatever their ranks
+# Attributes with which ONNX Runtime's DirectML provider leaves a node to the CPU (its support query)
+_ON_THE_CPU_WITH = {"Attention": ("unidirectional", "do_rotary", "past_present_share_buffer")}
 
 
 
@@ -323,98 +334,6 @@ def _rank_of(node: Any, op_type: str, shapes: _Shapes) -> int | None:
     return None
 
 
-def _gather_dims(node: Any, shapes: _Shapes) -> int | None:
-    """A Gather's dimension count, its data's, indices' and output's: the output's rank (the data's, less one,
-    plus the indices'), or the data's when that is more (0-D indices); None when the model gives neither the
-    data's and indices' ranks nor the output's."""
-    data, indices, output = shapes.of(node.input, 0), shapes.of(node.input, 1), shapes.of(node.output, 0)
-    if data is not None and len(data) == 0:
-        return None
-    if data is not None and indices is not None:
-        rank = len(data) - 1 + len(indices)
-    elif output is not None:
-        rank = len(output)
-    else:
-        return None
-    dims = max(len(data) if data is not None else 0, rank)
-    return dims if 1 <= dims <= MOST_CHANNEL_DIMS else None
-
-
-def _output_sizes(node: Any, shapes: _Shapes) -> tuple[int, ...] | None:
-    """The sizes of a node's output 0 where the model declares every one, else the broadcast of its inputs' sizes
-    where it gives every one (numpy's rule, as ONNX's multidirectional broadcasting); None otherwise. A 0-D output
-    is one element, [1]: DirectML has no tensor of no dimensions (and a manifest records at least one size)."""
-    declared = shapes.of(node.output, 0)
-    if declared is not None and None not in declared:
-        return fits(declared or (1,))
-    found: list[tuple[int, ...]] = []
-    for position in range(len(node.input)):
-        if not node.input[position]:
-            continue
-        shape = shapes.of(node.input, position)
-        if shape is None or None in shape:
-            return None
-        found.append(cast(tuple[int, ...], shape))
-    if not found:
-        return None
-    rank = max(len(shape) for shape in found)
-    sizes = []
-    for k in range(rank):
-        column = {shape[k - rank + len(shape)] for shape in found if k - rank + len(shape) >= 0} - {1}
-        if len(column) > 1:
-            return None  # (they do not broadcast: a broken model's)
-        sizes.append(column.pop() if column else 1)
-    return fits(tuple(sizes) or (1,))
-
-
-def _axis_facts(node: Any, shapes: _Shapes) -> tuple[tuple[int, ...] | None, int | None]:
-    """(output_sizes, axis) of a (de)quantization's scale or zero point: its input's sizes (or its output's) and
-    its ``axis`` attribute made non-negative (default 1)."""
-    x = shapes.of(node.input, 0)
-    if x is None or None in x:
-        x = shapes.of(node.output, 0)
-    if x is None or None in x or not x:
-        return None, None
-    axis = next((int(attr.i) for attr in node.attribute if text(attr.name) == "axis"), 1)
-    axis = axis + len(x) if axis < 0 else axis
-    return fits(x), axis if 0 <= axis < len(x) else None  # (a scale that fits neither: its ONNX layout, noted)
-
-
-def _gemm_c_sizes(node: Any, c: tuple[int, ...], shapes: _Shapes) -> tuple[int, ...] | None:
-    """The sizes GEMM wants a Gemm's C at, the output's [M, N]: C's own where they are more than 1, else M from A
-    (by transA) or the output, N from B (by transB) or the output; None when the model does not give them or C
-    does not broadcast to them."""
-    window = gemm_c_window(node, c, shapes.of(node.input, 0), shapes.of(node.input, 1), shapes.of(node.output, 0))
-    return None if window is None else fits(window)
-
-
-def _matmul_b(node: Any, b: tuple[int, ...], shapes: _Shapes) -> tuple[int | None, tuple[int, ...] | None]:
-    """(dims, sizes) of a MatMul's B: the sizes GEMM wants it at (the output's batch sizes, numpy-broadcast from
-    A's and B's, then B's last two), or where the model does not give every batch size, the output's rank."""
-    if len(b) < 2 or 0 in b:
-        return None, None  # (a 1-D B is a column of ONNX's making, not GEMM's B as it is; an empty one is skipped)
-    a, y = shapes.of(node.input, 0), shapes.of(node.output, 0)
-    if (a is not None and len(a) < 2) or (a is None and y is not None and len(y) < len(b)):
-        return None, fits(b)  # a 1-D A: the output drops its M, and its batch sizes are B's own
-    given = a if a is not None else y
-    if given is None:
-        return None, None
-    rank = max(len(given), len(b))
-    if rank > MOST_CHANNEL_DIMS:
-        return None, None
-    batch: list[int | None] = []
-    for k in range(rank - 2, 0, -1):  # batch positions counted from the right, left to right
-        own = b[-2 - k] if k <= len(b) - 2 else 1
-        other = given[-2 - k] if k <= len(given) - 2 else 1
-        if own > 1:
-            batch.append(own if other in (None, 1, own) else None)
-        else:
-            out = y[-2 - k] if other is None and y is not None and len(y) == rank else None
-            batch.append(other if other is not None else out)
-    sizes = fits((*batch, *b[-2:]))
-    return (None, sizes) if sizes is not None else (rank, None)
-
-
 Facts = tuple[int | None, tuple[int, ...] | None, int | None, NamedSizes | None]
 """(dims, output_sizes, axis, named_sizes) of a consumer (see :class:`Consumer`)."""
 
@@ -425,7 +344,7 @@ def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], s
     the output sizes are free but named, ``named_sizes``; ``rank`` holds the node's rank once an input of a
     convolution or normalization has found it."""
     dims, sizes, axis = _known_facts(layout, node, op_type, constant, shapes, rank)
-    if sizes is not None or layout not in ("axis", "broadcast"):
+    if sizes is not None or layout not in ("axis", "broadcast") or op_type == "Attention":
         return dims, sizes, axis, None
     if op_type in MATRIX_PRODUCTS:  # (its output's rank kept beside: the layout it has until the sizes are given)
         return dims, None, None, None if dims is None else matmul_b_named(node, constant, shapes)
@@ -444,11 +363,13 @@ def _known_facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, .
                  rank: list[int | None]) -> tuple[int | None, tuple[int, ...] | None, int | None]:
     """(dims, output_sizes, axis) of a consumer whose input wants ``layout``, from the sizes the model gives."""
     if layout == "rank" and op_type == "Gather":
-        return _gather_dims(node, shapes), None, None
+        return gather_dims(node, shapes), None, None
     if layout == "rank" and op_type in _FOUR_D:
         return 4, None, None
+    if layout == "rank" and op_type == "Einsum":
+        return max(4, len(constant)), None, None
     if layout == "group":  # (NHWC: the output's sizes, from the input where the model declares no output)
-        sizes = _output_sizes(node, shapes)
+        sizes = output_sizes(node, shapes)
         return None, sizes if sizes is not None and len(sizes) == 4 else None, None
     if layout in ("channel", "spatial", "rank"):
         if not rank:
@@ -457,24 +378,19 @@ def _known_facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, .
             return node_dims(rank[0]), None, None
         return rank[0], None, None  # (a normalization's scale and bias: leading 1s to its input's rank)
     if layout == "axis":
-        sizes, axis = _axis_facts(node, shapes)
+        sizes, axis = axis_facts(node, shapes)
         return None, sizes, axis if len(constant) == 1 else None
     if layout != "broadcast":
         return None, None, None
     if op_type == "Gemm":
-        return None, _gemm_c_sizes(node, constant, shapes), None
+        return None, gemm_c_sizes(node, constant, shapes), None
     if op_type in MATRIX_PRODUCTS:
-        dims, sizes = _matmul_b(node, constant, shapes)
+        dims, sizes = matmul_b_facts(node, constant, shapes)
         return dims, sizes, None
-    sizes = _output_sizes(node, shapes)
-    return None, sizes if sizes is not None and _broadcasts(constant, sizes) else None, None
-
-
-def _broadcasts(shape: tuple[int, ...], sizes: tuple[int, ...]) -> bool:
-    """Whether ``shape`` broadcasts to ``sizes`` (numpy's rule): a declared output that contradicts a constant is a
-    broken model's, and gives no sizes."""
-    pad = len(sizes) - len(shape)
-    return pad >= 0 and all(own in (1, size) for own, size in zip(shape, sizes[pad:], strict=True))
+    if op_type == "Attention":
+        return None, attention_sizes(constant, shapes.of(node.input, 0)), None
+    sizes = output_sizes(node, shapes)
+    return None, sizes if sizes is not None and broadcasts(constant, sizes) else None, None
 
 
 def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int, opset: int | None,
@@ -498,21 +414,55 @@ def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int
     if rule.reads_on != "gpu":
         note = None if rule.reads_on == "cpu" and row.others is not None else row.source
         return Consumer(node_key, named, position, reads_on=rule.reads_on, note=note)
+    unsupported = [name for name in _ON_THE_CPU_WITH.get(op_type, ()) if not onnx_domain and int_attribute(node, name)]
+    if unsupported:
+        return Consumer(node_key, named, position, reads_on="cpu",
+                        note=f"ONNX Runtime's DirectML provider does not run {named} with {unsupported[0]} set: it "
+                             "runs on the CPU")
     if rule.layout == "unknown":
         return Consumer(node_key, named, position, dml_operator=rule.dml_operator,
                         note=f"not laid out: dmlbridge does not know the desc {rule.dml_operator} binds {named}'s "
                              f"input {position} at: its ONNX layout")
+    if op_type == "Einsum" and onnx_domain:
+        early = _einsum_consumer(node, node_key, named, position)
+        if early is not None:
+            return early
     if rule.layout == "group" and not next((int(a.i) for a in node.attribute if text(a.name) == "channels_last"), 1):
         return Consumer(node_key, named, position, dml_operator=rule.dml_operator,
                         note=f"not laid out: ONNX Runtime's {named} reads its input as NHWC (channels_last 1), and "
                              "this node's is NCHW: its ONNX layout")
     dml_operator = _by_attribute(node, op_type, rule.dml_operator)
+    if op_type == "Einsum" and onnx_domain:
+        dml_operator = EINSUM_BOUND.get(einsum_form(_equation(node)) or "", dml_operator)
     layout = None if rule.layout == "leading" else rule.layout
     facts: Facts = (None, None, None, None) if layout is None else _facts(layout, node, op_type, constant, shapes,
                                                                           rank)
     groups = int_attribute(node, "groups") if layout == "group" else None
     return Consumer(node_key, named, position, facts[0], facts[1], "gpu", dml_operator, layout, facts[2],
                     named_sizes=facts[3], groups=groups if groups is None or 0 < groups < 2**32 else None)
+
+
+def _equation(node: Any) -> str:
+    return next((text(attr.s) for attr in node.attribute if text(attr.name) == "equation"), "")
+
+
+def _einsum_consumer(node: Any, node_key: str, named: str, position: int) -> Consumer | None:
+    """The consumer an Einsum's input is where its equation's form (``dmlbridge.model.einsum``) is not one whose
+    inputs are laid out: read on the CPU where the provider does not take the equation, else not laid out (None:
+    laid out, by the table's row)."""
+    equation = _equation(node)
+    form = einsum_form(equation)
+    shown = equation[:80]
+    if form is None:
+        return Consumer(node_key, named, position, reads_on="cpu",
+                        note=f"ONNX Runtime's DirectML provider takes no Einsum of the equation {shown!r}: it runs on "
+                             "the CPU")
+    if form in EINSUM_BOUND or (form == "outer" and position == 1):
+        return None
+    operator = "GEMM" if form.startswith("matmul") or form == "outer" else None
+    return Consumer(node_key, named, position, dml_operator=operator,
+                    note=f"not laid out: ONNX Runtime's DirectML provider runs the Einsum {shown!r} as its {form} "
+                         "form, whose input dmlbridge does not lay out: its ONNX layout")
 
 
 def _by_attribute(node: Any, op_type: str, dml_operator: str | None) -> str | None:

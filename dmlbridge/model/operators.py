@@ -18,7 +18,8 @@ An input is read on one of three places (``reads_on``):
     scalars; a quantized matrix product's scales and zero points; MEAN_VARIANCE_NORMALIZATION2's scale and bias,
     at its input's rank; a RotaryEmbedding's cos and sin caches and position ids, at 4);
   - *broadcast*: at the output's sizes, strides of 0 where the constant repeats (every ELEMENT_WISE_* tensor,
-    GEMM's C, a MatMul's B at the batch sizes);
+    GEMM's C, a MatMul's B at the batch sizes; an Attention's weights at ``[B, in, 3W]`` and bias at
+    ``[B, S, 3W]``);
   - *axis*: a 1-D per-axis constant placed on the node's ``axis`` of the output's sizes, then broadcast (a per-axis
     scale or zero point of ELEMENT_WISE_(DE)QUANTIZE_LINEAR; a scalar is broadcast whole);
   - *rnn*: exactly 4 dimensions, leading 1s (LSTM, GRU and RNN take nothing else);
@@ -153,6 +154,15 @@ def _rotary_embedding() -> OperatorRule:
     return row._replace(inputs={0: InputRule("gpu", "ELEMENT_WISE_MULTIPLY", "unknown"), **row.inputs})
 
 
+def _attention() -> OperatorRule:
+    """Attention's row: its input, weights and bias to one GEMM (the weights and bias broadcast to the batch, the
+    bias to the sequence too), the rest to MULTIHEAD_ATTENTION as they are, but a mask, which dmlbridge does not
+    lay out."""
+    row = _gpu("MULTIHEAD_ATTENTION", {3: "unknown"}, source=_ATTENTION_SOURCE)
+    gemm = _gpu("GEMM", {0: "leading", 1: "broadcast", 2: "broadcast"})
+    return row._replace(inputs={**gemm.inputs, **row.inputs})
+
+
 _ELEMENT_WISE = {  # op type -> (DML operator, first opset with today's broadcasting)
     "Add": "ELEMENT_WISE_ADD", "Sub": "ELEMENT_WISE_SUBTRACT", "Mul": "ELEMENT_WISE_MULTIPLY",
     "Div": "ELEMENT_WISE_DIVIDE", "Pow": "ELEMENT_WISE_POW", "Max": "ELEMENT_WISE_MAX", "Min": "ELEMENT_WISE_MIN",
@@ -175,6 +185,12 @@ _SKIP_SOURCE = ("DmlOperatorSkipLayerNormalization.cpp: ELEMENT_WISE_ADD of skip
 _MVN2 = "MEAN_VARIANCE_NORMALIZATION2"
 _ROTARY_SOURCE = ("DmlOperatorRotaryEmbedding.cpp: every tensor at 4 dimensions, leading 1s; cos_cache and "
                   "sin_cache GATHERed on axis 2 by position_ids (a 1-D one, an offset, is added to a sequence)")
+_ATTENTION_SOURCE = ("DmlOperatorAttention.cpp: GEMM of the input [B, S, in] and the weights [in, 3W] broadcast to "
+                     "[B, in, 3W], plus the bias [3W] broadcast to [B, S, 3W]; then MULTIHEAD_ATTENTION, its mask "
+                     "broadcast to [B, heads, S, S]; none of it when unidirectional, do_rotary or "
+                     "past_present_share_buffer is set (the CPU runs it)")
+_MHA_SOURCE = ("DmlOperatorMultiHeadAttention.cpp: every input as it is (at least 1 dimension), but the key padding "
+               "mask, broadcast to [B, heads, S, T] (a 1-D one: [1, B])")
 _GROUP_SOURCE = ("DmlOperatorGroupNorm.cpp: gamma and beta at the NHWC input's sizes as MEAN_VARIANCE_NORMALIZATION1 "
                  "reads it, [N, C/groups, H*W, groups], strides [0, 1, 0, C/groups]")
 _QUANTIZE_SOURCE = "DmlOperatorQuantization.cpp: scale and zero point broadcast to the input's sizes on axis"
@@ -230,15 +246,15 @@ OPERATORS: dict[Key, OperatorRule] = {
     (_ONNX, "Concat", 1): _gpu("JOIN", source="DmlOperatorConcat.cpp: every input at the output's dimension count"),
     (_MS, "MatMulNBits", 1): _gpu("DEQUANTIZE", source="DmlOperatorMatMulNBits.cpp: bound through its quantized "
                                                       "record (UploadPlan.quantized)"),
-    (_MS, "Attention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown", source="DmlOperatorAttention.cpp"),
-    (_MS, "MultiHeadAttention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown",
-                                         source="DmlOperatorMultiHeadAttention.cpp"),
+    (_MS, "Attention", 1): _attention(),
+    (_MS, "MultiHeadAttention", 1): _gpu("MULTIHEAD_ATTENTION", {4: "unknown"}, source=_MHA_SOURCE),
     (_MS, "RotaryEmbedding", 1): _rotary_embedding(),
     (_MS, "GroupQueryAttention", 1): _gpu("MULTIHEAD_ATTENTION", others="unknown", cpu=(6,),
                                           source="DmlOperatorGroupQueryAttention.cpp"),
     (_MS, "GroupNorm", 1): _gpu("MEAN_VARIANCE_NORMALIZATION1", {0: "unknown", 1: "group", 2: "group"}, None,
                                 _GROUP_SOURCE),
-    (_ONNX, "Einsum", 12): _gpu("GEMM", others="unknown", source="DmlOperatorEinSum.cpp"),
+    (_ONNX, "Einsum", 12): _gpu("GEMM", others="rank", source="DmlOperatorEinSum.cpp: by the equation's form "
+                                                             "(dmlbridge.model.einsum), leading 1s to 4 dimensions"),
     # --- inputs read on the CPU, as attributes (requiredConstantCpuInputs) -----------------------------------------
     (_ONNX, "Reshape", 5): _cpu_inputs((1,)),
     (_ONNX, "Slice", 10): _cpu_inputs((1, 2, 3, 4), "DmlOperatorSlice.cpp", "SLICE1"),

@@ -12,6 +12,7 @@ DirectML operators through the manifest's descs as they are; and the comparisons
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from onnx import numpy_helper
 
 import dmlbridge
 import dmlbridge.gpu
+from dmlbridge.gpu.com import release
+from dmlbridge.gpu.interfaces import IID, IDMLDevice
 
 OWNED_BY_DML = 1
 
@@ -45,7 +48,7 @@ class ConsumerTally:
     taken: int = 0  # consumer descs in operators DirectML created, compiled and ran (wrong-offset controls aside)
     equal: int = 0  # ... whose outputs then equalled ONNX Runtime's
     refused: int = 0  # consumer descs in operators DirectML refused (CreateOperator)
-    compile_limited: int = 0  # ... in operators this runtime cannot compile (CompileOperator E_FAIL)
+    compile_limited: int = 0  # ... in operators this runtime cannot compile (CompileOperator E_FAIL) or run (created)
     cpu_read: int = 0  # constants checked to be read on the CPU: bound by no desc
     pending: int = 0  # consumer descs of the last operator run, until its outputs are compared
     models: list[str] = field(default_factory=list)  # a line per real model run (test_real_models.py)
@@ -292,6 +295,26 @@ class ConsumerRun:
         self.consumers = 0
 
 
+def created(device: dmlbridge.gpu.Device, operator: Any, consumers: int) -> bool:
+    """Whether DirectML creates and compiles ``operator`` (an ``Operator`` of dml_operators.py), never running it:
+    for an operator this runtime cannot run (MULTIHEAD_ATTENTION's shaders remove its device). Its ``consumers``
+    descs count as compile-limited, never as taken."""
+    made: list[int] = []
+    try:
+        made.append(device.create(IDMLDevice.CreateOperator, ctypes.byref(_desc(operator)),
+                                  ctypes.byref(IID.IDMLOperator), on=device.dml))
+        made.append(device.create(IDMLDevice.CompileOperator, made[0], 0, ctypes.byref(IID.IDMLCompiledOperator),
+                                  on=device.dml))
+    except dmlbridge.ComError:
+        CONSUMERS.refused += consumers
+        return False
+    finally:
+        for address in reversed(made):
+            release(address)
+    CONSUMERS.compile_limited += consumers
+    return True
+
+
 def seen_as(tensor: Any, sizes: tuple[int, ...], strides: tuple[int, ...]) -> Any:
     """A DML_TENSOR_DESC of a prepared tensor's bytes (or an operator output's, by its prepared zeros) at other
     sizes and strides (its type, flags and TotalTensorSizeInBytes kept)."""
@@ -310,5 +333,5 @@ def sizes_of(desc: Any) -> tuple[int, ...]:
     return tuple(buffer.Sizes[: buffer.DimensionCount])
 
 
-__all__ = ["CONSUMERS", "ConsumerRun", "consumer_summary", "grid16", "magnitude", "onnx_runtime", "seen_as", "sizes_of",
-           "within"]
+__all__ = ["CONSUMERS", "ConsumerRun", "consumer_summary", "created", "grid16", "magnitude", "onnx_runtime", "seen_as",
+           "sizes_of", "within"]

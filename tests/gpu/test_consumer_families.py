@@ -22,7 +22,7 @@ import dml_operators as ops
 import numpy as np
 import onnx
 import pytest
-from consumer_runs import CONSUMERS, ConsumerRun, within
+from consumer_runs import CONSUMERS, ConsumerRun, created, onnx_runtime, within
 from onnx import TensorProto, helper, numpy_helper
 
 import dmlbridge
@@ -599,4 +599,92 @@ def test_rotary_embedding_gathers_its_cos_and_sin_caches_at_four_dimensions(devi
             CONSUMERS.pending = gathered  # (the caches' descs are the first graph's)
             size = (np.abs(x5) + np.abs(rotated)).reshape(want.shape)
             results.append(within(got.reshape(want.shape), want, "sum", k=4, size=size, control=at is not None))
+        assert results == [True, False]
+
+
+# --- Attention and MultiHeadAttention (com.microsoft) ------------------------------------------------------------
+
+def test_attention_takes_its_weights_and_bias_broadcast_to_the_batch(device: dmlbridge.gpu.Device,
+                                                                     tmp_path: Path) -> None:
+    """com.microsoft's Attention as ONNX Runtime's DirectML provider runs it: one GEMM of the input [B, S, in] and the
+    weights [in, 3W] broadcast to [B, in, 3W] (strides [0, 3W, 1]), plus the bias [3W] broadcast to [B, S, 3W]
+    (strides [0, 0, 1]), compared with ONNX Runtime's MatMul and Add of the same values. The provider then runs
+    MULTIHEAD_ATTENTION over that product, which binds no constant, and which this runtime cannot run (its shaders
+    remove the device)."""
+    rng = np.random.default_rng(37)
+    batch, seq, width, heads, head = 2, 3, 8, 2, 2
+    hidden = heads * head
+    x = rng.standard_normal((batch, seq, width)).astype(np.float32)
+    consts = {"weights": rng.standard_normal((width, 3 * hidden)).astype(np.float32),
+              "bias": rng.standard_normal(3 * hidden).astype(np.float32)}
+    node = helper.make_node("Attention", ["x", "weights", "bias"], ["y"], name="attention", domain="com.microsoft",
+                            num_heads=heads)
+    model = one_node(node, {"x": (F32, [batch, seq, width])}, (F32, None), consts)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    product = one_node(helper.make_node("MatMul", ["x", "weights"], ["xw"]), {"x": (F32, [batch, seq, width])},
+                       (F32, None), consts)
+    product.graph.node.append(helper.make_node("Add", ["xw", "bias"], ["y"]))
+    qkv = onnx_runtime(product, {"x": x})["y"]
+    qkv_shape = (batch, seq, 3 * hidden)
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        seen = {key: (c.dml_operator, c.sizes, c.strides) for key in consts for c in run.plan.entries[key].consumers}
+        assert seen == {"weights": ("GEMM", (batch, width, 3 * hidden), (0, 3 * hidden, 1)),
+                        "bias": ("GEMM", qkv_shape, (0, 0, 1))}
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, wd, bd = run.feed("x"), run.consumer("weights", at=at), run.consumer("bias")
+            (got,) = run.run(ops.gemm(xd, wd, bd, run.output(qkv_shape, np.float32)))
+            size = np.abs(x) @ np.abs(consts["weights"]) + np.abs(consts["bias"])
+            results.append(within(got, qkv, "sum", k=width + 1, size=size, control=at is not None))
+        assert results == [True, False]
+
+
+def test_multihead_attention_takes_its_bias_as_it_is(device: dmlbridge.gpu.Device, tmp_path: Path) -> None:
+    """com.microsoft's MultiHeadAttention: its bias [3W] is bound to MULTIHEAD_ATTENTION as it is (the operator adds
+    its thirds to the query, key and value). This runtime cannot run MULTIHEAD_ATTENTION (its shaders remove the
+    device): DirectML creates and compiles the operator with the bias at the consumer's desc, counted
+    compile-limited, never taken; ONNX Runtime's CPU provider runs the node, so the model is one it takes."""
+    rng = np.random.default_rng(41)
+    batch, seq, heads, head = 2, 3, 2, 2
+    hidden = heads * head
+    feeds = {name: rng.standard_normal((batch, seq, hidden)).astype(np.float32) for name in ("q", "k", "v")}
+    consts = {"bias": rng.standard_normal(3 * hidden).astype(np.float32)}
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v", "bias"], ["y"], name="mha", domain="com.microsoft",
+                            num_heads=heads)
+    model = one_node(node, {name: (F32, [batch, seq, hidden]) for name in feeds}, (F32, None), consts)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    with ConsumerRun(device, tmp_path, model, feeds) as run:
+        (consumer,) = run.plan.entries["bias"].consumers
+        assert (consumer.dml_operator, consumer.layout, consumer.sizes[-1]) == ("MULTIHEAD_ATTENTION", None, 3 * hidden)
+        q, k, v = (run.feed(name) for name in ("q", "k", "v"))
+        operator = ops.multihead_attention(run.output(run.expected["y"].shape, np.float32), heads=heads,
+                                           scale=head ** -0.5, query=q, key=k, value=v, bias=run.consumer("bias"))
+        assert created(device, operator, run.consumers)
+
+
+# --- Einsum ------------------------------------------------------------------------------------------------------
+
+def test_an_einsum_of_a_matrix_product_form_takes_its_weight_at_four_dimensions(device: dmlbridge.gpu.Device,
+                                                                             tmp_path: Path) -> None:
+    """``ij,kj->ik`` (a Linear layer's weight [k, j]) as ONNX Runtime's DirectML provider runs it: GEMM with B
+    transposed, every tensor with leading 1s to 4 dimensions, the weight [1, 1, k, j]. The provider binds no C; this
+    runtime removes its device running a GEMM without one, so here C is zeros, with Beta 0."""
+    rng = np.random.default_rng(43)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    consts = {"weight": rng.standard_normal((4, 5)).astype(np.float32)}
+    model = one_node(helper.make_node("Einsum", ["x", "weight"], ["y"], name="einsum", equation="ij,kj->ik"),
+                     {"x": (F32, [3, 5])}, (F32, None), consts)
+    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
+        run.feeds["zeros"] = np.zeros((3, 4), np.float32)
+        want = run.expected["y"]
+        (consumer,) = run.plan.entries["weight"].consumers
+        assert (consumer.dml_operator, consumer.sizes, consumer.strides) == ("GEMM", (1, 1, 4, 5), None)
+        results = []
+        for at in (None, "pad"):
+            run.reset()
+            xd, wd, cd = run.feed("x", (1, 1, 3, 5)), run.consumer("weight", at=at), run.feed("zeros", (1, 1, 3, 4))
+            (got,) = run.run(ops.gemm(xd, wd, cd, run.output((1, 1, 3, 4), np.float32), trans_b=True, beta=0.0))
+            size = np.abs(x) @ np.abs(consts["weight"]).T
+            results.append(within(got.reshape(want.shape), want, "sum", k=5, size=size, control=at is not None))
         assert results == [True, False]

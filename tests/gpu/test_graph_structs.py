@@ -48,8 +48,9 @@ ENUM_PREFIXES = {  # each enum of operator_types, and the prefix of its members'
     "DmlQuantizationType": "DML_QUANTIZATION_TYPE_",
     "DmlMultiheadAttentionMaskType": "DML_MULTIHEAD_ATTENTION_MASK_TYPE_",
 }
-ATTRIBUTE_CHOSEN = {"ELEMENT_WISE_MODULUS_TRUNCATE", "ELEMENT_WISE_BIT_SHIFT_RIGHT"}
-"""The operators a node's attribute picks in place of its row's (a Mod's ``fmod``, a BitShift's ``direction``)."""
+ATTRIBUTE_CHOSEN = {"ELEMENT_WISE_MODULUS_TRUNCATE", "ELEMENT_WISE_BIT_SHIFT_RIGHT", "ELEMENT_WISE_MULTIPLY"}
+"""The operators a node's attribute picks in place of its row's (a Mod's ``fmod``, a BitShift's ``direction``, an
+Einsum's equation)."""
 
 
 def public_structs() -> dict[str, type[ctypes.Structure | ctypes.Union]]:

@@ -25,7 +25,7 @@ STRUCTS: dict[str, type[dmlbridge.gpu.OperatorStruct]] = {
         "ELEMENT_WISE_LOGICAL_GREATER_THAN", "ELEMENT_WISE_LOGICAL_GREATER_THAN_OR_EQUAL",
         "ELEMENT_WISE_LOGICAL_LESS_THAN", "ELEMENT_WISE_LOGICAL_LESS_THAN_OR_EQUAL", "ELEMENT_WISE_LOGICAL_AND",
         "ELEMENT_WISE_LOGICAL_OR", "ELEMENT_WISE_LOGICAL_XOR", "SLICE1", "MEAN_VARIANCE_NORMALIZATION2", "RNN",
-        "QUANTIZED_LINEAR_CONVOLUTION", "QUANTIZED_LINEAR_MATRIX_MULTIPLY",
+        "QUANTIZED_LINEAR_CONVOLUTION", "QUANTIZED_LINEAR_MATRIX_MULTIPLY", "MULTIHEAD_ATTENTION",
     )
 }
 """The desc struct of each operator the suite builds (``dmlbridge.gpu``'s ``DML_<key>_OPERATOR_DESC``)."""
@@ -74,6 +74,18 @@ def gemm(a: Any, b: Any, c: Any, y: Any, *, trans_a: bool = False, trans_b: bool
     return Operator("GEMM", ATensor=a, BTensor=b, CTensor=c, OutputTensor=y,
                     TransA=MATRIX_TRANSFORM_TRANSPOSE if trans_a else MATRIX_TRANSFORM_NONE,
                     TransB=MATRIX_TRANSFORM_TRANSPOSE if trans_b else MATRIX_TRANSFORM_NONE, Alpha=alpha, Beta=beta)
+
+
+def multihead_attention(y: Any, *, heads: int, scale: float, query: Any = None, key: Any = None, value: Any = None,
+                        stacked: Any = None, bias: Any = None) -> Operator:
+    """MULTIHEAD_ATTENTION of ``heads`` heads, no mask: the query, key and value apart, or ``stacked`` ([B, S, heads,
+    3, head]); ``bias`` added to them first."""
+    return Operator("MULTIHEAD_ATTENTION", QueryTensor=query, KeyTensor=key, ValueTensor=value,
+                    StackedQueryKeyTensor=None, StackedKeyValueTensor=None, StackedQueryKeyValueTensor=stacked,
+                    BiasTensor=bias, MaskTensor=None, RelativePositionBiasTensor=None, PastKeyTensor=None,
+                    PastValueTensor=None, OutputTensor=y, OutputPresentKeyTensor=None, OutputPresentValueTensor=None,
+                    Scale=scale, MaskFilterValue=-10000.0, HeadCount=heads,
+                    MaskType=dmlbridge.gpu.DmlMultiheadAttentionMaskType.NONE)
 
 
 def gather(data: Any, indices: Any, y: Any, *, axis: int, index_dimensions: int) -> Operator:

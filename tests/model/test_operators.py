@@ -216,6 +216,53 @@ def test_a_rotary_embeddings_caches_and_positions_are_gathered_at_four_dimension
     assert offset.sizes == (1,) and "position offset" in (offset.layout_note or "")
 
 
+def test_an_attentions_weights_and_bias_are_broadcast_to_its_gemm() -> None:
+    """Weights [in, 3W] at [B, in, 3W] (strides [0, 3W, 1]) and bias [3W] at [B, S, 3W] (strides [0, 0, 1]), from
+    the input [B, S, in]; with unidirectional (or do_rotary, past_present_share_buffer) set, ONNX Runtime's
+    DirectML provider leaves the node to the CPU; MultiHeadAttention's bias is bound as it is."""
+    def attention(shape: list[Any], **attributes: Any) -> onnx.ModelProto:
+        node = helper.make_node("Attention", ["x", "w", "b"], ["y"], name="att", domain="com.microsoft",
+                                num_heads=2, **attributes)
+        return _model([node], {"x": (F32, shape)}, {"w": np.ones((8, 12), np.float32), "b": np.ones(12, np.float32)},
+                      domains=("com.microsoft",))
+
+    plan = dmlbridge.plan_model(attention([2, 3, 8]))
+    seen = {key: (c.dml_operator, c.sizes, c.strides) for key in "wb" for c in plan.entries[key].consumers}
+    assert seen == {"w": ("GEMM", (2, 8, 12), (0, 12, 1)), "b": ("GEMM", (2, 3, 12), (0, 0, 1))}
+    (free,) = dmlbridge.plan_model(attention(["n", 3, 8])).entries["b"].consumers
+    assert free.sizes == (12,) and "does not declare" in (free.layout_note or "")
+    for name in ("unidirectional", "do_rotary", "past_present_share_buffer"):
+        cpu = dmlbridge.plan_model(attention([2, 3, 8], **{name: 1}))
+        assert cpu.entries["w"].reads_on == "cpu" and name in (cpu.entries["w"].consumers[0].note or "")
+    mha = helper.make_node("MultiHeadAttention", ["q", "k", "v", "b"], ["y"], name="mha", domain="com.microsoft",
+                           num_heads=2)
+    model = _model([mha], {n: (F32, [2, 3, 4]) for n in "qkv"}, {"b": np.ones(12, np.float32)},
+                   domains=("com.microsoft",))
+    (bias,) = dmlbridge.plan_model(model).entries["b"].consumers
+    assert (bias.dml_operator, bias.layout, bias.layout_note) == ("MULTIHEAD_ATTENTION", None, None)
+
+
+@pytest.mark.parametrize(("equation", "x", "w", "want"), [
+    ("ij,kj->ik", [3, 5], (4, 5), ("gpu", "GEMM", (1, 1, 4, 5))),  # a Linear layer's weight, transposed by GEMM
+    ("bij,bjk->bik", [2, 3, 5], (2, 5, 4), ("gpu", "GEMM", (1, 2, 5, 4))),
+    ("ij,ij->ij", [3, 5], (3, 5), ("gpu", "ELEMENT_WISE_MULTIPLY", (1, 1, 3, 5))),
+    ("j,i->ji", [3], (4,), ("gpu", "GEMM", (1, 1, 1, 4))),  # an outer product's B
+    ("i,j->ij", [3], (4,), ("gpu", "GEMM", (4,))),  # ... and its A, [1, 1, i, 1]: not laid out
+    ("aibj,ajbk->aibk", [1, 2, 3, 4], (1, 4, 3, 5), ("gpu", "GEMM", (1, 4, 3, 5))),  # strided: not laid out
+    ("bij,jk->bik", [2, 3, 5], (5, 4), ("cpu", None, None)),  # no form the provider takes
+    ("...ij,jk", [3, 5], (5, 4), ("cpu", None, None)),
+])
+def test_an_einsum_binds_its_constant_by_its_equations_form(equation: str, x: list[int], w: tuple[int, ...],
+                                                             want: tuple[Any, ...]) -> None:
+    node = helper.make_node("Einsum", ["w", "x"] if equation.startswith("i,j") else ["x", "w"], ["y"], name="e",
+                            equation=equation)
+    plan = dmlbridge.plan_model(_model([node], {"x": (F32, x)}, {"w": np.ones(w, np.float32)}))
+    (consumer,) = plan.entries["w"].consumers
+    assert (consumer.reads_on, consumer.dml_operator, consumer.sizes) == want
+    if want[2] == w:
+        assert "not laid out" in (consumer.layout_note or "")
+
+
 def test_operators_the_provider_does_not_run_or_dmlbridge_does_not_know() -> None:
     nodes = [helper.make_node("DynamicQuantizeLSTM", ["x", "w"], ["y"], name="dq_lstm", domain="com.microsoft"),
              helper.make_node("Custom", ["x", "v"], ["z"], name="custom", domain="com.example"),
