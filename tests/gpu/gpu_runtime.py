@@ -1,10 +1,12 @@
 """The GPU suite's runtime: Windows' CPython driving Direct3D 12 and DirectML through ``dmlbridge.gpu``.
 
-Off Windows every test that needs the device is skipped with one line saying so (the package itself is tested
-there by test_off_windows.py). On Windows, a device that cannot be made skips them too, unless
+Off Windows every test that needs the device is skipped with one line saying so (what runs there without a device:
+test_com.py, test_graph_structs.py, test_graph_arguments.py and the checks of test_plan_fits.py). On Windows, a device that cannot be made skips them too, unless
 ``DMLBRIDGE_DIRECTML=required`` (CI), which makes that a failure. The session's device starts with a known-answer
 check: bytes written by ``struct`` uploaded and read back (through a readback heap filled with 0xA5 first) and run
-through DirectML's IDENTITY, so a broken stack that returns zeros or nothing fails every test instead of passing.
+through DirectML's IDENTITY as UINT32 (bit patterns of float32 subnormals and NaNs with payloads, which a FLOAT32
+IDENTITY need not keep: Direct3D's float rules let a GPU flush the one and quiet the other), so a broken stack that
+returns zeros or nothing fails every test instead of passing.
 """
 
 from __future__ import annotations
@@ -69,10 +71,11 @@ def known_answer_check(device: dmlbridge.gpu.Device) -> None:
     """Fail unless the device copies and computes the known answers (see the module docstring)."""
     expected = struct.pack("<16I", *KNOWN_BITS)
     tensor = dmlbridge.prepare(np.frombuffer(expected, np.float32).reshape(1, 1, 4, 4))
+    bits = dmlbridge.prepare(np.frombuffer(expected, np.uint32).reshape(1, 1, 4, 4))  # (the same bytes, as UINT32)
     with dmlbridge.gpu.upload_tensors([tensor], device) as uploaded:
         copied = uploaded.read_bytes(0).tobytes()
         assert copied == expected, f"known answer: the bytes read back are {copied.hex()}, not {expected.hex()}"
-        computed = identity(device, tensor, uploaded.binding(0)).tobytes()
+        computed = identity(device, bits, uploaded.binding(0)).tobytes()
         assert computed == expected, f"known answer: IDENTITY gave {computed.hex()}, not {expected.hex()}"
     TALLY.known_answers += 1
 
