@@ -26,6 +26,7 @@ from dmlbridge.errors import (
     DmlBridgeError,
     ExternalDataError,
     GpuError,
+    GpuOutOfMemoryError,
     GpuUnavailableError,
     InvalidArgumentError,
     LayoutError,
@@ -136,6 +137,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "GpuError",
     "GpuUnavailableError",
     "ComError",
+    "GpuOutOfMemoryError",
     "DeviceRemovedError",
     "CleanupWarning",
 ]

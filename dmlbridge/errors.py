@@ -15,6 +15,7 @@ __all__ = [
     "DmlBridgeError",
     "ExternalDataError",
     "GpuError",
+    "GpuOutOfMemoryError",
     "GpuUnavailableError",
     "InvalidArgumentError",
     "LayoutError",
@@ -191,6 +192,20 @@ class ComError(GpuError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return type(self), (str(self), self.call, self.hresult)
+
+
+class GpuOutOfMemoryError(ComError):
+    """Direct3D 12 or DirectML ran out of memory for a call (``E_OUTOFMEMORY``): the device still works, it has not
+    that much; retry with less (a smaller ``staging_bytes``, fewer or smaller tensors, a conversion's smaller
+    ``max_buffer_bytes``). ``dmlupload`` exits 5 for the same.
+
+    Example:
+        >>> import dmlbridge
+        >>> error = dmlbridge.GpuOutOfMemoryError("out of memory", "ID3D12Device::CreateCommittedResource",
+        ...                                       0x8007000E)
+        >>> isinstance(error, dmlbridge.ComError), hex(error.hresult)
+        (True, '0x8007000e')
+    """
 
 
 class DeviceRemovedError(ComError):

@@ -12,7 +12,7 @@ May import: ``plan`` and below. DirectML's operator descs (``DML_GEMM_OPERATOR_D
 
 from __future__ import annotations
 
-from dmlbridge.errors import ComError, DeviceRemovedError, GpuError, GpuUnavailableError
+from dmlbridge.errors import ComError, DeviceRemovedError, GpuError, GpuOutOfMemoryError, GpuUnavailableError
 from dmlbridge.gpu.device import Device, target_of
 from dmlbridge.gpu.dispatch import run_compiled, run_operator
 from dmlbridge.gpu.graph import InputEdge, IntermediateEdge, OutputEdge, run_graph
@@ -82,6 +82,7 @@ from dmlbridge.operator_descs.operator_structs import (
 from dmlbridge.operator_descs.operator_types import (
     DmlConvolutionDirection,
     DmlConvolutionMode,
+    DmlExecutionFlags,
     DmlMatrixTransform,
     DmlMultiheadAttentionMaskType,
     DmlOperatorType,
@@ -115,6 +116,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "DmlOperatorType",
     "DmlConvolutionDirection",
     "DmlConvolutionMode",
+    "DmlExecutionFlags",
     "DmlMatrixTransform",
     "DmlMultiheadAttentionMaskType",
     "DmlQuantizationType",
@@ -178,6 +180,7 @@ __all__ = [  # noqa: RUF022 (grouped by concept, not sorted)
     "GpuError",
     "GpuUnavailableError",
     "ComError",
+    "GpuOutOfMemoryError",
     "DeviceRemovedError",
 ]
 

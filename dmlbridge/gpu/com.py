@@ -25,6 +25,8 @@ __all__ = ["FUNCTYPE", "HRESULT_NAMES", "address_of", "check", "failed", "hresul
 
 FUNCTYPE: Callable[..., Any] = getattr(ctypes, "WINFUNCTYPE", ctypes.CFUNCTYPE)  # (the same ABI on 64-bit Windows)
 
+E_OUTOFMEMORY = 0x8007000E
+"""What a call that found too little memory returns (``GpuOutOfMemoryError``)."""
 HRESULT_NAMES = {
     0x80004001: "E_NOTIMPL",
     0x80004002: "E_NOINTERFACE",

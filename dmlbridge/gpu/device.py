@@ -22,8 +22,15 @@ import os
 import threading
 from typing import Any
 
-from dmlbridge.errors import ComError, DeviceRemovedError, GpuUnavailableError, InvalidArgumentError
-from dmlbridge.gpu.com import address_of, failed, hresult_text, invoke, out_pointer, release
+from dmlbridge.errors import (
+    ComError,
+    DeviceRemovedError,
+    GpuOutOfMemoryError,
+    GpuUnavailableError,
+    InvalidArgumentError,
+)
+from dmlbridge.gpu.com import E_OUTOFMEMORY, address_of, failed, hresult_text, invoke, out_pointer, release
+from dmlbridge.gpu.directml_dll import ENVIRONMENT_VARIABLE, dll_version, find_directml, loaded_path
 from dmlbridge.gpu.dlls import Event, load_dll, needs_windows
 from dmlbridge.gpu.interfaces import HRESULT, IID, ID3D12CommandQueue, ID3D12Device, ID3D12Fence, IDMLDevice, IUnknown
 from dmlbridge.gpu.structs import (
@@ -57,7 +64,9 @@ class Device:
     ``queue`` (``ID3D12CommandQueue*``) and ``fence`` (``ID3D12Fence*``); pass them to your own ctypes or comtypes
     code as they are. ``feature_level`` and ``types`` are what the DirectML device reported
     (``DML_FEATURE_FEATURE_LEVELS``, ``DML_FEATURE_TENSOR_DATA_TYPE_SUPPORT``), ``adapter`` the adapter's
-    description (None when the device came from elsewhere) and ``debug`` whether the debug layers are on.
+    description (None when the device came from elsewhere), ``debug`` whether the debug layers are on, and
+    ``directml_dll`` and ``directml_version`` the path and file version of the DirectML.dll this process loaded
+    (:mod:`dmlbridge.gpu.directml_dll` says which it looks for).
 
     ``close()`` (or leaving a ``with`` block) releases them; a closed device refuses every call.
 
@@ -95,6 +104,11 @@ class Device:
             self._event = Event()
             self.feature_level = _feature_level(self)
             self.types = _data_types(self)
+            self.directml_dll: str | None = loaded_path()
+            """The path of the DirectML.dll this process loaded (None: the caller's device came from elsewhere
+            and no module of that name is loaded)."""
+            self.directml_version: str | None = None if self.directml_dll is None else dll_version(self.directml_dll)
+            """Its file version (``"1.15.4.0"``; None where it has no version resource)."""
         except BaseException:
             self.close()
             raise
@@ -169,8 +183,13 @@ class Device:
         hresult = invoke(this, method, *args)
         if failed(hresult):
             self.check_removed(doing)
-            raise ComError(f"{method.call_name} failed with HRESULT {hresult_text(hresult)}"
-                           + (f" {doing}" if doing else ""), method.call_name, hresult & 0xFFFFFFFF)
+            code = hresult & 0xFFFFFFFF
+            message = f"{method.call_name} failed with HRESULT {hresult_text(hresult)}" + (f" {doing}" if doing else "")
+            if code == E_OUTOFMEMORY:
+                raise GpuOutOfMemoryError(f"{message}: the device has not that much memory; retry with less (a "
+                                          "smaller staging_bytes, fewer or smaller tensors, smaller buffers)",
+                                          method.call_name, code)
+            raise ComError(message, method.call_name, code)
 
     def create(self, method: Any, *args: Any, on: int | None = None, doing: str = "") -> int:
         """Call a method whose last argument is the ``void**`` a new interface is written to (``on`` the object to
@@ -247,12 +266,13 @@ def debug_layers_missing(missing: list[str]) -> GpuUnavailableError:
 
 
 def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os.PathLike[str] | None = None,
-                      missing: tuple[str, ...] = ()) -> int:
-    """A DirectML device on the Direct3D 12 device at ``d3d12`` (``DMLCreateDevice1``, feature level 1.0 at
-    least: the device then reports the highest it has); ``debug`` adds ``DML_CREATE_DEVICE_FLAG_DEBUG``.
-    GpuUnavailableError when DirectML (or its debug layer) is missing; ``missing`` names the debug layers already
-    found missing, so that the error names them all."""
-    dll = load_dll(directml_dll if directml_dll is not None else "DirectML.dll", _DIRECTML_HINT)
+                      missing: tuple[str, ...] = (), minimum: FeatureLevel = FeatureLevel.FL_1_0) -> int:
+    """A DirectML device on the Direct3D 12 device at ``d3d12`` (``DMLCreateDevice1`` at feature level ``minimum``:
+    the device then reports the highest it has), from the DirectML.dll :func:`find_directml` finds; ``debug`` adds
+    ``DML_CREATE_DEVICE_FLAG_DEBUG``. GpuUnavailableError when DirectML (or its debug layer) is missing, or has not
+    ``minimum``; ``missing`` names the debug layers already found missing, so that the error names them all."""
+    path, source = find_directml(directml_dll)
+    dll = load_dll(path, _DIRECTML_HINT)
     try:
         create = dll_function(dll, "DMLCreateDevice1", ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
                            ctypes.c_void_p, ctypes.c_void_p)
@@ -261,7 +281,7 @@ def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os
                                   f"feature level 2.0); {_DIRECTML_HINT}") from None
     out = out_pointer()
     flags = DML_CREATE_DEVICE_FLAG_DEBUG if debug else DML_CREATE_DEVICE_FLAG_NONE
-    hresult = create(d3d12, flags, int(FeatureLevel.FL_1_0), ctypes.byref(IID.IDMLDevice), ctypes.byref(out))
+    hresult = create(d3d12, flags, int(minimum), ctypes.byref(IID.IDMLDevice), ctypes.byref(out))
     if debug and (hresult & 0xFFFFFFFF) == _DXGI_ERROR_SDK_COMPONENT_MISSING:
         raise debug_layers_missing([
             *missing, f"DirectML's debug layer (DMLCreateDevice1 with DML_CREATE_DEVICE_FLAG_DEBUG failed with "
@@ -270,9 +290,35 @@ def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os
     if failed(hresult) or not out.value:
         if missing:  # (a debug layer is known to be missing: that is the error to act on first)
             raise debug_layers_missing(list(missing))
+        if minimum > FeatureLevel.FL_1_0:
+            highest = _highest_level(create, d3d12)
+            raise GpuUnavailableError(
+                f"the DirectML.dll loaded ({loaded_path() or path}, {source}; version "
+                f"{dll_version(loaded_path() or path) or 'unknown'}) has not feature level {minimum.dotted} "
+                f"(min_feature_level){'' if highest is None else f': its highest is {highest.dotted}'}; give a newer "
+                f"one (the Microsoft.AI.DirectML NuGet package, or onnxruntime-directml's) with directml_dll= or "
+                f"{ENVIRONMENT_VARIABLE}")
         raise ComError(f"DMLCreateDevice1 failed with HRESULT {hresult_text(hresult)}", "DMLCreateDevice1",
                        hresult & 0xFFFFFFFF)
     return out.value
+
+
+def _highest_level(create: Any, d3d12: int) -> FeatureLevel | None:
+    """The highest feature level a DirectML device of this DLL reports (None: it makes none), for a message."""
+    out = out_pointer()
+    if failed(create(d3d12, DML_CREATE_DEVICE_FLAG_NONE, int(FeatureLevel.FL_1_0), ctypes.byref(IID.IDMLDevice),
+                     ctypes.byref(out))) or not out.value:
+        return None
+    try:
+        levels = (ctypes.c_int32 * len(FeatureLevel))(*[int(level) for level in FeatureLevel])
+        query = DML_FEATURE_QUERY_FEATURE_LEVELS(len(FeatureLevel), levels)
+        data = DML_FEATURE_DATA_FEATURE_LEVELS()
+        if failed(invoke(out.value, IDMLDevice.CheckFeatureSupport, DML_FEATURE_FEATURE_LEVELS, ctypes.sizeof(query),
+                         ctypes.byref(query), ctypes.sizeof(data), ctypes.byref(data))):
+            return None
+        return FeatureLevel(data.MaxSupportedFeatureLevel)
+    finally:
+        release(out.value)
 
 
 def _check_feature(device: Device, feature: int, query: Any, data: Any) -> bool:

@@ -50,6 +50,7 @@ from dmlbridge.gpu.structs import (
     DML_OPERATOR_DESC,
     uav_barrier,
 )
+from dmlbridge.operator_descs.operator_types import DmlExecutionFlags
 from dmlbridge.tensor.descs import DML_BUFFER_BINDING
 
 __all__ = ["check_extents", "check_inputs", "run_compiled", "run_operator"]
@@ -146,6 +147,18 @@ def check_extents(bindings: Sequence[DML_BUFFER_BINDING | None]) -> None:
                 "call; give an Offset and SizeInBytes within the buffer")
 
 
+def check_execution_flags(flags: object) -> int:
+    """``execution_flags`` checked: DML_EXECUTION_FLAGS, an int of the flags DirectML.h names (0 to 7)."""
+    if isinstance(flags, bool) or not isinstance(flags, int) or not 0 <= flags <= _ALL_FLAGS:
+        raise InvalidArgumentError(f"execution_flags must be DML_EXECUTION_FLAGS, dmlbridge.gpu.DmlExecutionFlags "
+                                   f"joined with | (an int, 0 to {_ALL_FLAGS}), not {flags!r}")
+    return int(flags)
+
+
+_ALL_FLAGS = int(DmlExecutionFlags.ALLOW_HALF_PRECISION_COMPUTATION | DmlExecutionFlags.DISABLE_META_COMMANDS
+                 | DmlExecutionFlags.DESCRIPTORS_VOLATILE)
+
+
 def _check_output_sizes(output_sizes: Sequence[int]) -> list[int]:
     """``output_sizes`` checked: a non-empty sequence of positive byte counts, one per output."""
     if isinstance(output_sizes, (str, bytes)) or not isinstance(output_sizes, Sequence) or not output_sizes or \
@@ -155,7 +168,8 @@ def _check_output_sizes(output_sizes: Sequence[int]) -> list[int]:
 
 
 def run_operator(device: Any, operator: DML_OPERATOR_DESC, inputs: Sequence[DML_BUFFER_BINDING | None],
-                 output_sizes: Sequence[int], *, owned_by_dml: Sequence[int] = ()) -> list[np.ndarray]:
+                 output_sizes: Sequence[int], *, owned_by_dml: Sequence[int] = (),
+                 execution_flags: int = 0) -> list[np.ndarray]:
     """Run one DirectML operator and return each output's bytes (uint8 arrays of ``output_sizes``).
 
     ``operator`` is the operator's ``DML_OPERATOR_DESC`` (its own desc struct, and the tensor descs it points at,
@@ -163,8 +177,9 @@ def run_operator(device: Any, operator: DML_OPERATOR_DESC, inputs: Sequence[DML_
     in the desc's order (an upload's ``binding(key)``), None for an optional input left out; ``owned_by_dml`` the
     indices of the inputs whose tensor descs carry ``DML_TENSOR_FLAG_OWNED_BY_DML``: those are bound when the
     operator is initialized, the others when it executes. Each output gets a fresh buffer of its size, filled
-    with 0xA5 first. ``device``: as ``upload`` takes it. A desc DirectML refuses is a ComError naming
-    ``IDMLDevice::CreateOperator`` and its HRESULT.
+    with 0xA5 first. ``device``: as ``upload`` takes it. ``execution_flags``: the ``DML_EXECUTION_FLAGS`` it is
+    compiled with (:class:`~dmlbridge.gpu.DmlExecutionFlags`; none by default). A desc DirectML refuses is a
+    ComError naming ``IDMLDevice::CreateOperator`` and its HRESULT.
 
     Example:
         >>> import ctypes, dmlbridge, dmlbridge.gpu, numpy as np
@@ -185,10 +200,11 @@ def run_operator(device: Any, operator: DML_OPERATOR_DESC, inputs: Sequence[DML_
                                    f"{type(operator).__name__}")
     bindings, owned = check_inputs(inputs, owned_by_dml)
     sizes = _check_output_sizes(output_sizes)
+    flags = check_execution_flags(execution_flags)
     held, owns = as_device(device)
     try:
         check_extents(bindings)
-        return _Run(held).run(operator, bindings, owned, sizes)
+        return _Run(held).run(operator, bindings, owned, sizes, flags=flags)
     finally:
         if owns:
             held.close()
@@ -237,13 +253,14 @@ class _Run:
         return address
 
     def run(self, operator: DML_OPERATOR_DESC | None, inputs: list[DML_BUFFER_BINDING | None], owned: set[int],
-            output_sizes: list[int], compiled: int = 0) -> list[np.ndarray]:
-        """Run ``operator``, or the compiled operator (or graph) at ``compiled``, which the caller keeps."""
+            output_sizes: list[int], compiled: int = 0, flags: int = 0) -> list[np.ndarray]:
+        """Run ``operator`` (compiled with ``flags``), or the compiled operator (or graph) at ``compiled``, which the
+        caller keeps."""
         with self.device.lock:  # (one run's record-submit-wait at a time on a device: they share its queue)
-            return self._run(operator, inputs, owned, output_sizes, compiled)
+            return self._run(operator, inputs, owned, output_sizes, compiled, flags)
 
     def _run(self, operator: DML_OPERATOR_DESC | None, inputs: list[DML_BUFFER_BINDING | None], owned: set[int],
-             output_sizes: list[int], compiled: int) -> list[np.ndarray]:
+             output_sizes: list[int], compiled: int, flags: int) -> list[np.ndarray]:
         device = self.device
         commands = readback = None
         try:
@@ -251,7 +268,7 @@ class _Run:
                 assert operator is not None
                 op = self.make(IDMLDevice.CreateOperator, ctypes.byref(operator), ctypes.byref(IID.IDMLOperator),
                                doing="(DirectML refused the operator desc)")
-                compiled = self.make(IDMLDevice.CompileOperator, op, 0, ctypes.byref(IID.IDMLCompiledOperator),
+                compiled = self.make(IDMLDevice.CompileOperator, op, flags, ctypes.byref(IID.IDMLCompiledOperator),
                                      doing="compiling the operator")
             operators = (ctypes.c_void_p * 1)(compiled)
             initializer = self.make(IDMLDevice.CreateOperatorInitializer, 1, operators,

@@ -20,9 +20,8 @@ import numpy as np
 from dmlbridge.errors import ComError, InvalidArgumentError
 from dmlbridge.gpu.com import failed, hresult_text, invoke, out_pointer, release
 from dmlbridge.gpu.device import as_device
-from dmlbridge.gpu.dispatch import check_extents, check_inputs, run_compiled
+from dmlbridge.gpu.dispatch import check_execution_flags, check_extents, check_inputs, run_compiled
 from dmlbridge.gpu.graph_structs import (
-    DML_EXECUTION_FLAG_NONE,
     DML_GRAPH_DESC,
     DML_GRAPH_EDGE_DESC,
     DML_GRAPH_EDGE_TYPE_INPUT,
@@ -109,7 +108,7 @@ _EDGE_STRUCTS = {"input_edges": DML_INPUT_GRAPH_EDGE_DESC, "intermediate_edges":
 def run_graph(device: Any, operators: Sequence[DML_OPERATOR_DESC], input_edges: Sequence[InputEdge],
               intermediate_edges: Sequence[IntermediateEdge], output_edges: Sequence[OutputEdge],
               inputs: Sequence[DML_BUFFER_BINDING | None], output_sizes: Sequence[int], *,
-              owned_by_dml: Sequence[int] = ()) -> list[np.ndarray]:
+              owned_by_dml: Sequence[int] = (), execution_flags: int = 0) -> list[np.ndarray]:
     """Compile ``operators`` into one DirectML graph joined by the edges (``IDMLDevice1::CompileGraph``), run it,
     and return each graph output's bytes (uint8 arrays of ``output_sizes``).
 
@@ -117,7 +116,8 @@ def run_graph(device: Any, operators: Sequence[DML_OPERATOR_DESC], input_edges: 
     whose tensor descs carry ``DML_TENSOR_FLAG_OWNED_BY_DML`` (bound when the graph is initialized), as
     :func:`~dmlbridge.gpu.run_operator` takes them; the graph has ``len(inputs)`` inputs and ``len(output_sizes)``
     outputs. Each operator's own desc struct, and the tensor descs it points at, stay alive until this returns.
-    A graph DirectML refuses is a ComError naming ``IDMLDevice1::CompileGraph``.
+    ``execution_flags``: as :func:`~dmlbridge.gpu.run_operator` takes them. A graph DirectML refuses is a ComError
+    naming ``IDMLDevice1::CompileGraph``.
 
     Example:
         >>> import ctypes, dmlbridge, dmlbridge.gpu, numpy as np
@@ -144,6 +144,7 @@ def run_graph(device: Any, operators: Sequence[DML_OPERATOR_DESC], input_edges: 
         raise InvalidArgumentError("inputs and output_sizes must be sequences: one binding per graph input, one "
                                    "byte count per graph output")
     bindings, _ = check_inputs(inputs, owned_by_dml)
+    flags = check_execution_flags(execution_flags)
     keep: list[Any] = []
     arrays = []
     for what, edges in (("input_edges", input_edges), ("intermediate_edges", intermediate_edges),
@@ -177,7 +178,7 @@ def run_graph(device: Any, operators: Sequence[DML_OPERATOR_DESC], input_edges: 
                                len(input_edges), ctypes.addressof(arrays[0]) if input_edges else None,
                                len(output_edges), ctypes.addressof(arrays[2]),
                                len(intermediate_edges), ctypes.addressof(arrays[1]) if intermediate_edges else None)
-        compiled = held.create(IDMLDevice1.CompileGraph, ctypes.byref(graph), DML_EXECUTION_FLAG_NONE,
+        compiled = held.create(IDMLDevice1.CompileGraph, ctypes.byref(graph), flags,
                                ctypes.byref(IID.IDMLCompiledOperator), on=dml1.value, doing="compiling the graph")
         made.append(compiled)
         return run_compiled(held, compiled, inputs, output_sizes, owned_by_dml=owned_by_dml)

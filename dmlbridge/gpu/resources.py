@@ -33,6 +33,7 @@ from dmlbridge.gpu.structs import (
     heap_properties,
     transition,
 )
+from dmlbridge.placement.options import MAX_BUFFER_BYTES
 
 __all__ = ["DEFAULT_STAGING_BYTES", "PATTERN", "Readback", "Staging", "check_staging_bytes", "create_buffer",
            "mib"]
@@ -53,10 +54,13 @@ def mib(size: int) -> str:
 
 
 def check_staging_bytes(staging_bytes: object) -> int:
-    """``staging_bytes`` checked: a whole number of at least 512 (the upload heap's size)."""
-    if isinstance(staging_bytes, bool) or not isinstance(staging_bytes, int) or staging_bytes < _MIN_STAGING:
-        raise InvalidArgumentError(f"staging_bytes must be a whole number of bytes, at least {_MIN_STAGING} (the "
-                                   f"upload heap's size: the most an upload has in flight), not {staging_bytes!r}")
+    """``staging_bytes`` checked: a whole number of 512 (two slots of 256 bytes) to 0xFFFF0000 (the largest
+    CPU-visible buffer: an upload heap past it fails on GPUs) bytes, the upload heap's size."""
+    if isinstance(staging_bytes, bool) or not isinstance(staging_bytes, int) or \
+            not _MIN_STAGING <= staging_bytes <= MAX_BUFFER_BYTES:
+        raise InvalidArgumentError(f"staging_bytes must be a whole number of bytes, {_MIN_STAGING} to 0xFFFF0000 (the "
+                                   "largest upload heap a GPU makes; it is the most an upload has in flight: the "
+                                   f"default, {mib(DEFAULT_STAGING_BYTES)}, is plenty), not {staging_bytes!r}")
     return staging_bytes
 
 

@@ -20,6 +20,7 @@ from dmlbridge.gpu.structs import (
     D3D_FEATURE_LEVEL_11_0,
     DXGI_ADAPTER_DESC1,
 )
+from dmlbridge.types.data_types import FeatureLevel
 
 __all__ = ["create_device", "enable_debug_layer"]
 
@@ -91,15 +92,20 @@ def _adapter(adapter: Any) -> tuple[int | None, str | None]:
 
 
 def create_device(adapter: Any = None, debug: bool = False, *,
-                  directml_dll: str | os.PathLike[str] | None = None) -> Device:
+                  directml_dll: str | os.PathLike[str] | None = None,
+                  min_feature_level: FeatureLevel | str | None = None) -> Device:
     """A Direct3D 12 device, a DirectML device on it and a command queue, for scripts and tests (a program that
     has its own devices passes its ``IDMLDevice`` instead, wherever a ``device`` is taken).
 
     ``adapter``: None for the default adapter, the index of one in DXGI's order (``IDXGIFactory1::EnumAdapters1``,
     0 first), or an ``IDXGIAdapter`` pointer (a ``ctypes.c_void_p`` or a comtypes pointer). ``debug=True`` turns on
     the Direct3D 12 debug layer and DirectML's (``DML_CREATE_DEVICE_FLAG_DEBUG``): GpuUnavailableError where they
-    are not installed. ``directml_dll``: the path of the ``DirectML.dll`` to use (by default the one Windows finds
-    first by name: beside the program, before System32's). Not on Windows: GpuUnavailableError.
+    are not installed. ``directml_dll``: the path of the ``DirectML.dll`` to use; by default, one this process has
+    loaded already, else the one ``DMLBRIDGE_DIRECTML_DLL`` names, else the one beside the program, else
+    onnxruntime-directml's, else System32's (:mod:`dmlbridge.gpu.directml_dll`; ``Device.directml_dll`` and
+    ``directml_version`` say which was loaded). ``min_feature_level`` (a ``dmlbridge.FeatureLevel`` or ``"6.3"``)
+    is passed to ``DMLCreateDevice1``: a DirectML without it is a GpuUnavailableError naming the DLL, its version
+    and its highest level. Not on Windows: GpuUnavailableError.
 
     Example:
         >>> import dmlbridge.gpu
@@ -109,6 +115,7 @@ def create_device(adapter: Any = None, debug: bool = False, *,
         >>> device.close()
     """
     needs_windows("dmlbridge.gpu.create_device")
+    minimum = _minimum_level(min_feature_level)
     if not isinstance(debug, bool):
         raise InvalidArgumentError(f"debug must be True or False, not {debug!r}")
     if isinstance(adapter, bool) or (isinstance(adapter, int) and not 0 <= adapter < 2**16):
@@ -134,7 +141,8 @@ def create_device(adapter: Any = None, debug: bool = False, *,
         if adapter is None:
             default, description = _adapter(None)
             release(default)
-        dml = create_dml_device(d3d12, debug=debug, directml_dll=directml_dll, missing=tuple(missing))
+        dml = create_dml_device(d3d12, debug=debug, directml_dll=directml_dll, missing=tuple(missing),
+                                minimum=minimum)
         if missing:
             raise debug_layers_missing(missing)
         taken = d3d12, dml, keep
@@ -146,3 +154,18 @@ def create_device(adapter: Any = None, debug: bool = False, *,
         release(d3d12)
         for pointer in keep:
             release(pointer)
+
+
+def _minimum_level(level: object) -> FeatureLevel:
+    """``min_feature_level`` checked: a FeatureLevel, or its dotted name (None: 1.0, DirectML's least)."""
+    if level is None:
+        return FeatureLevel.FL_1_0
+    if isinstance(level, FeatureLevel):
+        return level
+    if isinstance(level, str):
+        try:
+            return FeatureLevel.parse(level)
+        except ValueError:
+            pass
+    raise InvalidArgumentError(f"min_feature_level must be a dmlbridge.FeatureLevel or its name (\"6.3\"), not "
+                               f"{level!r}")

@@ -33,6 +33,7 @@ from dmlbridge.gpu.structs import (
     DML_BINDING_TYPE_BUFFER,
 )
 from dmlbridge.onnx.tensor_proto import DEFAULT_MAX_TENSOR_BYTES
+from dmlbridge.placement.options import DEFAULT_MAX_BUFFER_BYTES, check_max_buffer_bytes
 from dmlbridge.plan.upload_plan import UploadPlan
 from dmlbridge.quantized.records import QuantizedPart
 from dmlbridge.tensor.decode import decode
@@ -288,11 +289,8 @@ class UploadedTensors(_Uploaded):
                  alignment: int) -> None:
         super().__init__(device, owns_device, staging_bytes)
         self.tensors = tuple(tensors)
-        offsets, cursor = [], 0
-        for tensor in self.tensors:
-            step = max(alignment, tensor.guaranteed_base_offset_alignment, 16)
-            offsets.append((cursor + step - 1) // step * step)
-            cursor = offsets[-1] + tensor.total_tensor_size_in_bytes
+        offsets = _offsets(self.tensors, alignment)
+        cursor = offsets[-1] + self.tensors[-1].total_tensor_size_in_bytes
         self.offsets = tuple(offsets)
         """Where each tensor is in the buffer."""
         self.size = cursor
@@ -303,14 +301,17 @@ class UploadedTensors(_Uploaded):
             raise
 
     def _image(self, out: np.ndarray, start: int) -> None:
-        """Bytes ``start`` to ``start + len(out)`` of the buffer: each tensor's data at its offset, zeros between."""
-        out[:] = 0
-        end = start + out.size
+        """Bytes ``start`` to ``start + len(out)`` of the buffer: each tensor's data at its offset, zeros between,
+        each byte written once (``out`` is write-combined memory: a write a second time costs it twice)."""
+        end, done = start + out.size, start
         for offset, tensor in zip(self.offsets, self.tensors, strict=True):
             data = tensor.data.reshape(-1).view(np.uint8)
             low, high = max(offset, start), min(offset + data.size, end)
             if low < high:
+                out[done - start : low - start] = 0
                 out[low - start : high - start] = data[low - offset : high - offset]
+                done = high
+        out[done - start :] = 0
 
     def _where(self, key: Any) -> tuple[int, int, BufferTensorDesc]:
         self._check_open()
@@ -322,6 +323,22 @@ class UploadedTensors(_Uploaded):
         """Tensor ``index``'s values read back from the GPU now: what its ``to_numpy()`` gives from its bytes."""
         data = self.read_bytes(index, max_tensor_bytes=max_tensor_bytes)
         return replace(self.tensors[index], data=data).to_numpy()
+
+
+def _offsets(tensors: Sequence[PreparedTensor], alignment: int) -> list[int]:
+    """Where each tensor goes in :func:`upload_tensors`' buffer: the next multiple of the larger of ``alignment``,
+    its desc's alignment and 16."""
+    offsets, cursor = [], 0
+    for tensor in tensors:
+        step = max(alignment, tensor.guaranteed_base_offset_alignment, 16)
+        offsets.append((cursor + step - 1) // step * step)
+        cursor = offsets[-1] + tensor.total_tensor_size_in_bytes
+    return offsets
+
+
+def buffer_size(tensors: Sequence[PreparedTensor], alignment: int) -> int:
+    """The bytes :func:`upload_tensors` puts ``tensors`` in."""
+    return _offsets(tensors, alignment)[-1] + tensors[-1].total_tensor_size_in_bytes
 
 
 def _listed(names: list[str], limit: int = 5) -> str:
@@ -426,10 +443,13 @@ def upload(plan: UploadPlan, device: Any, *, staging_bytes: int = DEFAULT_STAGIN
 
 
 def upload_tensors(tensors: Sequence[PreparedTensor], device: Any, *, alignment: int = 256,
-                   staging_bytes: int = DEFAULT_STAGING_BYTES) -> UploadedTensors:
+                   staging_bytes: int = DEFAULT_STAGING_BYTES,
+                   max_buffer_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> UploadedTensors:
     """Upload prepared tensors (``dmlbridge.prepare`` results) into one default-heap buffer, each at an offset that
     is a multiple of ``alignment`` (and of its desc's ``GuaranteedBaseOffsetAlignment``; 16 at least, DirectML's
-    minimum). ``device`` and ``staging_bytes``: as :func:`upload` takes them.
+    minimum). ``device`` and ``staging_bytes``: as :func:`upload` takes them. The buffer holds at most
+    ``max_buffer_bytes`` (2 GiB, the size Direct3D 12 promises a resource on a GPU of 8 GiB, as conversions keep
+    to; at most 0xFFFF0000): more is refused before anything is made (convert them, or upload fewer at a time).
 
     Example:
         >>> import dmlbridge, dmlbridge.gpu, numpy as np
@@ -446,6 +466,12 @@ def upload_tensors(tensors: Sequence[PreparedTensor], device: Any, *, alignment:
         raise InvalidArgumentError(f"alignment must be a multiple of 16 (DirectML's minimum buffer-tensor "
                                    f"alignment), not {alignment!r}")
     staging = check_staging_bytes(staging_bytes)
+    most = check_max_buffer_bytes(max_buffer_bytes, 16)
+    size = buffer_size(items, alignment)
+    if size > most:
+        raise InvalidArgumentError(f"the {len(items)} tensors take {size} bytes in one buffer, more than "
+                                   f"max_buffer_bytes={most}: upload fewer at a time, or convert them "
+                                   "(dmlbridge.convert_model splits its buffers)")
     held, owned = as_device(device)
     try:
         return UploadedTensors(items, held, owned, staging, alignment)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import enum
 
 __all__ = [
-    "DmlConvolutionDirection", "DmlConvolutionMode", "DmlMatrixTransform", "DmlMultiheadAttentionMaskType",
-    "DmlOperatorType", "DmlQuantizationType", "DmlRecurrentNetworkDirection",
+    "DmlConvolutionDirection", "DmlConvolutionMode", "DmlExecutionFlags", "DmlMatrixTransform",
+    "DmlMultiheadAttentionMaskType", "DmlOperatorType", "DmlQuantizationType", "DmlRecurrentNetworkDirection",
 ]
 
 
@@ -297,3 +297,21 @@ class DmlMultiheadAttentionMaskType(enum.IntEnum):
     KEY_SEQUENCE_END_START = 2
     KEY_QUERY_SEQUENCE_LENGTH_START_END = 3
     BOOLEAN = 4
+
+
+class DmlExecutionFlags(enum.IntFlag):
+    """``DML_EXECUTION_FLAGS``: what DirectML may do compiling an operator or a graph (``execution_flags=`` of
+    ``run_operator`` and ``run_graph``): compute in half precision where the tensors are FLOAT32, leave the
+    driver's meta commands out, let the descriptors change after binding.
+
+    Example:
+        >>> import dmlbridge.gpu
+        >>> flags = dmlbridge.gpu.DmlExecutionFlags
+        >>> int(flags.ALLOW_HALF_PRECISION_COMPUTATION | flags.DISABLE_META_COMMANDS)
+        3
+    """
+
+    NONE = 0
+    ALLOW_HALF_PRECISION_COMPUTATION = 1
+    DISABLE_META_COMMANDS = 2
+    DESCRIPTORS_VOLATILE = 4

@@ -1,12 +1,13 @@
 """The GPU suite's runtime: Windows' CPython driving Direct3D 12 and DirectML through ``dmlbridge.gpu``.
 
-Off Windows every test that needs the device is skipped with one line saying so (what runs there without a device:
-test_com.py, test_graph_structs.py, test_graph_arguments.py and the checks of test_plan_fits.py). On Windows, a device that cannot be made skips them too, unless
-``DMLBRIDGE_DIRECTML=required`` (CI), which makes that a failure. The session's device starts with a known-answer
-check: bytes written by ``struct`` uploaded and read back (through a readback heap filled with 0xA5 first) and run
-through DirectML's IDENTITY as UINT32 (bit patterns of float32 subnormals and NaNs with payloads, which a FLOAT32
-IDENTITY need not keep: Direct3D's float rules let a GPU flush the one and quiet the other), so a broken stack that
-returns zeros or nothing fails every test instead of passing.
+Off Windows every test that needs the device is skipped with one line saying so (what runs there without a
+device: test_com.py, test_graph_structs.py, test_graph_arguments.py and the checks of test_plan_fits.py). On
+Windows, a device that cannot be made skips them too, unless ``DMLBRIDGE_DIRECTML=required`` (CI), which makes that
+a failure. The session's device starts with a known-answer check: bytes written by ``struct`` uploaded and read
+back (through a readback heap filled with 0xA5 first) and run through DirectML's IDENTITY as UINT32 (bit patterns
+of float32 subnormals and NaNs with payloads, which a FLOAT32 IDENTITY need not keep: Direct3D's float rules let a
+GPU flush the one and quiet the other), so a broken stack that returns zeros or nothing fails every test instead of
+passing.
 """
 
 from __future__ import annotations

@@ -173,6 +173,17 @@ def test_a_call_that_fails_because_the_device_was_removed_says_so() -> None:
     assert not isinstance(other.value, dmlbridge.DeviceRemovedError)
 
 
+def test_a_call_that_finds_too_little_memory_is_an_out_of_memory_error() -> None:
+    """E_OUTOFMEMORY: the device works, it has not that much; a GpuOutOfMemoryError (a ComError) says to retry
+    with less, and the device is not called removed."""
+    healthy, _ = _device(0, 0)
+    failing = FakeCom({ID3D12Device.CreateFence: lambda this, value, flags, iid, out: signed(0x8007000E)})
+    with pytest.raises(dmlbridge.GpuOutOfMemoryError, match=r"E_OUTOFMEMORY.*retry with less") as caught:
+        healthy.create(ID3D12Device.CreateFence, 0, 0, None, on=failing.address, doing="making a buffer")
+    assert isinstance(caught.value, dmlbridge.ComError) and not isinstance(caught.value, dmlbridge.DeviceRemovedError)
+    assert (caught.value.call, caught.value.hresult) == ("ID3D12Device::CreateFence", 0x8007000E)
+
+
 class ComtypesLike:
     def __init__(self, address: int) -> None:
         self.value = address

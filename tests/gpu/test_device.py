@@ -196,3 +196,21 @@ def test_a_refused_com_call_names_the_call_and_its_hresult(device: dmlbridge.gpu
         assert not isinstance(error, dmlbridge.DeviceRemovedError)
         assert uploaded.read(0).tolist() == [0.0, 1.0, 2.0, 3.0]
     assert device.removed_reason() == ("", 0)
+
+
+def test_an_operator_and_a_graph_compile_with_the_execution_flags_given(device: dmlbridge.gpu.Device) -> None:
+    """execution_flags reach CompileOperator and CompileGraph: with meta commands off and volatile descriptors, an
+    IDENTITY still copies its input exactly."""
+    x = dmlbridge.prepare(np.array([1.5, -2, 3, 0.25], np.float32))
+    desc = x.as_ctypes_tensor_desc()
+    op = IdentityDesc(ctypes.addressof(desc), ctypes.addressof(desc), None)
+    operator = dmlbridge.gpu.DML_OPERATOR_DESC(1, ctypes.addressof(op))
+    flags = dmlbridge.gpu.DmlExecutionFlags.DISABLE_META_COMMANDS | dmlbridge.gpu.DmlExecutionFlags.DESCRIPTORS_VOLATILE
+    with dmlbridge.gpu.upload_tensors([x], device) as uploaded:
+        one = dmlbridge.gpu.run_operator(device, operator, [uploaded.binding(0)], [16], execution_flags=flags)
+        graph = dmlbridge.gpu.run_graph(device, [operator], [dmlbridge.gpu.InputEdge(0, 0, 0)], [],
+                                        [dmlbridge.gpu.OutputEdge(0, 0, 0)], [uploaded.binding(0)], [16],
+                                        execution_flags=flags)
+    TALLY.operators += 2
+    for out in (one, graph):
+        assert dmlbridge.decode(out[0], "FLOAT32", [4]).tolist() == [1.5, -2.0, 3.0, 0.25]

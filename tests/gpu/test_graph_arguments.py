@@ -59,3 +59,27 @@ def test_a_binding_of_a_closed_upload_is_refused_before_any_com_call() -> None:
     binding.SizeInBytes = 8
     with pytest.raises(dmlbridge.InvalidArgumentError, match=r"TotalTensorSizeInBytes \(16\)"):
         dmlbridge.gpu.run_compiled(0x20000, 0x30000, [binding], [16])
+
+
+@pytest.mark.parametrize("flags", [-1, 8, 1.0, True, "1"])
+def test_execution_flags_are_dml_execution_flags(flags: Any) -> None:
+    """DML_EXECUTION_FLAGS (0 to 7), refused otherwise before any COM call, by run_operator and run_graph alike."""
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="execution_flags must be DML_EXECUTION_FLAGS"):
+        dmlbridge.gpu.run_operator(0x20000, OP, [None], [16], execution_flags=flags)
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="execution_flags must be DML_EXECUTION_FLAGS"):
+        dmlbridge.gpu.run_graph(0x20000, [OP], [InputEdge(0, 0, 0)], [], [OutputEdge(0, 0, 0)], [None], [16],
+                                execution_flags=flags)
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"staging_bytes": 0xFFFF0001}, "staging_bytes must be a whole number of bytes, 512 to 0xFFFF0000"),
+    ({"staging_bytes": 256}, "staging_bytes must be a whole number of bytes, 512 to 0xFFFF0000"),
+    ({"max_buffer_bytes": 0x1_0000_0000}, "max_buffer_bytes must be a multiple of the alignment"),
+    ({"max_buffer_bytes": 1024}, r"the 2 tensors take 2048 bytes in one buffer, more than max_buffer_bytes=1024"),
+], ids=["staging past 0xFFFF0000", "staging under 512", "buffer past 0xFFFF0000", "tensors past the buffer"])
+def test_an_upload_is_bounded_before_anything_is_made(keywords: dict[str, Any], message: str) -> None:
+    """The upload heap stops at 0xFFFF0000 (past it a GPU makes none), and upload_tensors' one buffer at
+    max_buffer_bytes (2 GiB by default, as conversions keep to): both refused before any COM call."""
+    tensors = [dmlbridge.prepare(np.ones(256, np.float32)) for _ in range(2)]  # 1024 bytes each, 1024 apart
+    with pytest.raises(dmlbridge.InvalidArgumentError, match=message):
+        dmlbridge.gpu.upload_tensors(tensors, 0x20000, **keywords)

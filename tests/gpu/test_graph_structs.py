@@ -47,6 +47,7 @@ ENUM_PREFIXES = {  # each enum of operator_types, and the prefix of its members'
     "DmlRecurrentNetworkDirection": "DML_RECURRENT_NETWORK_DIRECTION_",
     "DmlQuantizationType": "DML_QUANTIZATION_TYPE_",
     "DmlMultiheadAttentionMaskType": "DML_MULTIHEAD_ATTENTION_MASK_TYPE_",
+    "DmlExecutionFlags": "DML_EXECUTION_FLAG_",
 }
 ATTRIBUTE_CHOSEN = {"ELEMENT_WISE_MODULUS_TRUNCATE", "ELEMENT_WISE_BIT_SHIFT_RIGHT", "ELEMENT_WISE_MULTIPLY"}
 """The operators a node's attribute picks in place of its row's (a Mod's ``fmod``, a BitShift's ``direction``, an
