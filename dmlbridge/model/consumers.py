@@ -419,6 +419,10 @@ def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int
         return Consumer(node_key, named, position, reads_on="cpu",
                         note=f"ONNX Runtime's DirectML provider does not run {named} with {unsupported[0]} set: it "
                              "runs on the CPU")
+    if op_type == "Pow" and onnx_domain and position == 1 and _one_element(constant):
+        return Consumer(node_key, named, position, reads_on="cpu",
+                        note="ONNX Runtime's DirectML provider runs a Pow of a one-element constant exponent as "
+                             "ELEMENT_WISE_CONSTANT_POW, the exponent read on the CPU as its Exponent")
     if rule.layout == "unknown":
         return Consumer(node_key, named, position, dml_operator=rule.dml_operator,
                         note=f"not laid out: dmlbridge does not know the desc {rule.dml_operator} binds {named}'s "
@@ -440,6 +444,10 @@ def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int
     groups = int_attribute(node, "groups") if layout == "group" else None
     return Consumer(node_key, named, position, facts[0], facts[1], "gpu", dml_operator, layout, facts[2],
                     named_sizes=facts[3], groups=groups if groups is None or 0 < groups < 2**32 else None)
+
+
+def _one_element(shape: tuple[int, ...]) -> bool:
+    return all(size == 1 for size in shape)
 
 
 def _equation(node: Any) -> str:

@@ -175,7 +175,8 @@ _ELEMENT_WISE = {  # op type -> (DML operator, first opset with today's broadcas
     "BitShift": "ELEMENT_WISE_BIT_SHIFT_LEFT", "BitwiseAnd": "ELEMENT_WISE_BIT_AND",
     "BitwiseOr": "ELEMENT_WISE_BIT_OR", "BitwiseXor": "ELEMENT_WISE_BIT_XOR",
 }
-_ELEMENT_WISE_SOURCE = "DmlOperatorElementwise.cpp: every input's TensorDesc at the output's sizes (broadcast)"
+_ELEMENT_WISE_SOURCE = ("DmlOperatorElementwise.cpp: every input's TensorDesc at the output's sizes (broadcast); a "
+                        "Pow's one-element constant exponent read on the CPU (ELEMENT_WISE_CONSTANT_POW)")
 _RNN_SOURCE = ("DmlOperatorRecurrentNeuralNetwork.cpp: every tensor 4-D, leading 1s; sequence_lens as UINT32; "
                "none OWNED_BY_DML (CreateOperator refuses them flagged: measured)")
 _NORMALIZATION_SOURCE = ("DmlOperatorLayerNormalization.cpp: scale and bias with leading 1s to the input's rank "

@@ -263,6 +263,19 @@ def test_an_einsum_binds_its_constant_by_its_equations_form(equation: str, x: li
         assert "not laid out" in (consumer.layout_note or "")
 
 
+def test_a_pows_one_element_exponent_is_read_on_the_cpu() -> None:
+    """ELEMENT_WISE_CONSTANT_POW takes a one-element constant exponent as a number (Pow(x, 2) of a decomposed
+    LayerNormalization): read on the CPU, not uploaded; an exponent of more elements is bound, broadcast."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["y"], name="square"),
+             helper.make_node("Pow", ["x", "each"], ["z"], name="each")]
+    plan = dmlbridge.plan_model(_model(nodes, {"x": (F32, [2, 3])}, {"two": np.full((1, 1), 2, np.float32),
+                                                                     "each": np.arange(3, dtype=np.float32)}))
+    (square,) = plan.entries["two"].consumers
+    assert plan.entries["two"].reads_on == "cpu" and "ELEMENT_WISE_CONSTANT_POW" in (square.note or "")
+    (each,) = plan.entries["each"].consumers
+    assert (each.reads_on, each.dml_operator, each.sizes, each.strides) == ("gpu", "ELEMENT_WISE_POW", (2, 3), (0, 1))
+
+
 def test_operators_the_provider_does_not_run_or_dmlbridge_does_not_know() -> None:
     nodes = [helper.make_node("DynamicQuantizeLSTM", ["x", "w"], ["y"], name="dq_lstm", domain="com.microsoft"),
              helper.make_node("Custom", ["x", "v"], ["z"], name="custom", domain="com.example"),
