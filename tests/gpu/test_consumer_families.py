@@ -197,29 +197,30 @@ def test_dequantize_linear_takes_a_per_axis_scale_on_its_axis(device: dmlbridge.
         assert results == [True, False]
 
 
-# --- GRU --------------------------------------------------------------------------------------------------------
+# --- GRU and RNN ------------------------------------------------------------------------------------------------
 
-def test_a_bidirectional_gru_takes_every_constant_input_in_four_dimensions(device: dmlbridge.gpu.Device,
-                                                                           tmp_path: Path) -> None:
-    rng = np.random.default_rng(17)
+@pytest.mark.parametrize(("op", "gates"), [("GRU", 3), ("RNN", 1)])
+def test_a_bidirectional_gru_and_rnn_take_every_constant_input_in_four_dimensions(
+        op: str, gates: int, device: dmlbridge.gpu.Device, tmp_path: Path) -> None:
+    rng = np.random.default_rng(17 + gates)
     seq, batch, size, hidden, dirs = 3, 2, 4, 5, 2
     x = rng.standard_normal((seq, batch, size)).astype(np.float32)
-    w = (rng.standard_normal((dirs, 3 * hidden, size)) / 2).astype(np.float32)
-    r = (rng.standard_normal((dirs, 3 * hidden, hidden)) / 2).astype(np.float32)
-    b = (rng.standard_normal((dirs, 6 * hidden)) / 4).astype(np.float32)
-    h0 = rng.standard_normal((dirs, batch, hidden)).astype(np.float32)
-    lengths = np.array([3, 2], np.int32)
-    node = helper.make_node("GRU", ["x", "w", "r", "b", "lengths", "h0"], ["y", "y_h"], name="gru",
+    consts = {"w": (rng.standard_normal((dirs, gates * hidden, size)) / 2).astype(np.float32),
+              "r": (rng.standard_normal((dirs, gates * hidden, hidden)) / 2).astype(np.float32),
+              "b": (rng.standard_normal((dirs, 2 * gates * hidden)) / 4).astype(np.float32),
+              "lengths": np.array([3, 2], np.int32),
+              "h0": rng.standard_normal((dirs, batch, hidden)).astype(np.float32)}
+    node = helper.make_node(op, ["x", "w", "r", "b", "lengths", "h0"], ["y", "y_h"], name=op.lower(),
                             hidden_size=hidden, direction="bidirectional")
-    model = one_node(node, {"x": (F32, [seq, batch, size])}, (F32, None),
-                     {"w": w, "r": r, "b": b, "lengths": lengths, "h0": h0}, opset=14, extra_outputs=("y_h",))
+    model = one_node(node, {"x": (F32, [seq, batch, size])}, (F32, None), consts, opset=14, extra_outputs=("y_h",))
     with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
         want, want_h = run.expected["y"], run.expected["y_h"]
-        sizes = {key: run.plan.entries[key].consumers[0].sizes for key in ("w", "r", "b", "lengths", "h0")}
-        assert sizes == {"w": (1, dirs, 3 * hidden, size), "r": (1, dirs, 3 * hidden, hidden),
-                         "b": (1, 1, dirs, 6 * hidden), "lengths": (1, 1, 1, batch), "h0": (1, dirs, batch, hidden)}
+        sizes = {key: run.plan.entries[key].consumers[0].sizes for key in consts}
+        assert sizes == {"w": (1, dirs, gates * hidden, size), "r": (1, dirs, gates * hidden, hidden),
+                         "b": (1, 1, dirs, 2 * gates * hidden), "lengths": (1, 1, 1, batch),
+                         "h0": (1, dirs, batch, hidden)}
         assert run.plan.entries["lengths"].consumers[0].desc()["DataType"] == dmlbridge.DmlDataType.UINT32
-        # (GRU takes no input flagged OWNED_BY_DML, which the conversion asked for: each is bound when it runs)
+        # (GRU and RNN take no input flagged OWNED_BY_DML, which the conversion asked for: each is bound when it runs)
         assert {run.plan.entries[key].consumers[0].desc()["Flags"] for key in sizes} == {0}
         assert run.plan.entries["w"].desc()["Flags"] == 1
         results = []
@@ -230,8 +231,9 @@ def test_a_bidirectional_gru_takes_every_constant_input_in_four_dimensions(devic
             bd, hd, ld = run.consumer("b"), run.consumer("h0"), run.consumer("lengths")
             yd = run.output((seq, dirs, batch, hidden), np.float32)
             yhd = run.output((1, dirs, batch, hidden), np.float32)
-            got, got_h = run.run(ops.gru(xd, wd, rd, bd, hd, ld, yd, yhd, direction="bidirectional",
-                                         linear_before_reset=0))
+            network = ops.gru(xd, wd, rd, bd, hd, ld, yd, yhd, direction="bidirectional", linear_before_reset=0) \
+                if op == "GRU" else ops.rnn(xd, wd, rd, bd, hd, ld, yd, yhd, direction="bidirectional")
+            got, got_h = run.run(network)
             results.append(within(got, want, "close", control=at is not None)
                            & within(got_h.reshape(want_h.shape), want_h, "close", control=at is not None))
         assert results == [True, False]
@@ -335,40 +337,7 @@ def test_skip_layer_normalization_adds_its_skip_and_bias_broadcast_then_normaliz
         assert results == [True, False]
 
 
-# --- RNN and LSTM ------------------------------------------------------------------------------------------------
-
-def test_a_bidirectional_rnn_takes_every_constant_input_in_four_dimensions(device: dmlbridge.gpu.Device,
-                                                                           tmp_path: Path) -> None:
-    rng = np.random.default_rng(29)
-    seq, batch, size, hidden, dirs = 3, 2, 4, 5, 2
-    x = rng.standard_normal((seq, batch, size)).astype(np.float32)
-    consts = {"w": (rng.standard_normal((dirs, hidden, size)) / 2).astype(np.float32),
-              "r": (rng.standard_normal((dirs, hidden, hidden)) / 2).astype(np.float32),
-              "b": (rng.standard_normal((dirs, 2 * hidden)) / 4).astype(np.float32),
-              "lengths": np.array([3, 2], np.int32),
-              "h0": rng.standard_normal((dirs, batch, hidden)).astype(np.float32)}
-    node = helper.make_node("RNN", ["x", "w", "r", "b", "lengths", "h0"], ["y", "y_h"], name="rnn",
-                            hidden_size=hidden, direction="bidirectional")
-    model = one_node(node, {"x": (F32, [seq, batch, size])}, (F32, None), consts, opset=14, extra_outputs=("y_h",))
-    with ConsumerRun(device, tmp_path, model, {"x": x}) as run:
-        want, want_h = run.expected["y"], run.expected["y_h"]
-        sizes = {key: run.plan.entries[key].consumers[0].sizes for key in consts}
-        assert sizes == {"w": (1, dirs, hidden, size), "r": (1, dirs, hidden, hidden), "b": (1, 1, dirs, 2 * hidden),
-                         "lengths": (1, 1, 1, batch), "h0": (1, dirs, batch, hidden)}
-        assert run.plan.entries["lengths"].consumers[0].desc()["DataType"] == dmlbridge.DmlDataType.UINT32
-        results = []
-        for at in (None, "pad"):
-            run.reset()
-            xd = run.feed("x", (1, seq, batch, size))
-            wd, rd, bd = run.consumer("w", at=at), run.consumer("r"), run.consumer("b")
-            hd, ld = run.consumer("h0"), run.consumer("lengths")
-            yd = run.output((seq, dirs, batch, hidden), np.float32)
-            yhd = run.output((1, dirs, batch, hidden), np.float32)
-            got, got_h = run.run(ops.rnn(xd, wd, rd, bd, hd, ld, yd, yhd, direction="bidirectional"))
-            results.append(within(got, want, "close", control=at is not None)
-                           & within(got_h.reshape(want_h.shape), want_h, "close", control=at is not None))
-        assert results == [True, False]
-
+# --- LSTM -------------------------------------------------------------------------------------------------------
 
 def test_a_bidirectional_lstm_takes_every_constant_input_with_its_peepholes(device: dmlbridge.gpu.Device,
                                                                             tmp_path: Path) -> None:
