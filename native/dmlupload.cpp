@@ -90,7 +90,8 @@ static void Say(const char* format, ...) {
 // Test faults: DMLUPLOAD_FAULTS=NAME[,NAME...] makes one call fail, or one result change, as a broken device or a
 // GPU with other float rules could, so that the test suite can check that the program notices (README.md lists
 // them). Never set in normal use.
-static const char* const kFaults[] = {"flush", "no-pattern", "no-feature-levels", "no-event", "skip-first-step"};
+static const char* const kFaults[] = {"flush", "no-pattern", "no-feature-levels", "no-event", "skip-first-step",
+                                      "hold-files"};
 static bool Fault(const char* name) {
     static const char* const set = getenv("DMLUPLOAD_FAULTS");
     static const std::string faults = "," + std::string(set ? set : "") + ",";
@@ -1326,6 +1327,11 @@ int main(int argc, char** argv) {
     // The input first, whole: a malformed list or a missing file costs no GPU start-up (exit 2).
     if (!opt.selfTestOnly) {
         r.list = ReadBindingList(opt.bindings, opt.dir);
+        if (Fault("hold-files")) {  // (every buffer file open: the suite removes one meanwhile, then says go on)
+            fprintf(stderr, "dmlupload: buffer files open\n");
+            fflush(stderr);
+            getchar();
+        }
         gemms = CheckOptions(opt, r.list);
         if (!opt.dump.empty() && !(r.dump = fopen(opt.dump.c_str(), "wb"))) BadInput("cannot create " + opt.dump);
     }

@@ -130,3 +130,26 @@ def test_dmlupload_reads_what_dmlbridge_gpu_reads(device: dmlbridge.gpu.Device, 
                         r"\d+ undecided$", run.stdout, re.M)
     assert summary, run.stdout
     TALLY.dmlupload_operators += int(summary.group(1))
+
+
+def test_dmlupload_lets_another_program_remove_the_files_it_reads(conversion: Path, tmp_path: Path) -> None:
+    """dmlupload opens the buffer files sharing delete (FILE_SHARE_DELETE), as dmlbridge's own readers do: a
+    re-conversion that replaces them while it reads can remove them (the removal done once it closes them), never
+    refused with a sharing violation. ``DMLUPLOAD_FAULTS=hold-files`` pauses it with every file open."""
+    exe = _dmlupload()
+    listed = bindings_format.parse((conversion / "w.bindings").read_text(encoding="ascii"))
+    for name in ["w.bindings", *(file for file, _ in listed.buffers)]:  # (a copy: the module's other tests read it)
+        (tmp_path / name).write_bytes((conversion / name).read_bytes())
+    victim = tmp_path / listed.buffers[0][0]
+    held = subprocess.Popen([exe, str(tmp_path / "w.bindings")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "DMLUPLOAD_FAULTS": "hold-files"})
+    try:
+        assert held.stderr is not None and "buffer files open" in held.stderr.readline()
+        os.remove(victim)  # (a sharing violation, PermissionError, were it opened without FILE_SHARE_DELETE)
+        out, err = held.communicate("\n", timeout=900)
+    finally:
+        if held.poll() is None:
+            held.kill()
+            held.wait()
+    assert held.returncode == 0 and "self-test ok" in out.splitlines(), out + err
+    assert not victim.exists()
