@@ -82,10 +82,11 @@ class CommandList:
             self.reopen()
 
     def close(self) -> None:
-        """Wait for the last submission (unless the device is lost), then release the list and its allocator."""
+        """Wait for the last submission (unless the Direct3D 12 device is lost), then release the list and its
+        allocator."""
         try:
-            if not self.recording and self.pending and not self.device.closed and not self.device.removed_reason()[1]:
-                self.device.wait(self.pending, "")
+            if not self.recording and self.pending and not self.device.closed:
+                self.device.settle(self.pending)
         finally:
             release(self.list)
             release(self.allocator)

@@ -154,6 +154,26 @@ class Device:
         with self.lock:
             self.wait(self.signal(), "waiting for the queue")
 
+    def settle(self, value: int | None = None) -> None:
+        """For a close path: wait until the queue has done everything up to fence ``value`` (None: everything
+        submitted), unless the Direct3D 12 device is lost. A DirectML device lost alone leaves the queue running and
+        its buffers in use, so it is waited for all the same; nothing here raises."""
+        with self.lock:
+            if not (self.fence and self.queue and self._event is not None) or self.d3d12_removed():
+                return
+            if value is None:
+                self._fence_value += 1
+                if failed(invoke(self.queue, ID3D12CommandQueue.Signal, self.fence, self._fence_value)):
+                    return
+                value = self._fence_value
+            if int(invoke(self.fence, ID3D12Fence.GetCompletedValue)) >= value:
+                return
+            if failed(invoke(self.fence, ID3D12Fence.SetEventOnCompletion, value, self._event.handle)):
+                return
+            while int(invoke(self.fence, ID3D12Fence.GetCompletedValue)) < value:
+                if not self._event.wait(_POLL_MS) and self.d3d12_removed():
+                    return
+
     # --- COM calls -------------------------------------------------------------------------------------------
 
     def removed_reason(self) -> tuple[str, int]:
@@ -168,12 +188,18 @@ class Device:
                     return call, reason
         return "", 0
 
+    def d3d12_removed(self) -> bool:
+        """Whether the Direct3D 12 device (and with it the queue) was removed: not just the DirectML device."""
+        return bool(self.d3d12) and bool(int(invoke(self.d3d12, ID3D12Device.GetDeviceRemovedReason)) & 0xFFFFFFFF)
+
     def check_removed(self, doing: str) -> None:
-        """Raise DeviceRemovedError, with the reason, if the device was removed."""
+        """Raise DeviceRemovedError, with the reason, if the device was removed (naming which: the Direct3D 12
+        device, or the DirectML device alone)."""
         call, reason = self.removed_reason()
         if reason:
+            which = "Direct3D 12" if call.startswith("ID3D12") else "DirectML"
             raise DeviceRemovedError(
-                f"the Direct3D 12 device was removed{' ' + doing if doing else ''}: {call} gives "
+                f"the {which} device was removed{' ' + doing if doing else ''}: {call} gives "
                 f"{hresult_text(reason)}; nothing on this device can be used again: close it and create a new device "
                 "(in a new process, if the driver blamed this one for a hang)", call, reason)
 
@@ -221,8 +247,7 @@ class Device:
 
     def _close(self) -> None:
         try:
-            if self.fence and self.queue and self._event is not None and not self.removed_reason()[1]:
-                self.flush()
+            self.settle()
         finally:
             self._closed = True
             if self._event is not None:

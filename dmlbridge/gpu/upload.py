@@ -157,8 +157,8 @@ class _Uploaded:
         try:
             if self._readback is not None:
                 self._readback.close()
-            if not self.device.closed and not self.device.removed_reason()[1]:
-                self.device.flush()
+            if not self.device.closed:
+                self.device.settle()
         finally:
             for resource in self._resources:
                 release(resource)

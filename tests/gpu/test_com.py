@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import dmlbridge.gpu
 from dmlbridge.gpu import interfaces, structs
 from dmlbridge.gpu.com import address_of, check, hresult_text
 from dmlbridge.gpu.device import Device, as_device
-from dmlbridge.gpu.interfaces import IID, ID3D12Device, IDMLDevice, IUnknown, Method
+from dmlbridge.gpu.interfaces import IID, ID3D12CommandQueue, ID3D12Device, ID3D12Fence, IDMLDevice, IUnknown, Method
 
 ROOT = Path(__file__).resolve().parents[2]
 DIRECTML_H = ROOT / "tools" / "directml" / "include" / "DirectML.h"
@@ -171,6 +172,30 @@ def test_a_call_that_fails_because_the_device_was_removed_says_so() -> None:
     with pytest.raises(dmlbridge.ComError, match="ID3D12Device::CreateFence failed with HRESULT 0x887A0005") as other:
         healthy.create(ID3D12Device.CreateFence, 0, 0, None, on=failing.address, doing="making a fence")
     assert not isinstance(other.value, dmlbridge.DeviceRemovedError)
+
+
+def test_a_directml_device_lost_alone_is_named_and_its_queue_still_waited_for() -> None:
+    """A DirectML device can be lost while its Direct3D 12 device and queue run on: the error names the DirectML
+    device, and every close path (``settle``) still signals the fence and waits for it, where a lost Direct3D 12
+    device is not waited for (its queue will never signal)."""
+    alone, _ = _device(0, DEVICE_REMOVED)
+    with pytest.raises(dmlbridge.DeviceRemovedError, match=r"^the DirectML device was removed reading: "
+                                                           r"IDMLDevice::GetDeviceRemovedReason gives 0x887A0005"):
+        alone.check_removed("reading")
+    assert _signals_settling(0) == [1] and _signals_settling(DEVICE_HUNG) == []
+
+
+def _signals_settling(d3d12_reason: int) -> list[int]:
+    """The fence values ``settle`` signals on a device whose DirectML device was lost, its Direct3D 12 device lost
+    with ``d3d12_reason`` (0: running)."""
+    device, _ = _device(d3d12_reason, DEVICE_REMOVED)
+    signaled: list[int] = []
+    queue = FakeCom({ID3D12CommandQueue.Signal: lambda this, fence, value: signaled.append(value) or 0})
+    fence = FakeCom({ID3D12Fence.GetCompletedValue: lambda this: signaled[-1] if signaled else 0})
+    device.queue, device.fence, device._fence_value = queue.address, fence.address, 0
+    device._event, device.lock = object(), threading.RLock()  # type: ignore[assignment]
+    device.settle()
+    return signaled
 
 
 def test_a_call_that_finds_too_little_memory_is_an_out_of_memory_error() -> None:
