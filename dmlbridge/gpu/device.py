@@ -18,6 +18,7 @@ result.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from typing import Any
@@ -104,14 +105,21 @@ class Device:
             self._event = Event()
             self.feature_level = _feature_level(self)
             self.types = _data_types(self)
-            self.directml_dll: str | None = loaded_path()
-            """The path of the DirectML.dll this process loaded (None: the caller's device came from elsewhere
-            and no module of that name is loaded)."""
-            self.directml_version: str | None = None if self.directml_dll is None else dll_version(self.directml_dll)
-            """Its file version (``"1.15.4.0"``; None where it has no version resource)."""
         except BaseException:
             self.close()
             raise
+
+    @functools.cached_property
+    def directml_dll(self) -> str | None:
+        """The path of the DirectML.dll this process loaded (None: the caller's device came from elsewhere and no
+        module of that name is loaded). Looked up when first asked: a caller's device pointer is wrapped anew by
+        every call that takes it."""
+        return loaded_path()
+
+    @functools.cached_property
+    def directml_version(self) -> str | None:
+        """The file version of :attr:`directml_dll` (``"1.15.4.0"``; None where it has no version resource)."""
+        return None if self.directml_dll is None else dll_version(self.directml_dll)
 
     # --- the queue -------------------------------------------------------------------------------------------
 
@@ -317,9 +325,10 @@ def create_dml_device(d3d12: int, *, debug: bool = False, directml_dll: str | os
             raise debug_layers_missing(list(missing))
         if minimum > FeatureLevel.FL_1_0:
             highest = _highest_level(create, d3d12)
+            loaded = loaded_path() or path
             raise GpuUnavailableError(
-                f"the DirectML.dll loaded ({loaded_path() or path}, {source}; version "
-                f"{dll_version(loaded_path() or path) or 'unknown'}) has not feature level {minimum.dotted} "
+                f"the DirectML.dll loaded ({loaded}, {source}; version "
+                f"{dll_version(loaded) or 'unknown'}) has not feature level {minimum.dotted} "
                 f"(min_feature_level){'' if highest is None else f': its highest is {highest.dotted}'}; give a newer "
                 f"one (the Microsoft.AI.DirectML NuGet package, or onnxruntime-directml's) with directml_dll= or "
                 f"{ENVIRONMENT_VARIABLE}")
@@ -335,15 +344,21 @@ def _highest_level(create: Any, d3d12: int) -> FeatureLevel | None:
                      ctypes.byref(out))) or not out.value:
         return None
     try:
-        levels = (ctypes.c_int32 * len(FeatureLevel))(*[int(level) for level in FeatureLevel])
-        query = DML_FEATURE_QUERY_FEATURE_LEVELS(len(FeatureLevel), levels)
-        data = DML_FEATURE_DATA_FEATURE_LEVELS()
-        if failed(invoke(out.value, IDMLDevice.CheckFeatureSupport, DML_FEATURE_FEATURE_LEVELS, ctypes.sizeof(query),
-                         ctypes.byref(query), ctypes.sizeof(data), ctypes.byref(data))):
-            return None
-        return FeatureLevel(data.MaxSupportedFeatureLevel)
+        hresult, level = _ask_feature_level(out.value)
+        return None if failed(hresult) else level
     finally:
         release(out.value)
+
+
+def _ask_feature_level(dml: int) -> tuple[int, FeatureLevel | None]:
+    """(HRESULT, the highest level dmlbridge knows that the DirectML device at ``dml`` supports): one
+    DML_FEATURE_FEATURE_LEVELS query."""
+    levels = (ctypes.c_int32 * len(FeatureLevel))(*[int(level) for level in FeatureLevel])
+    query = DML_FEATURE_QUERY_FEATURE_LEVELS(len(FeatureLevel), levels)
+    data = DML_FEATURE_DATA_FEATURE_LEVELS()
+    hresult = invoke(dml, IDMLDevice.CheckFeatureSupport, DML_FEATURE_FEATURE_LEVELS, ctypes.sizeof(query),
+                     ctypes.byref(query), ctypes.sizeof(data), ctypes.byref(data))
+    return int(hresult), None if failed(hresult) else FeatureLevel(data.MaxSupportedFeatureLevel)
 
 
 def _check_feature(device: Device, feature: int, query: Any, data: Any) -> bool:
@@ -354,13 +369,13 @@ def _check_feature(device: Device, feature: int, query: Any, data: Any) -> bool:
 
 def _feature_level(device: Device) -> FeatureLevel:
     """The highest feature level dmlbridge knows that the DirectML device supports (DML_FEATURE_FEATURE_LEVELS)."""
-    levels = (ctypes.c_int32 * len(FeatureLevel))(*[int(level) for level in FeatureLevel])
-    query = DML_FEATURE_QUERY_FEATURE_LEVELS(len(FeatureLevel), levels)
-    data = DML_FEATURE_DATA_FEATURE_LEVELS()
-    device.check(device.dml, IDMLDevice.CheckFeatureSupport, DML_FEATURE_FEATURE_LEVELS, ctypes.sizeof(query),
-                 ctypes.byref(query), ctypes.sizeof(data), ctypes.byref(data),
-                 doing="asking for the device's feature level (DML_FEATURE_FEATURE_LEVELS)")
-    return FeatureLevel(data.MaxSupportedFeatureLevel)
+    hresult, level = _ask_feature_level(device.dml)
+    if level is None:
+        device.check_removed("asking for the device's feature level (DML_FEATURE_FEATURE_LEVELS)")
+        raise ComError(f"IDMLDevice::CheckFeatureSupport failed with HRESULT {hresult_text(hresult)} asking for the "
+                       "device's feature level (DML_FEATURE_FEATURE_LEVELS)", "IDMLDevice::CheckFeatureSupport",
+                       hresult & 0xFFFFFFFF)
+    return level
 
 
 def _data_types(device: Device) -> frozenset[DmlDataType]:

@@ -286,10 +286,10 @@ class UploadedTensors(_Uploaded):
     """
 
     def __init__(self, tensors: Sequence[PreparedTensor], device: Device, owns_device: bool, staging_bytes: int,
-                 alignment: int) -> None:
+                 offsets: Sequence[int]) -> None:
+        """``offsets``: where each tensor goes in the buffer (:func:`_placed`)."""
         super().__init__(device, owns_device, staging_bytes)
         self.tensors = tuple(tensors)
-        offsets = _offsets(self.tensors, alignment)
         cursor = offsets[-1] + self.tensors[-1].total_tensor_size_in_bytes
         self.offsets = tuple(offsets)
         """Where each tensor is in the buffer."""
@@ -325,7 +325,7 @@ class UploadedTensors(_Uploaded):
         return replace(self.tensors[index], data=data).to_numpy()
 
 
-def _offsets(tensors: Sequence[PreparedTensor], alignment: int) -> list[int]:
+def _placed(tensors: Sequence[PreparedTensor], alignment: int) -> list[int]:
     """Where each tensor goes in :func:`upload_tensors`' buffer: the next multiple of the larger of ``alignment``,
     its desc's alignment and 16."""
     offsets, cursor = [], 0
@@ -334,11 +334,6 @@ def _offsets(tensors: Sequence[PreparedTensor], alignment: int) -> list[int]:
         offsets.append((cursor + step - 1) // step * step)
         cursor = offsets[-1] + tensor.total_tensor_size_in_bytes
     return offsets
-
-
-def buffer_size(tensors: Sequence[PreparedTensor], alignment: int) -> int:
-    """The bytes :func:`upload_tensors` puts ``tensors`` in."""
-    return _offsets(tensors, alignment)[-1] + tensors[-1].total_tensor_size_in_bytes
 
 
 def _listed(names: list[str], limit: int = 5) -> str:
@@ -467,14 +462,15 @@ def upload_tensors(tensors: Sequence[PreparedTensor], device: Any, *, alignment:
                                    f"alignment), not {alignment!r}")
     staging = check_staging_bytes(staging_bytes)
     most = check_max_buffer_bytes(max_buffer_bytes, 16)
-    size = buffer_size(items, alignment)
+    offsets = _placed(items, alignment)
+    size = offsets[-1] + items[-1].total_tensor_size_in_bytes
     if size > most:
         raise InvalidArgumentError(f"the {len(items)} tensors take {size} bytes in one buffer, more than "
                                    f"max_buffer_bytes={most}: upload fewer at a time, or convert them "
                                    "(dmlbridge.convert_model splits its buffers)")
     held, owned = as_device(device)
     try:
-        return UploadedTensors(items, held, owned, staging, alignment)
+        return UploadedTensors(items, held, owned, staging, offsets)
     except BaseException:
         if owned:
             held.close()

@@ -350,7 +350,7 @@ def _facts(layout: Layout, node: Any, op_type: str, constant: tuple[int, ...], s
         return dims, None, None, None if dims is None else matmul_b_named(node, constant, shapes)
     if layout == "axis":
         named = named_axis_sizes(node, shapes)
-        axis = next((int(attr.i) for attr in node.attribute if text(attr.name) == "axis"), 1)
+        axis = int_attribute(node, "axis", 1)
         axis = axis + len(named) if named is not None and axis < 0 else axis
         if named is None or not 0 <= axis < len(named):
             return dims, None, None, None
@@ -431,7 +431,7 @@ def _consumer(node: Any, node_key: str, domain: str, op_type: str, position: int
         early = _einsum_consumer(node, node_key, named, position)
         if early is not None:
             return early
-    if rule.layout == "group" and not next((int(a.i) for a in node.attribute if text(a.name) == "channels_last"), 1):
+    if rule.layout == "group" and not int_attribute(node, "channels_last", 1):
         return Consumer(node_key, named, position, dml_operator=rule.dml_operator,
                         note=f"not laid out: ONNX Runtime's {named} reads its input as NHWC (channels_last 1), and "
                              "this node's is NCHW: its ONNX layout")

@@ -15,7 +15,8 @@ from typing import Any, Protocol, cast
 
 __all__ = [
     "MOST_CHANNEL_DIMS", "MOST_ELEMENTS", "MOST_NAME", "Declared", "NamedShape", "NamedShapes", "NamedSizes", "Shape",
-    "declared_shape", "fits", "free_names", "gemm_c_named", "gemm_c_window", "int_attribute", "matmul_b_named",
+    "declared_shape", "fits", "free_names", "gemm_c_named", "gemm_c_window", "input_shapes", "int_attribute",
+    "matmul_b_named",
     "named_axis_sizes", "named_broadcasts", "named_fits", "named_output_sizes", "text",
 ]
 
@@ -107,22 +108,28 @@ def named_broadcasts(shape: tuple[int, ...], sizes: NamedSizes) -> bool:
     pad = len(sizes) - len(shape)
     return pad >= 0 and all(own == 1 or own == size for own, size in zip(shape, sizes[pad:], strict=True))
 
+def input_shapes(node: Any, read: Any) -> list[Any] | None:
+    """The shape ``read(node.input, position)`` gives each input a node names, in order; None where one has none,
+    or a size in it is neither known nor named (None)."""
+    found = []
+    for position in range(len(node.input)):
+        if not node.input[position]:
+            continue
+        shape = read(node.input, position)
+        if shape is None or None in shape:
+            return None
+        found.append(shape)
+    return found
+
 def named_output_sizes(node: Any, shapes: NamedShapes) -> NamedSizes | None:
-    """Where :func:`_output_sizes` gives none, the output's sizes with the graph inputs' dim_param names where
+    """Where ``node_sizes.output_sizes`` gives none, the output's sizes with the graph inputs' dim_param names where
     they are free (the declared output's, else its inputs' broadcast: a column of a name and 1s is the name's, of a
     name and a size more than 1 is the size); None where a size is neither known nor so named, or two names meet
     (either may be 1)."""
     declared = shapes.named(node.output, 0)
     if declared is not None and None not in declared:
         return named_fits(cast(NamedSizes, declared))
-    found: list[NamedSizes] = []
-    for position in range(len(node.input)):
-        if not node.input[position]:
-            continue
-        shape = shapes.named(node.input, position)
-        if shape is None or None in shape:
-            return None
-        found.append(cast(NamedSizes, shape))
+    found = cast("list[NamedSizes] | None", input_shapes(node, shapes.named))
     if not found:
         return None
     rank = max(len(shape) for shape in found)
@@ -136,7 +143,7 @@ def named_output_sizes(node: Any, shapes: NamedShapes) -> NamedSizes | None:
     return named_fits(tuple(sizes))
 
 def named_axis_sizes(node: Any, shapes: NamedShapes) -> NamedSizes | None:
-    """A (de)quantization's input sizes with their dim_param names where :func:`_axis_facts` finds none."""
+    """A (de)quantization's input sizes with their dim_param names where ``node_sizes.axis_facts`` finds none."""
     x = shapes.named(node.input, 0)
     return None if x is None or None in x or not x else named_fits(cast(NamedSizes, x))
 
@@ -180,8 +187,9 @@ def matmul_b_named(node: Any, b: tuple[int, ...], shapes: NamedShapes) -> NamedS
         batch.append(size)
     return named_fits((*batch, *b[-2:]))
 
-def int_attribute(node: Any, name: str) -> int:
-    return next((int(attr.i) for attr in node.attribute if text(attr.name) == name), 0)
+def int_attribute(node: Any, name: str, default: int = 0) -> int:
+    """A node's integer attribute ``name`` (``default`` where it has none)."""
+    return next((int(attr.i) for attr in node.attribute if text(attr.name) == name), default)
 
 def text(value: str | bytes) -> str:
     return value if isinstance(value, str) else value.decode("utf-8", "backslashreplace")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, cast
 
-from dmlbridge.model.named_sizes import MOST_CHANNEL_DIMS, Shape, fits, gemm_c_window, text
+from dmlbridge.model.named_sizes import MOST_CHANNEL_DIMS, Shape, fits, gemm_c_window, input_shapes, int_attribute
 
 __all__ = ["ShapesOf", "attention_sizes", "axis_facts", "broadcasts", "gather_dims", "gemm_c_sizes",
            "matmul_b_facts", "output_sizes"]
@@ -51,14 +51,7 @@ def output_sizes(node: Any, shapes: ShapesOf) -> tuple[int, ...] | None:
     declared = shapes.of(node.output, 0)
     if declared is not None and None not in declared:
         return fits(declared or (1,))
-    found: list[tuple[int, ...]] = []
-    for position in range(len(node.input)):
-        if not node.input[position]:
-            continue
-        shape = shapes.of(node.input, position)
-        if shape is None or None in shape:
-            return None
-        found.append(cast(tuple[int, ...], shape))
+    found = cast("list[tuple[int, ...]] | None", input_shapes(node, shapes.of))
     if not found:
         return None
     rank = max(len(shape) for shape in found)
@@ -79,7 +72,7 @@ def axis_facts(node: Any, shapes: ShapesOf) -> tuple[tuple[int, ...] | None, int
         x = shapes.of(node.output, 0)
     if x is None or None in x or not x:
         return None, None
-    axis = next((int(attr.i) for attr in node.attribute if text(attr.name) == "axis"), 1)
+    axis = int_attribute(node, "axis", 1)
     axis = axis + len(x) if axis < 0 else axis
     return fits(x), axis if 0 <= axis < len(x) else None  # (a scale that fits neither: its ONNX layout, noted)
 
