@@ -6,6 +6,12 @@ session starts (for each module with a selected test), and the module adds its j
 tests: on a machine of two CPUs, the child processes take the second. A test then waits for its job's result
 (``job.result()``), which re-raises whatever the job raised. What a child process measures of itself (its peak
 memory) is the same beside other processes as alone. :func:`run_in_child` runs a job's code in a fresh interpreter.
+
+A job starts every child process with ``env=`` a copy of ``os.environ``, never the default: CPython starts a child
+by vfork, and a child left to read this process's own environment reads it while a test on the main thread may be
+changing it (``monkeypatch.setenv``), which reallocates it: the child's exec then fails with EFAULT ("Bad
+address"). A copy is built before the fork and is the child's alone. An audit hook refuses any other child
+started on the queue's thread, so a job that forgets fails every time, not once in a while.
 """
 
 from __future__ import annotations
@@ -52,14 +58,29 @@ class Job(Generic[T]):
             self._done.set()
 
 
+_THREAD_NAME = "background-jobs"
+
+
+def _refuse_the_shared_environment(event: str, args: tuple[object, ...]) -> None:
+    """An audit hook: a child started on the queue's thread must be given ``env=`` (see the module's docstring)."""
+    if event == "subprocess.Popen" and args[3] is None and threading.current_thread().name == _THREAD_NAME:
+        raise RuntimeError("a background job started a child process without env=dict(os.environ): its exec can "
+                           "fail with EFAULT while a test changes the environment (tests/helpers/background.py)")
+
+
 class Queue:
     """Jobs run one at a time, in the order they were added, on a thread of their own."""
 
+    _hooked = False
+
     def __init__(self) -> None:
+        if not Queue._hooked:  # (an audit hook stays for the process: one is enough)
+            sys.addaudithook(_refuse_the_shared_environment)
+            Queue._hooked = True
         self._jobs: list[Job[object]] = []
         self._ready = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(target=self._work, name="background-jobs", daemon=True)
+        self._thread = threading.Thread(target=self._work, name=_THREAD_NAME, daemon=True)
         self._thread.start()
 
     def add(self, run: Callable[[], T]) -> Job[T]:

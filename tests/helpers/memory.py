@@ -187,7 +187,8 @@ def peak_growth(code: str) -> dict[str, float]:
     ``measured(name)``, a context manager whose block's peak RSS growth (MiB) is reported under ``name``; returns
     every reported growth (the process must succeed)."""
     script = _PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(_growth))\n"
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=_HOME)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=_HOME,
+                            env=dict(os.environ))  # (a snapshot: see tests/helpers/background.py)
     assert result.returncode == 0, result.stderr
     growth: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
     return growth

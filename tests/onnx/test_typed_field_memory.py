@@ -5,6 +5,7 @@ tensor from its bytes first (so that building it does not hide the decoding's pe
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 import textwrap
@@ -60,7 +61,7 @@ FIELDS = ("int64_data", "float_data", "value_ints")
 
 def _decode(field: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", CHILD, field, str(8 << 20)], capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=dict(os.environ))  # (a snapshot: see tests/helpers/background.py)
 
 
 _DECODED: dict[str, background.Job[subprocess.CompletedProcess[str]]] = {}

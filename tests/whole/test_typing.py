@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import subprocess
 import sys
 import textwrap
@@ -46,7 +47,8 @@ def _type_check(folder: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mypy", str(folder / "user.py"), str(folder / "wrong.py"),
                            "--strict", "--no-incremental", "--cache-dir", str(folder / "cache"),
                            "--follow-imports", "silent"],  # (the user's files are checked; the package is the linters')
-                          capture_output=True, text=True, timeout=600, cwd=where)
+                          capture_output=True, text=True, timeout=600, cwd=where,
+                          env=dict(os.environ))  # (a snapshot: see tests/helpers/background.py)
 
 
 _CHECKED: list[background.Job[subprocess.CompletedProcess[str]]] = []
