@@ -163,7 +163,8 @@ def _killed_conversion(directory: Path) -> tuple[Path, list[str], list[str]]:
     convert_model(model, directory / "w", progress=False)
     before, names = output_names(directory), set(os.listdir(directory))
     child = subprocess.Popen([sys.executable, "-c", STALLED, str(model), str(directory / "w")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ))  # (a snapshot: see tests/helpers/background.py)
     try:
         assert child.stdout is not None and child.stdout.readline() == "writing\n"
         assert _held_by_another(directory / "w.lock")
@@ -273,7 +274,8 @@ def _race(directory: Path) -> tuple[Path, list[list[str]]]:
     the folder and each one's counts (times it held the lock, times it found another inside)."""
     directory.mkdir()
     children = [subprocess.Popen([sys.executable, "-c", RACE, str(directory / "w"), str(directory / "inside"),
-                                  str(ROUNDS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                  str(ROUNDS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 env=dict(os.environ))  # (a snapshot: see tests/helpers/background.py)
                 for _ in range(3)]
     try:
         for child in children:
