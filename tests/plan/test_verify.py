@@ -35,6 +35,7 @@ from dmlbridge.errors import (
 from dmlbridge.model import slices
 from dmlbridge.plan import chunk_compare, verify
 from dmlbridge.plan.upload_plan import read_plan
+from dmlbridge.tensor.encode import ElementWriter
 
 
 def test_verify_finds_a_changed_byte_and_a_changed_model(tmp_path: Path) -> None:
@@ -295,7 +296,8 @@ def test_verify_makes_a_widened_chunks_fresh_bytes_a_block_at_a_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, small_chunks: None) -> None:
     """The widened FLOAT8 constant's fresh FLOAT16 bytes are made a block at a time into one reused block of
     memory, each compared with the buffer file's block while both are in the cache: never a whole chunk's (before:
-    each chunk converted whole, into fresh memory, then read again to be compared)."""
+    each chunk converted whole, into fresh memory, then read again to be compared). Whatever makes them (prepare,
+    prepare_into or an ElementWriter planned once) is counted."""
     path = _external_model(tmp_path)
     convert_model(path, tmp_path / "w", progress=False, fsync=False, alignment=4096).close()
     made: list[int] = []
@@ -309,8 +311,15 @@ def test_verify_makes_a_widened_chunks_fresh_bytes_a_block_at_a_time(
         made.append(values.size)
         return prepare_into(dst, offset, values, **kwargs)
 
+    write = ElementWriter.write
+
+    def counted_write(self: ElementWriter, values: np.ndarray, out: np.ndarray) -> int:
+        made.append(values.size)
+        return write(self, values, out)
+
     monkeypatch.setattr(chunk_compare, "prepare", counted_prepare)
     monkeypatch.setattr(chunk_compare, "prepare_into", counted_prepare_into)
+    monkeypatch.setattr(ElementWriter, "write", counted_write)
     plan = read_plan(tmp_path / "w.json", verify=False, bin_path=None, check_fingerprint=False)
     assert verify.find_mismatches(plan, path, workers=workers) == []
     plan.close()
