@@ -97,9 +97,9 @@ def release(this: int | None) -> None:
 
 
 def address_of(pointer: Any, what: str = "device") -> int:
-    """The address a Python DirectML program holds a COM pointer as: an int, a ``ctypes.c_void_p``, a ctypes
-    pointer, or an object with ``.value`` or ``__int__`` (comtypes' pointers, pywin32's handles). A null pointer, or
-    anything else, is an InvalidArgumentError naming ``what``.
+    """The address a Python DirectML program holds a COM pointer as: an int, a ``ctypes.c_void_p`` or a subclass
+    of it (comtypes' interface pointers), a ctypes pointer, or an object with ``.value`` or ``__int__`` (pywin32's
+    handles). A null pointer, or anything else, is an InvalidArgumentError naming ``what``.
 
     Example:
         >>> address_of(ctypes.cast(0x20000, ctypes.POINTER(ctypes.c_int)))
@@ -110,7 +110,8 @@ def address_of(pointer: Any, what: str = "device") -> int:
         address = None
     elif isinstance(pointer, int):
         address = pointer
-    elif isinstance(pointer, ctypes._Pointer):  # (comtypes' POINTER(IDMLDevice) instances are these)
+    elif isinstance(pointer, (ctypes._Pointer, ctypes.c_void_p)):
+        # (comtypes' interface pointers subclass c_void_p, and their .value is the pointer itself, not its address)
         address = ctypes.cast(pointer, ctypes.c_void_p).value
     elif hasattr(pointer, "value") and (pointer.value is None or isinstance(pointer.value, int)):
         address = pointer.value

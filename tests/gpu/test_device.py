@@ -77,8 +77,23 @@ class IntLike:
         return self._address
 
 
+def _comtypes_pointer(address: int) -> Any:
+    """A real comtypes ``POINTER(IUnknown)`` to the object at ``address`` (comtypes is pinned in the Windows run's
+    requirements): a ``c_void_p`` subclass whose ``.value`` is the pointer itself, not the address (dmlbridge once
+    read it as "a null pointer"). It holds a reference of its own (AddRef here; comtypes releases it when the
+    pointer is collected)."""
+    import comtypes  # (Windows only: imported where the suite runs)
+
+    pointer = ctypes.cast(address, ctypes.POINTER(comtypes.IUnknown))
+    pointer.AddRef()
+    assert isinstance(pointer, ctypes.c_void_p) and pointer.value is pointer
+    return pointer
+
+
 def _forms(device: dmlbridge.gpu.Device) -> dict[str, Any]:
     return {
+        "comtypes pointer": _comtypes_pointer(device.dml),
+        "comtypes ID3D12Device": _comtypes_pointer(device.d3d12),
         "create_device result": device,
         "int": device.dml,
         "c_void_p": ctypes.c_void_p(device.dml),
@@ -89,8 +104,8 @@ def _forms(device: dmlbridge.gpu.Device) -> dict[str, Any]:
     }
 
 
-FORMS = ["create_device result", "int", "c_void_p", "ctypes pointer", "object with .value", "object with __int__",
-         "ID3D12Device"]
+FORMS = ["create_device result", "int", "c_void_p", "ctypes pointer", "comtypes pointer", "object with .value",
+         "object with __int__", "ID3D12Device", "comtypes ID3D12Device"]
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -101,7 +116,7 @@ def test_every_form_of_a_device_argument_reaches_the_device(device: dmlbridge.gp
         assert uploaded.read(0).tolist() == values.tolist()
         TALLY.tensors += 1
         # A wrapped device is the same DirectML device, with a queue of its own.
-        if form != "ID3D12Device":
+        if "ID3D12Device" not in form:
             assert uploaded.device.dml == device.dml
         assert (uploaded.device is device) == (form == "create_device result")
         wrapped = uploaded.device
