@@ -19,9 +19,10 @@ from typing import Any
 
 from dmlbridge.errors import ComError, InvalidArgumentError
 from dmlbridge.gpu.interfaces import IUnknown, Method
+from dmlbridge.system.process_memory import module_path, readable
 
-__all__ = ["FUNCTYPE", "HRESULT_NAMES", "address_of", "check", "failed", "hresult_text", "invoke", "out_pointer",
-           "release"]
+__all__ = ["FUNCTYPE", "HRESULT_NAMES", "address_of", "check", "check_object", "failed", "hresult_text", "invoke",
+           "out_pointer", "release"]
 
 FUNCTYPE: Callable[..., Any] = getattr(ctypes, "WINFUNCTYPE", ctypes.CFUNCTYPE)  # (the same ABI on 64-bit Windows)
 
@@ -128,3 +129,29 @@ def address_of(pointer: Any, what: str = "device") -> int:
             + (" (a null pointer)" if null else " (no object lives at so low an address)" if small else "")
         )
     return address
+
+
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
+
+
+def check_object(address: int, what: str = "device") -> None:
+    """Before the first call on a COM pointer a caller passed (Windows): its 8 bytes and its vtable's first three
+    slots (IUnknown's) are readable memory, and its QueryInterface lies in a loaded module. Reading an address
+    that maps nothing ends the process, so what fails these checks is refused, an InvalidArgumentError naming
+    ``what``. A released object may still pass them (its memory kept, its DLL loaded): the caller keeps the object
+    alive for the call (docs/windows.md)."""
+    why = None
+    if not readable(address, _POINTER):
+        why = "no readable memory is there"
+    else:
+        vtable = ctypes.c_void_p.from_address(address).value or 0
+        if vtable < _LOWEST_ADDRESS or not readable(vtable, 3 * _POINTER):
+            why = f"its first 8 bytes (0x{vtable:x}) point at no readable vtable"
+        else:
+            method = ctypes.c_void_p.from_address(vtable).value or 0
+            if method < _LOWEST_ADDRESS or module_path(method) is None:
+                why = f"its QueryInterface (0x{method:x}) lies in no loaded module"
+    if why is not None:
+        raise InvalidArgumentError(
+            f"{what} 0x{address:x} is not a live COM object: {why}; pass a create_device() result, or the address of "
+            "a live IDMLDevice or ID3D12Device of this process, kept alive for the call")

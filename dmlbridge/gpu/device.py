@@ -30,7 +30,16 @@ from dmlbridge.errors import (
     GpuUnavailableError,
     InvalidArgumentError,
 )
-from dmlbridge.gpu.com import E_OUTOFMEMORY, address_of, failed, hresult_text, invoke, out_pointer, release
+from dmlbridge.gpu.com import (
+    E_OUTOFMEMORY,
+    address_of,
+    check_object,
+    failed,
+    hresult_text,
+    invoke,
+    out_pointer,
+    release,
+)
 from dmlbridge.gpu.directml_dll import ENVIRONMENT_VARIABLE, dll_version, find_directml, loaded_path
 from dmlbridge.gpu.dlls import Event, load_dll, needs_windows
 from dmlbridge.gpu.interfaces import HRESULT, IID, ID3D12CommandQueue, ID3D12Device, ID3D12Fence, IDMLDevice, IUnknown
@@ -417,7 +426,14 @@ def as_device(device: Any, *, directml_dll: str | os.PathLike[str] | None = None
         return device, False
     address = address_of(device)
     needs_windows("dmlbridge.gpu")
-    dml = _query_interface(address, IID.IDMLDevice)
+    check_object(address)
+    try:
+        dml = _query_interface(address, IID.IDMLDevice)
+    except OSError as exc:  # (ctypes' words for an access violation inside the call, which Windows let it catch)
+        raise InvalidArgumentError(
+            f"calling the COM object at 0x{address:x} failed ({exc}): it is not a live IDMLDevice or ID3D12Device, "
+            "and this process may now be unstable; pass a create_device() result, or the address of a live device "
+            "of this process, kept alive for the call") from None
     d3d12 = None
     try:
         if dml is None:

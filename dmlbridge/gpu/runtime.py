@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from dmlbridge.errors import ComError, GpuUnavailableError, InvalidArgumentError
-from dmlbridge.gpu.com import address_of, failed, hresult_text, invoke, out_pointer, release
+from dmlbridge.gpu.com import address_of, check_object, failed, hresult_text, invoke, out_pointer, release
 from dmlbridge.gpu.device import Device, create_dml_device, debug_layers_missing, dll_function
 from dmlbridge.gpu.dlls import load_dll, needs_windows
 from dmlbridge.gpu.interfaces import IID, ID3D12Debug, IDXGIAdapter1, IDXGIFactory1
@@ -88,7 +88,9 @@ def _adapter(adapter: Any) -> tuple[int | None, str | None]:
         if failed(invoke(found.value, IDXGIAdapter1.GetDesc1, ctypes.byref(desc))):
             return found.value, None
         return found.value, desc.Description
-    return address_of(adapter, "adapter"), None  # (the caller's: not released here)
+    address = address_of(adapter, "adapter")
+    check_object(address, "adapter")
+    return address, None  # (the caller's: not released here)
 
 
 def create_device(adapter: Any = None, debug: bool = False, *,

@@ -18,6 +18,7 @@ from fake_com import FakeCom, signed
 
 import dmlbridge
 import dmlbridge.gpu
+from dmlbridge.gpu import device as device_module
 from dmlbridge.gpu import interfaces, structs
 from dmlbridge.gpu.com import address_of, check, hresult_text
 from dmlbridge.gpu.device import Device, as_device
@@ -223,9 +224,12 @@ class IntLike:
 
 
 def test_every_form_of_a_device_argument_is_called_at_its_address(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An object that is neither an IDMLDevice nor an ID3D12Device: asked for both, by their IIDs, then refused."""
+    """An object that is neither an IDMLDevice nor an ID3D12Device: checked as a COM object first (here, where its
+    methods are ctypes callbacks in no module, the check is recorded, not made: test_device.py makes it), asked for
+    both interfaces, by their IIDs, then refused."""
     monkeypatch.setattr(sys, "platform", "win32")  # (no Windows call is made before QueryInterface)
     asked: list[str] = []
+    monkeypatch.setattr(device_module, "check_object", lambda address: asked.append(f"checked 0x{address:x}"))
 
     def query(this: int, iid: int, out: int) -> int:
         asked.append(str(structs.GUID.from_address(iid)))
@@ -238,7 +242,7 @@ def test_every_form_of_a_device_argument_is_called_at_its_address(monkeypatch: p
         asked.clear()
         with pytest.raises(dmlbridge.InvalidArgumentError, match="neither an IDMLDevice nor an ID3D12Device"):
             as_device(form)
-        assert asked == [str(IID.IDMLDevice), str(IID.ID3D12Device)], form
+        assert asked == [f"checked 0x{other.address:x}", str(IID.IDMLDevice), str(IID.ID3D12Device)], form
 
 
 @pytest.mark.parametrize("given", [None, 0, 1, 0xFFFF, -5, 2**64, 1.5, True, "0x20000", b"", object(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import os
 import re
 import subprocess
@@ -123,6 +124,42 @@ def test_every_form_of_a_device_argument_reaches_the_device(device: dmlbridge.gp
     assert wrapped.closed == (form != "create_device result")  # (closed with the upload that made it)
     assert dmlbridge.gpu.target_of(given) == dmlbridge.gpu.target_of(device)
     assert not device.closed
+
+
+def _unmapped_address() -> int:
+    """An address that was mapped and is no more: a page of an anonymous map, closed."""
+    mapped = mmap.mmap(-1, 1 << 16)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mapped))
+    mapped.close()  # (nothing refers to the buffer now: the map is gone)
+    return address
+
+
+NOT_OBJECTS = {
+    "0x10000 (the lowest address Windows maps; Wine maps it)": "(no readable memory|point at no readable vtable)",
+    "a page unmapped after use": "no readable memory",
+    "a block of zeros": "point at no readable vtable",
+    "a vtable of data, in no module": "lies in no loaded module",
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_OBJECTS))
+def test_what_is_no_live_com_object_is_refused_before_it_is_read(windows: None, case: str) -> None:
+    """Reading an address that maps nothing ended the process (target_of(0x10000) was a page fault): the address,
+    its vtable and its QueryInterface are checked first, and what fails is refused, naming the device argument, for
+    target_of and upload_tensors alike, and for an adapter."""
+    data = (ctypes.c_void_p * 4)()  # (zeros)
+    table = (ctypes.c_void_p * 4)(ctypes.addressof(data), ctypes.addressof(data), ctypes.addressof(data))
+    fake = (ctypes.c_void_p * 1)(ctypes.addressof(table))  # an object whose vtable's methods point at data
+    address = {"0x10000 (the lowest address Windows maps; Wine maps it)": 0x10000,
+               "a page unmapped after use": _unmapped_address(), "a block of zeros": ctypes.addressof(data),
+               "a vtable of data, in no module": ctypes.addressof(fake)}[case]
+    with pytest.raises(dmlbridge.InvalidArgumentError, match=f"0x{address:x} is not a live COM object: .*"
+                                                             f"{NOT_OBJECTS[case]}"):
+        dmlbridge.gpu.target_of(address)
+    with pytest.raises(dmlbridge.InvalidArgumentError, match="not a live COM object"):
+        dmlbridge.gpu.upload_tensors([dmlbridge.prepare(np.ones(2, np.float32))], ctypes.c_void_p(address))
+    with pytest.raises(dmlbridge.InvalidArgumentError, match=r"adapter 0x.* is not a live COM object"):
+        dmlbridge.gpu.create_device(ctypes.c_void_p(address))
 
 
 @pytest.mark.parametrize("given", ["weights", 0, None, True, 1.5, ctypes.c_void_p(None)], ids=repr)
