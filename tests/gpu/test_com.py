@@ -250,3 +250,18 @@ def test_every_form_of_a_device_argument_is_called_at_its_address(monkeypatch: p
 def test_what_cannot_be_an_address_is_refused_before_any_call(given: Any) -> None:
     with pytest.raises(dmlbridge.InvalidArgumentError, match="must be a create_device"):
         address_of(given)
+
+
+def test_an_access_violation_in_the_first_call_is_an_error_that_says_the_process_may_be_unstable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ctypes reports an access violation inside a foreign call as an OSError (Windows): the first call on a
+    caller's pointer turns it into an InvalidArgumentError, never a traceback of ctypes' own."""
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(device_module, "check_object", lambda address: None)  # (passed: an object that then faults)
+
+    def fault(this: int, iid: Any) -> int:
+        raise OSError("exception: access violation reading 0x0000000000000008")
+
+    monkeypatch.setattr(device_module, "_query_interface", fault)
+    with pytest.raises(dmlbridge.InvalidArgumentError, match=r"0x20000 failed .*violation.* may now be unstable"):
+        as_device(0x20000)
